@@ -1,0 +1,135 @@
+"""Settings that can come from the command line, the environment or the ini file.
+
+Each setting is declared once as a :class:`Setting`; the declaration adds the
+command-line option and the ini key, and :func:`resolve` reads the value with the
+documented precedence **command line > environment variable > ini key > default**.
+The registry :data:`SETTINGS` is what the configuration reference in ``docs/`` is
+checked against.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pytest
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One user-facing setting: its option, environment variable and ini key."""
+
+    option: str
+    env: str
+    help: str
+    default: Optional[str] = None
+    choices: Optional[tuple[str, ...]] = None
+    # ``const`` is the value of a bare flag (``--graph-capture-trace`` alone).
+    const: Optional[str] = None
+    metavar: Optional[str] = None
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def ini(self) -> str:
+        return self.option.lstrip("-").replace("-", "_")
+
+    @property
+    def dest(self) -> str:
+        return self.ini
+
+
+SETTINGS: dict[str, Setting] = {}
+
+
+def declare(setting: Setting) -> Setting:
+    """Register ``setting`` in :data:`SETTINGS` (once per option name)."""
+    SETTINGS[setting.ini] = setting
+    return setting
+
+
+def add_setting(group: Any, parser: pytest.Parser, setting: Setting) -> None:
+    """Add ``setting``'s command-line option to ``group`` and its ini key to ``parser``."""
+    kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "metavar": setting.metavar}
+    help_text = f"{setting.help} (env {setting.env}, ini {setting.ini}"
+    help_text += f", default {setting.default})" if setting.default is not None else ")"
+    if setting.const is not None:
+        kwargs.update(nargs="?", const=setting.const)
+    if setting.choices:
+        # Validated in resolve() so the error names the option and the source.
+        help_text += f"; one of {', '.join(setting.choices)}"
+    group.addoption(setting.option, help=help_text, **kwargs)
+    parser.addini(setting.ini, help=setting.help, default=None)
+
+
+def resolve_with_source(config: pytest.Config, setting: Setting) -> tuple[Optional[str], str]:
+    """Return ``(value, source)``; source is ``option``, ``env``, ``ini`` or ``default``."""
+    value = config.getoption(setting.dest, default=None)
+    source = "option"
+    if value is None:
+        value = os.environ.get(setting.env) or None
+        source = f"environment variable {setting.env}"
+    if value is None:
+        ini = config.getini(setting.ini)
+        value = ini if ini not in (None, "", []) else None
+        source = f"ini key {setting.ini}"
+    if value is None:
+        return setting.default, "default"
+    value = str(value).strip()
+    if setting.choices and value not in setting.choices:
+        where = setting.option if source == "option" else source
+        raise UsageError(f"{where}: {value!r} is not one of {', '.join(setting.choices)}")
+    return value, source
+
+
+def resolve(config: pytest.Config, setting: Setting) -> Optional[str]:
+    """The value of ``setting`` with precedence command line > environment > ini > default."""
+    return resolve_with_source(config, setting)[0]
+
+
+def parse_batch_sizes(text: str, where: str) -> list[int]:
+    """Parse ``"1,2,4"`` into ``[1, 2, 4]``; ``where`` names the option in errors."""
+    sizes: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            size = int(part)
+        except ValueError:
+            raise UsageError(f"{where}: {part!r} is not an integer batch size (expected e.g. 1,2,4)") from None
+        if size < 1:
+            raise UsageError(f"{where}: batch size {size} must be at least 1")
+        sizes.append(size)
+    if not sizes:
+        raise UsageError(f"{where}: no batch sizes given (expected e.g. 1,2,4)")
+    return sorted(set(sizes))
+
+
+def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
+    """Name of the CI environment variable that is set, or None when not on CI."""
+    environ = os.environ if environ is None else environ
+    for name in ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD",
+                 "CIRCLECI", "TRAVIS", "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE"):
+        value = environ.get(name, "")
+        if value and value.lower() not in ("0", "false", "no"):
+            return name
+    return None
+
+
+# The settings of the capture engine; the golden gate declares its own in golden_plugin.
+TRACE = declare(Setting(
+    "--graph-capture-trace", "GRAPH_CAPTURE_TRACE",
+    "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture phase)",
+    choices=("per-bs", "single", "off"), const="per-bs", metavar="MODE"))
+DIR = declare(Setting(
+    "--graph-capture-dir", "GRAPH_CAPTURE_DIR",
+    "directory under which traces go (in DIR/graph_capture_profile/)", default=".", metavar="DIR"))
+BATCH_SIZES = declare(Setting(
+    "--graph-capture-batch-sizes", "GRAPH_CAPTURE_BATCH_SIZES",
+    "comma-separated batch sizes the embedded runner captures, e.g. 1,2,4", metavar="LIST"))
+DEVICE = declare(Setting(
+    "--graph-capture-device", "GRAPH_CAPTURE_DEVICE",
+    "device to capture on: auto (GPU when present), cpu or cuda", default="auto",
+    choices=("auto", "cpu", "cuda"), metavar="DEVICE"))

@@ -1,0 +1,89 @@
+"""Capture keys and the file-name-safe spelling of user supplied names.
+
+A capture key identifies one captured graph: (runner, batch size, variant, rank).
+Every file the plugin writes for a graph is named from its key, never from a
+position in a list, so two variants of one batch size or a failed capture can
+never shift names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
+MAX_NAME_LENGTH = 80
+
+
+def safe_name(raw: str, *, max_length: int = MAX_NAME_LENGTH) -> str:
+    """Return ``raw`` as one path component that cannot leave its directory.
+
+    Unicode is folded to ASCII where it has an ASCII form, everything outside
+    ``[A-Za-z0-9._+=-]`` becomes ``_``, leading dots are dropped (no ``..``, no
+    hidden files).  When anything had to change, or the name is too long, a short
+    hash of the original is appended so that distinct names stay distinct.
+    """
+    raw = str(raw)
+    folded = unicodedata.normalize("NFKD", raw).encode("ascii", "ignore").decode("ascii")
+    cleaned = _UNSAFE.sub("_", folded).strip("_")
+    cleaned = cleaned.lstrip(".") or "_"
+    changed = cleaned != raw
+    if len(cleaned) > max_length:
+        cleaned = cleaned[: max_length - 9]
+        changed = True
+    if changed:
+        digest = hashlib.sha1(raw.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        cleaned = f"{cleaned}-{digest}"
+    return cleaned
+
+
+@dataclass(frozen=True, order=True)
+class CaptureKey:
+    """One captured graph: which runner, batch size, variant and rank."""
+
+    runner: str
+    batch_size: int
+    variant: Optional[str] = None
+    rank: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise ValueError(f"batch size must be a positive integer, got {self.batch_size!r}")
+        if not isinstance(self.rank, int) or self.rank < 0:
+            raise ValueError(f"rank must be a non-negative integer, got {self.rank!r}")
+
+    @property
+    def stem(self) -> str:
+        """File stem without the rank: ``{runner}_bs_{bs}[_{variant}]``."""
+        parts = [safe_name(self.runner), "bs", str(self.batch_size)]
+        if self.variant is not None:
+            parts.append(safe_name(self.variant))
+        return "_".join(parts)
+
+    @property
+    def trace_file_name(self) -> str:
+        """Per-bs trace file name: ``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz``."""
+        return f"{self.stem}_rank{self.rank}.json.gz"
+
+    def to_dict(self) -> dict:
+        return {"runner": self.runner, "batch_size": self.batch_size, "variant": self.variant, "rank": self.rank}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CaptureKey":
+        return cls(str(data["runner"]), int(data["batch_size"]), data.get("variant"), int(data.get("rank", 0)))
+
+    def __str__(self) -> str:
+        variant = f", variant={self.variant}" if self.variant is not None else ""
+        return f"{self.runner}[bs={self.batch_size}{variant}, rank={self.rank}]"
+
+
+def capture_order(keys: Iterable[CaptureKey]) -> list[CaptureKey]:
+    """Keys in the order engines capture them: largest batch size first.
+
+    Smaller graphs then reuse the memory pool of the larger ones.  Ties keep a
+    stable order by variant (``None`` first) so the order is deterministic.
+    """
+    return sorted(keys, key=lambda k: (-k.batch_size, k.variant is not None, k.variant or "", k.rank, k.runner))
