@@ -1,0 +1,51 @@
+"""pytest-graphcapture: guard LLM inference engines against silent CUDA-graph regressions.
+
+Capture one graph per decode batch size under a scheduled torch profiler,
+summarize each into its kernel set and op shapes, and compare with golden files.
+
+The public names below are imported lazily so that loading the pytest plugin
+does not import torch until a capture actually runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_PUBLIC = {
+    "CaptureKey": "keys",
+    "safe_name": "keys",
+    "GraphRunner": "runner",
+    "default_batch_sizes": "runner",
+    "TinyDecodeRunner": "decode_model",
+    "DecoderConfig": "decode_model",
+    "Backend": "backend",
+    "CudaGraphBackend": "backend",
+    "EagerBackend": "backend",
+    "make_backend": "backend",
+    "CaptureSettings": "capture",
+    "capture_runner": "capture",
+    "CaptureResult": "result",
+    "KeyResult": "result",
+    "trace_dir": "profiling",
+    "GraphCaptureError": "errors",
+    "CaptureError": "errors",
+    "TraceFormatError": "errors",
+    "GoldenError": "errors",
+    "UsageError": "errors",
+}
+
+__all__ = sorted(_PUBLIC) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_graphcapture' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

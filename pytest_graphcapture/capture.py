@@ -1,0 +1,174 @@
+"""The capture engine: every key of a runner, largest batch size first, under the profiler.
+
+It ties the stages together — runner (forward per key) → backend (warmups and
+capture) → profiler schedule (one cycle per key) → summary — and returns a
+:class:`~pytest_graphcapture.result.CaptureResult`.  It is what the
+``graph_capture`` fixture calls, and what a user's own start-up code can call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from .backend import Backend, CaptureProgress
+from .errors import CaptureError
+from .keys import CaptureKey
+from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
+from .result import CaptureResult, KeyResult
+from .runner import GraphRunner
+
+TRACE_MODES = ("off", "per-bs", "single")
+
+
+@dataclass
+class CaptureSettings:
+    """How to capture: what to export, whether to summarize, where files go.
+
+    * ``trace``: ``off`` (no trace files), ``per-bs`` (one trace per key) or
+      ``single`` (one trace for the whole capture phase);
+    * ``summarize``: profile each key (per-bs schedule) to build its summary —
+      the input of golden checks — even when no trace is exported;
+    * ``replay``: replay each captured graph once under the profiler to read its
+      kernels (``None`` = when the backend's graphs show kernels, i.e. on GPU);
+    * ``profiler_flags``: stack / flops / memory recording for exported traces.
+    """
+
+    trace: str = "off"
+    summarize: bool = True
+    out_dir: Path = Path(".")
+    platform: str = "cpu"
+    level: str = "exact"
+    replay: Optional[bool] = None
+    profiler_flags: frozenset = frozenset({"stack", "flops", "memory"})
+    environment: dict = field(default_factory=dict)
+    progress: Optional[Callable[[str], None]] = None
+
+    def __post_init__(self) -> None:
+        if self.trace not in TRACE_MODES:
+            raise ValueError(f"trace mode must be one of {', '.join(TRACE_MODES)}, got {self.trace!r}")
+        self.out_dir = Path(self.out_dir)
+
+
+def current_rank() -> int:
+    """The torch.distributed rank when a process group is initialized, else 0."""
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return 0
+
+
+def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey], Any]:
+    from .summary import summarize_profile
+
+    def summarize(prof: Any, key: CaptureKey) -> Any:
+        return summarize_profile(prof, key, platform=settings.platform, level=settings.level,
+                                 environment=settings.environment)
+
+    return summarize
+
+
+def capture_runner(runner: GraphRunner, backend: Backend, settings: Optional[CaptureSettings] = None,
+                   *, rank: Optional[int] = None) -> CaptureResult:
+    """Capture every key of ``runner`` on ``backend``; return the per-key results.
+
+    If a key fails, the keys captured before it keep their results and files,
+    the failing key's partial profile is discarded (no file, no summary), the
+    profiler is stopped, and :class:`~pytest_graphcapture.errors.CaptureError`
+    names the key and stage (its ``partial`` holds the result so far).  A
+    ``KeyboardInterrupt`` cleans up the same way and propagates unchanged.
+    """
+    settings = settings or CaptureSettings()
+    rank = current_rank() if rank is None else rank
+    keys = runner.capture_keys(rank)
+    result = CaptureResult(runner_name=runner.name, platform=settings.platform, rank=rank, mode=settings.trace)
+    per_bs = settings.trace == "per-bs" or (settings.summarize and settings.trace != "single")
+    profiler: Any = None
+    if per_bs:
+        profiler = PerBatchSizeProfiler(
+            backend.device,
+            export_dir=settings.out_dir if settings.trace == "per-bs" else None,
+            summarizer=_summarizer(settings) if settings.summarize else None,
+            flags=settings.profiler_flags,
+        )
+    elif settings.trace == "single":
+        profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner.name, rank)
+
+    progress = CaptureProgress()
+    try:
+        if profiler is not None:
+            profiler.__enter__()
+        for key in keys:
+            started = time.perf_counter()
+            progress.key, progress.stage = key, "setup"
+            if per_bs:
+                profiler.begin_key(key)
+            graph = backend.capture_one(
+                key, runner.forward_for(key),
+                profiler=profiler if per_bs else None, profiling=per_bs,
+                post_warmup=runner.post_warmup, progress=progress,
+            )
+            seconds = time.perf_counter() - started
+            done = profiler.results.get(key) if per_bs else None
+            result.keys[key] = KeyResult(
+                key, trace_path=done.trace_path if done else None,
+                summary=done.summary if done else None, graph=graph, seconds=seconds)
+            if settings.progress is not None:
+                variant = f" variant={key.variant}" if key.variant is not None else ""
+                settings.progress(f"graph-capture: {key.runner} bs={key.batch_size}{variant} rank={key.rank} "
+                                  f"captured in {seconds:.3f}s")
+        if profiler is not None:
+            progress.key, progress.stage = None, "trace export"
+            profiler.__exit__(None, None, None)
+            if isinstance(profiler, SingleTraceProfiler):
+                result.single_trace_path = profiler.trace_path
+            profiler = None
+        if _replay_enabled(settings, backend) and settings.summarize:
+            _attach_replay_kernels(result, backend, progress)
+    except KeyboardInterrupt:
+        _stop_quietly(profiler)
+        raise
+    except Exception as exc:
+        _stop_quietly(profiler)
+        raise CaptureError(progress.key or runner.name, progress.stage, exc, partial=result) from exc
+    return result
+
+
+def _stop_quietly(profiler: Any) -> None:
+    """Stop a profiler after a failure, discarding its open cycle."""
+    if profiler is None:
+        return
+    try:
+        if isinstance(profiler, PerBatchSizeProfiler):
+            profiler.abort_key()
+        else:
+            profiler.__exit__(RuntimeError, RuntimeError("capture failed"), None)
+    except Exception:  # the original failure is the one to report
+        pass
+
+
+def _replay_enabled(settings: CaptureSettings, backend: Backend) -> bool:
+    return backend.replay_shows_kernels if settings.replay is None else bool(settings.replay)
+
+
+def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: CaptureProgress) -> None:
+    """Replay each graph once under a short profiler; its kernels join the summary."""
+    from torch.profiler import profile
+
+    from .profiling import profiler_activities
+    from .summary import replay_kernels_from_profile, with_replay
+
+    for key, key_result in result.keys.items():
+        if key_result.summary is None:
+            continue
+        progress.key, progress.stage = key, "replay"
+        backend.synchronize()
+        with profile(activities=profiler_activities(backend.device)) as prof:
+            backend.replay(key_result.graph)
+            backend.synchronize()
+        key_result.summary = with_replay(key_result.summary, replay_kernels_from_profile(prof))
+    progress.stage = "done"

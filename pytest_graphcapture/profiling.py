@@ -1,0 +1,223 @@
+"""The profiler schedule: one recorded cycle — and at most one trace — per captured graph.
+
+:class:`PerBatchSizeProfiler` wraps one ``torch.profiler.profile`` for the whole
+capture phase with ``schedule(wait=2, warmup=0, active=1, repeat=0)``: each key's
+two warmups fall in the wait steps and its capture forward is the one recorded
+step.  A finished cycle is attributed to the key whose capture it recorded (set
+by :meth:`PerBatchSizeProfiler.begin_key`), never to a position in a list, so
+variants and failed captures cannot shift names.
+
+:class:`SingleTraceProfiler` is the older behaviour: one unscheduled profiler
+around the whole capture phase, exported once.
+
+:func:`trace_dir` is the single source of truth for where traces go.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from .keys import CaptureKey, safe_name
+
+TRACE_SUBDIR = "graph_capture_profile"
+PROFILER_FLAGS = ("stack", "flops", "memory")
+
+
+def trace_dir(base_dir: os.PathLike | str) -> Path:
+    """``<graph-capture-dir>/graph_capture_profile/``: where every trace is written."""
+    return Path(base_dir) / TRACE_SUBDIR
+
+
+def per_bs_trace_path(base_dir: os.PathLike | str, key: CaptureKey) -> Path:
+    """``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz`` under :func:`trace_dir`."""
+    return trace_dir(base_dir) / key.trace_file_name
+
+
+def single_trace_path(base_dir: os.PathLike | str, runner: str, rank: int) -> Path:
+    """``cuda_graph_capture-{runner}-TP-{rank}.json.gz`` under :func:`trace_dir`."""
+    return trace_dir(base_dir) / f"cuda_graph_capture-{safe_name(runner)}-TP-{rank}.json.gz"
+
+
+def parse_profiler_flags(text: str, where: str) -> frozenset[str]:
+    """Parse ``stack,flops,memory`` (or ``none``/``all``) into a set of flags."""
+    from .errors import UsageError
+
+    text = str(text).strip().lower()
+    if text in ("", "none", "off"):
+        return frozenset()
+    if text == "all":
+        return frozenset(PROFILER_FLAGS)
+    flags = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(flags - set(PROFILER_FLAGS))
+    if unknown:
+        raise UsageError(f"{where}: unknown profiler flag(s) {', '.join(unknown)}; use any of "
+                         f"{', '.join(PROFILER_FLAGS)}, 'all' or 'none'")
+    return flags
+
+
+def profiler_activities(device: torch.device) -> list[ProfilerActivity]:
+    """CPU, plus CUDA when capturing on a GPU (HIP builds use the same activity)."""
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    return activities
+
+
+def capture_schedule() -> Callable[[int], Any]:
+    """``schedule(wait=2, warmup=0, active=1, repeat=0)`` without torch's warmup warning.
+
+    The two waits are the two warmup forwards; the active step is the capture.
+    torch warns that no warmup "can skew profiler results" — true for timings,
+    irrelevant for the kernel and shape summaries we take — so the warning is
+    silenced here instead of reaching users (a run under ``-W error`` passes).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*won't be using warmup.*", category=UserWarning)
+        return schedule(wait=2, warmup=0, active=1, repeat=0)
+
+
+def write_atomically(path: Path, export: Callable[[str], None]) -> None:
+    """Run ``export(tmp_path)`` then rename onto ``path``; no partial file is ever left."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The temporary name keeps the final suffix: torch gzips when the name ends in .gz.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial{''.join(path.suffixes)}")
+    try:
+        export(str(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        raise
+
+
+@dataclass
+class ProfiledKey:
+    """What one recorded cycle produced for its key."""
+
+    key: CaptureKey
+    trace_path: Optional[Path] = None
+    summary: Any = None
+
+
+# Called with (profile, key) inside on_trace_ready; returns the key's summary.
+Summarizer = Callable[[profile, CaptureKey], Any]
+
+
+@dataclass
+class PerBatchSizeProfiler:
+    """One scheduled profiler for the capture phase; one cycle per captured key.
+
+    ``export_dir`` set → each cycle is written to ``{export_dir}/graph_capture_profile/``;
+    ``summarizer`` set → each cycle is summarized in memory (no export needed).
+    Use as a context manager; call :meth:`begin_key` before each key's warmups,
+    :meth:`step` from the backend, and :meth:`abort_key` when a key fails.
+    """
+
+    device: torch.device
+    export_dir: Optional[Path] = None
+    summarizer: Optional[Summarizer] = None
+    flags: frozenset = frozenset()
+    results: dict = field(default_factory=dict)
+    _prof: Optional[profile] = field(default=None, init=False, repr=False)
+    _active: Optional[CaptureKey] = field(default=None, init=False)
+    _aborted: bool = field(default=False, init=False)
+
+    def _make_profile(self) -> profile:
+        export = self.export_dir is not None
+        return profile(
+            activities=profiler_activities(self.device),
+            schedule=capture_schedule(),
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=True,
+            # Stack, FLOPs and memory only matter for a human reading an exported
+            # trace; the summary needs none of them.
+            with_stack=export and "stack" in self.flags,
+            with_flops=export and "flops" in self.flags,
+            profile_memory=export and "memory" in self.flags,
+        )
+
+    def __enter__(self) -> "PerBatchSizeProfiler":
+        self._prof = self._make_profile()
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the profiler; a cycle still open is discarded, never attributed."""
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return
+        self._aborted = True
+        try:
+            prof.__exit__(None, None, None)
+        finally:
+            self._aborted = False
+            self._active = None
+
+    def begin_key(self, key: CaptureKey) -> None:
+        """The next recorded cycle belongs to ``key``."""
+        if self._prof is None:
+            raise RuntimeError("PerBatchSizeProfiler.begin_key() called outside its context")
+        self._active = key
+
+    def step(self) -> None:
+        if self._prof is not None:
+            with warnings.catch_warnings():
+                # Each cycle must start empty (that is the point); torch warns about it.
+                warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
+                self._prof.step()
+
+    def abort_key(self) -> None:
+        """Discard the current key's partial cycle and leave the profiler stopped."""
+        self.stop()
+
+    def _on_trace_ready(self, prof: profile) -> None:
+        key, self._active = self._active, None
+        if key is None or self._aborted:
+            return  # a partial cycle of a failed key: no file, no summary
+        done = ProfiledKey(key)
+        if self.summarizer is not None:
+            done.summary = self.summarizer(prof, key)
+        if self.export_dir is not None:
+            path = per_bs_trace_path(self.export_dir, key)
+            write_atomically(path, prof.export_chrome_trace)
+            done.trace_path = path
+        self.results[key] = done
+
+
+@dataclass
+class SingleTraceProfiler:
+    """One unscheduled profiler around the whole capture phase, exported once."""
+
+    device: torch.device
+    export_dir: Path
+    runner_name: str
+    rank: int = 0
+    trace_path: Optional[Path] = None
+    _prof: Optional[profile] = field(default=None, init=False, repr=False)
+
+    def __enter__(self) -> "SingleTraceProfiler":
+        self._prof = profile(activities=profiler_activities(self.device), record_shapes=True)
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return
+        prof.__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            path = single_trace_path(self.export_dir, self.runner_name, self.rank)
+            write_atomically(path, prof.export_chrome_trace)
+            self.trace_path = path

@@ -1,0 +1,69 @@
+"""The runner contract: what a model under test gives the capture engine.
+
+A runner owns static input/output buffers sized for its largest batch size and,
+per capture key, returns a forward callable that works on slices of those
+buffers.  That is the contract CUDA graphs impose: the captured kernels read and
+write the same addresses on every replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from .keys import CaptureKey, capture_order
+
+Forward = Callable[[], Any]
+
+
+class GraphRunner:
+    """Base class for runners; subclass it and implement :meth:`forward_for`.
+
+    * :attr:`name` names the runner in trace and golden file names (default: the
+      class name);
+    * :meth:`batch_sizes` lists the batch sizes to capture;
+    * :meth:`variants` lists graph variants per batch size (``None`` = the plain
+      graph), e.g. ``[None, "lora"]`` or ``["target", "draft"]``;
+    * :meth:`forward_for` returns the forward for one key, working on static buffers;
+    * :meth:`post_warmup` runs after each warmup forward (optional).
+    """
+
+    #: Overrides the class name in file names when set.
+    runner_name: Optional[str] = None
+
+    @property
+    def name(self) -> str:
+        return self.runner_name or type(self).__name__
+
+    def batch_sizes(self) -> Sequence[int]:
+        raise NotImplementedError(f"{type(self).__name__} must implement batch_sizes()")
+
+    def variants(self) -> Sequence[Optional[str]]:
+        return (None,)
+
+    def forward_for(self, key: CaptureKey) -> Forward:
+        raise NotImplementedError(f"{type(self).__name__} must implement forward_for(key)")
+
+    def post_warmup(self, key: CaptureKey) -> None:
+        """Called after each warmup forward; the default does nothing."""
+
+    def capture_keys(self, rank: int = 0) -> list[CaptureKey]:
+        """All keys of this runner in capture order (largest batch size first)."""
+        sizes = list(self.batch_sizes())
+        if not sizes:
+            raise ValueError(f"runner {self.name} lists no batch sizes to capture")
+        keys = [CaptureKey(self.name, int(bs), variant, rank) for bs in sizes for variant in self.variants()]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"runner {self.name} lists a batch size or variant twice: {sizes}")
+        return capture_order(keys)
+
+
+def default_batch_sizes(max_batch_size: int = 32) -> list[int]:
+    """The serving engines' decode batch-size list shape, cut at ``max_batch_size``.
+
+    ``[1, 2, 4, 8, 12, 16, 24, 32, 40, ..., 256]`` (steps of 8 from 16 to 256:
+    36 sizes up to 256) and steps of 16 beyond 256, as the reference engine lists them.
+    """
+    if max_batch_size < 1:
+        raise ValueError(f"max batch size must be at least 1, got {max_batch_size}")
+    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, max(max_batch_size, 272) + 1, 16))
+    return [bs for bs in sizes if bs <= max_batch_size]

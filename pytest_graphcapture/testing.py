@@ -1,0 +1,240 @@
+"""Public fakes for contract-testing capture code on a CPU-only machine.
+
+* :class:`FakeBackend` runs the real per-key sequence but records every call —
+  synchronize, barrier, forward, profiler step, post-warmup hook, graph
+  enter/exit — in a :class:`CallLog`, with a :class:`FakeGraph` as the graph;
+  it can inject a fault at any stage of one key;
+* :class:`RecordingProfiler` is a profiler stand-in whose ``step()`` is recorded;
+* :class:`FakeRunner` is a tiny runner over static buffers (any batch sizes and
+  variants) whose forward runs real torch ops, so a real profiler sees them;
+* :func:`assert_call_sequence` and :func:`expected_key_sequence` fail with a
+  readable expected-vs-actual listing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import torch
+
+from .backend import Backend, CaptureProgress, Forward, Steppable
+from .keys import CaptureKey
+from .runner import GraphRunner
+
+SYNCHRONIZE, BARRIER, FORWARD, STEP, HOOK, GRAPH_ENTER, GRAPH_EXIT, REPLAY = (
+    "synchronize", "barrier", "forward", "profiler.step", "hook", "graph.enter", "graph.exit", "replay")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One recorded call: what happened, for which key."""
+
+    name: str
+    key: Optional[CaptureKey] = None
+
+    def __str__(self) -> str:
+        if self.key is None:
+            return self.name
+        variant = f",{self.key.variant}" if self.key.variant is not None else ""
+        return f"{self.name}(bs={self.key.batch_size}{variant})"
+
+
+@dataclass
+class CallLog:
+    """The ordered calls a fake backend and recording profiler saw."""
+
+    calls: list = field(default_factory=list)
+    current_key: Optional[CaptureKey] = None
+
+    def record(self, name: str) -> None:
+        self.calls.append(Call(name, self.current_key))
+
+    def names(self) -> list[str]:
+        return [call.name for call in self.calls]
+
+    def count(self, name: str, key: Optional[CaptureKey] = None) -> int:
+        return sum(1 for c in self.calls if c.name == name and (key is None or c.key == key))
+
+    def for_key(self, key: CaptureKey) -> list[str]:
+        return [c.name for c in self.calls if c.key == key]
+
+    def __str__(self) -> str:
+        return "\n".join(str(call) for call in self.calls)
+
+
+class FakeGraph:
+    """Graph object of the fake backend: remembers its key and counts replays."""
+
+    def __init__(self, key: CaptureKey, forward: Forward) -> None:
+        self.key = key
+        self.replays = 0
+        self._forward = forward
+
+    def replay(self) -> None:
+        self.replays += 1
+        self._forward()
+
+
+class InjectedFault(RuntimeError):
+    """The error a :class:`FakeBackend` raises where it was told to fail."""
+
+
+class RecordingProfiler:
+    """Profiler stand-in: ``step()`` is recorded in the log, nothing is profiled."""
+
+    def __init__(self, log: CallLog) -> None:
+        self.log = log
+        self.steps = 0
+
+    def step(self) -> None:
+        self.steps += 1
+        self.log.record(STEP)
+
+
+class _LoggingStepper:
+    """Wraps the profiler a fake backend is given so its steps land in the log too."""
+
+    def __init__(self, inner: Steppable, backend: "FakeBackend") -> None:
+        self._inner, self._backend = inner, backend
+
+    def step(self) -> None:
+        inner_logs = isinstance(self._inner, RecordingProfiler) and self._inner.log is self._backend.log
+        if not inner_logs:
+            self._backend.log.record(STEP)
+        if self._backend._stage == "trace export":
+            # Fail before the real step: the key's cycle is still open and must be discarded.
+            self._backend._maybe_fail("step")
+        self._inner.step()
+
+
+class FakeBackend(Backend):
+    """Records the per-key call sequence; can fail at one stage of one key.
+
+    ``fail_stage`` is one of ``warmup 1``, ``warmup 2``, ``capture``, ``step``
+    (the profiler step after the capture, where traces are exported) or
+    ``replay``; ``fail_key`` the key to fail on (any key when ``None``);
+    ``fault`` builds the exception (default :class:`InjectedFault`; pass
+    ``KeyboardInterrupt`` to simulate Ctrl-C).
+    """
+
+    name = "fake"
+
+    def __init__(self, log: Optional[CallLog] = None, *, fail_stage: Optional[str] = None,
+                 fail_key: Optional[CaptureKey] = None, fault: Callable[[str], BaseException] = InjectedFault,
+                 replay_shows_kernels: bool = False) -> None:
+        super().__init__("cpu")
+        self.log = log if log is not None else CallLog()
+        self.fail_stage, self.fail_key, self.fault = fail_stage, fail_key, fault
+        self.replay_shows_kernels = replay_shows_kernels
+        self._stage = ""
+        self.graphs: list[FakeGraph] = []
+
+    def _maybe_fail(self, stage: str) -> None:
+        key = self.log.current_key
+        if stage == self.fail_stage and (self.fail_key is None or key == self.fail_key):
+            raise self.fault(f"injected fault at {stage} of {key}")
+
+    def synchronize(self) -> None:
+        self.log.record(SYNCHRONIZE)
+
+    def barrier(self) -> None:
+        self.log.record(BARRIER)
+
+    def run_forward(self, forward: Forward) -> Any:
+        self.log.record(FORWARD)
+        self._maybe_fail(self._stage)
+        return forward()
+
+    @contextlib.contextmanager
+    def graph_context(self, key: CaptureKey, forward: Forward) -> Iterator[Any]:
+        self.log.record(GRAPH_ENTER)
+        graph = FakeGraph(key, forward)
+        try:
+            yield graph
+        finally:
+            self.log.record(GRAPH_EXIT)
+        self.graphs.append(graph)
+
+    def replay(self, graph: Any) -> None:
+        self.log.current_key = graph.key
+        self.log.record(REPLAY)
+        self._maybe_fail("replay")
+        graph.replay()
+
+    def enter_stage(self, progress: CaptureProgress, stage: str) -> None:
+        super().enter_stage(progress, stage)
+        self._stage = stage
+
+    def capture_one(self, key: CaptureKey, forward: Forward, *, profiler: Optional[Steppable] = None,
+                    profiling: bool = False, post_warmup: Optional[Callable[[CaptureKey], None]] = None,
+                    progress: Optional[CaptureProgress] = None) -> Any:
+        self.log.current_key = key
+        stepper = _LoggingStepper(profiler, self) if profiler is not None else None
+
+        def hook(k: CaptureKey) -> None:
+            self.log.record(HOOK)
+            if post_warmup is not None:
+                post_warmup(k)
+
+        return super().capture_one(key, forward, profiler=stepper, profiling=profiling, post_warmup=hook,
+                                   progress=progress)
+
+
+class FakeRunner(GraphRunner):
+    """A tiny runner over static buffers: ``out[:bs] = x[:bs] @ w`` (+ a variant op).
+
+    ``hidden`` sets the matrix size, so a test can "change the model" and see
+    the op shapes change; ``extra_op`` adds one more op to every forward.
+    """
+
+    def __init__(self, batch_sizes: Sequence[int] = (1, 2, 4), *, variants: Sequence[Optional[str]] = (None,),
+                 hidden: int = 8, extra_op: bool = False, name: Optional[str] = None) -> None:
+        self._sizes = list(batch_sizes)
+        self._variants = list(variants)
+        self.runner_name = name
+        self.extra_op = extra_op
+        max_bs = max(self._sizes)
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(max_bs, hidden, generator=generator)
+        self.w = torch.randn(hidden, hidden, generator=generator)
+        self.out = torch.zeros(max_bs, hidden)
+        self.forward_calls = 0
+
+    def batch_sizes(self) -> Sequence[int]:
+        return self._sizes
+
+    def variants(self) -> Sequence[Optional[str]]:
+        return self._variants
+
+    def forward_for(self, key: CaptureKey) -> Forward:
+        bs = key.batch_size
+
+        def forward() -> None:
+            self.forward_calls += 1
+            y = torch.mm(self.x[:bs], self.w)
+            if key.variant is not None:
+                y = torch.relu(y)
+            if self.extra_op:
+                y = y * 2.0
+            self.out[:bs].copy_(y)
+
+        return forward
+
+
+def expected_key_sequence(*, profiling: bool, hook: bool = True) -> list[str]:
+    """The calls of one key: two warmups, then the capture, then (profiling) one step."""
+    warmup = [SYNCHRONIZE, BARRIER, FORWARD] + ([STEP] if profiling else []) + ([HOOK] if hook else [])
+    return warmup * 2 + [GRAPH_ENTER, FORWARD, GRAPH_EXIT] + ([STEP] if profiling else [])
+
+
+def assert_call_sequence(actual: Sequence[Any], expected: Sequence[Any], *, what: str = "call sequence") -> None:
+    """Fail with a readable side-by-side diff when ``actual`` differs from ``expected``."""
+    actual_lines = [str(item) for item in actual]
+    expected_lines = [str(item) for item in expected]
+    if actual_lines == expected_lines:
+        return
+    diff = "\n".join(difflib.unified_diff(expected_lines, actual_lines, "expected", "actual", lineterm=""))
+    raise AssertionError(f"{what} differs from what was expected:\n{diff}")
