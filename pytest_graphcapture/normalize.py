@@ -1,0 +1,606 @@
+"""Kernel-name normalization levels and ignore patterns.
+
+Why: the same kernel is spelled differently across driver versions, builds and
+runs (hex addresses, lambda numbering, generated-kernel suffixes, mangled vs.
+demangled), and a golden must only change when the *kernel set* changes.  Three
+levels trade precision against stability:
+
+``exact``
+    the recorded name; a trailing ``.kd`` (ROCm code-object symbol) is removed and
+    an Itanium-mangled name (``_Z…``) is demangled.
+``name`` (default)
+    ``exact`` without the parameter list, with hex addresses (``0x…`` → ``0x_``),
+    lambda / unnamed-type numbering (``{lambda(float)#3}`` → ``{lambda(float)#?}``,
+    ``'lambda2'`` → ``'lambda'``, ``$_12`` → ``$_``), anonymous namespaces
+    (``_GLOBAL__N_1`` / ``{anonymous}`` → ``(anonymous namespace)``) and
+    generated-kernel numeric suffixes (``triton_poi_fused_add_3`` →
+    ``triton_poi_fused_add``) normalized.
+``family``
+    ``name`` without template arguments and without a leading ``void`` return type;
+    vendor GEMM kernels (cuBLAS/cuBLASLt ``sm*_xmma…``, ``…gemm…``, CUTLASS GEMMs,
+    ``nvjet…``, hipBLASLt/Tensile ``Cijk_…``) fold into the single family ``GEMM``
+    (their shapes are visible in the ops).
+
+Demangling uses no dependency and no subprocess: :func:`demangle` is a small
+best-effort Itanium demangler covering what kernel symbols use (nested names,
+templates, literals, substitutions, pointers/references/cv-qualifiers, builtin
+types incl. ``DF16b``/``Dh``).  A name it cannot demangle keeps its mangled
+spelling at the ``exact`` and ``name`` levels, and at ``family`` becomes the
+qualified base name read from the mangled prefix (e.g. ``sgl_hip::activation::
+act_and_mul_kernel``) when that much can be read.  Every level is applied until it
+reaches a fixed point, so normalizing twice equals normalizing once.
+
+Memcpy/memset graph nodes are not kernel symbols; callers leave their names alone.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional, Sequence
+
+from .errors import UsageError
+
+LEVELS = ("exact", "name", "family")
+DEFAULT_LEVEL = "name"
+GEMM_FAMILY = "GEMM"
+
+_RANK = {level: i for i, level in enumerate(LEVELS)}
+
+
+def check_level(level: str, *, what: str = "level") -> str:
+    """Return ``level`` if valid, else raise UsageError naming the valid choices."""
+    if level not in _RANK:
+        raise UsageError(f"{what}: unknown normalization level {level!r}; use one of {', '.join(LEVELS)}")
+    return level
+
+
+def is_coarser_or_equal(target: str, source: str) -> bool:
+    """True when names at ``source`` level can be normalized to ``target``."""
+    return _RANK[check_level(target)] >= _RANK[check_level(source)]
+
+
+# --------------------------------------------------------------------------- demangler
+
+
+class _DemangleError(Exception):
+    pass
+
+
+_BUILTIN = {
+    "v": "void", "w": "wchar_t", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char",
+    "s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long",
+    "m": "unsigned long", "x": "long long", "y": "unsigned long long", "n": "__int128",
+    "o": "unsigned __int128", "f": "float", "d": "double", "e": "long double", "g": "__float128",
+    "z": "...",
+}
+_D_BUILTIN = {
+    "Dh": "half", "Di": "char32_t", "Ds": "char16_t", "Du": "char8_t", "Da": "auto", "Dc": "decltype(auto)",
+    "Dn": "decltype(nullptr)", "DF16b": "std::bfloat16_t", "DF16_": "_Float16", "DF32_": "_Float32",
+    "DF64_": "_Float64",
+}
+_LITERAL_SUFFIX = {"j": "u", "l": "l", "m": "ul", "x": "ll", "y": "ull"}
+_STD_SUBS = {
+    "St": "std", "Sa": "std::allocator", "Sb": "std::basic_string", "Ss": "std::string",
+    "Si": "std::istream", "So": "std::ostream", "Sd": "std::iostream",
+}
+_OPERATORS = {
+    "nw": "new", "na": "new[]", "dl": "delete", "da": "delete[]", "ps": "+", "ng": "-", "ad": "&",
+    "de": "*", "co": "~", "pl": "+", "mi": "-", "ml": "*", "dv": "/", "rm": "%", "an": "&", "or": "|",
+    "eo": "^", "aS": "=", "pL": "+=", "mI": "-=", "mL": "*=", "dV": "/=", "rM": "%=", "aN": "&=",
+    "oR": "|=", "eO": "^=", "ls": "<<", "rs": ">>", "lS": "<<=", "rS": ">>=", "eq": "==", "ne": "!=",
+    "lt": "<", "gt": ">", "le": "<=", "ge": ">=", "nt": "!", "aa": "&&", "oo": "||", "pp": "++",
+    "mm": "--", "cm": ",", "pm": "->*", "pt": "->", "cl": "()", "ix": "[]",
+}
+
+
+class _Demangler:
+    """Recursive-descent parser for the subset of the Itanium C++ ABI kernels use."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+        self.subs: list[str] = []
+        self.template_args: list[str] = []
+
+    def peek(self, n: int = 1) -> str:
+        return self.s[self.i : self.i + n]
+
+    def take(self, token: str) -> bool:
+        if self.s.startswith(token, self.i):
+            self.i += len(token)
+            return True
+        return False
+
+    def expect(self, token: str) -> None:
+        if not self.take(token):
+            raise _DemangleError(f"expected {token!r} at {self.i}")
+
+    def number(self) -> int:
+        start = self.i
+        while self.i < len(self.s) and self.s[self.i].isdigit():
+            self.i += 1
+        if start == self.i:
+            raise _DemangleError("number expected")
+        return int(self.s[start : self.i])
+
+    def seq_id(self, terminator: str) -> int:
+        if self.take(terminator):
+            return 0
+        start = self.i
+        while self.i < len(self.s) and (self.s[self.i].isdigit() or self.s[self.i].isupper()):
+            self.i += 1
+        digits = self.s[start : self.i]
+        self.expect(terminator)
+        if not digits:
+            raise _DemangleError("bad seq-id")
+        value = 0
+        for ch in digits:
+            value = value * 36 + (int(ch) if ch.isdigit() else ord(ch) - 55)
+        return value + 1
+
+    # ---- top level
+    def encoding(self) -> str:
+        name, is_template, is_ctor = self.name()
+        if self.i >= len(self.s) or self.peek() in ("E", "."):
+            return name
+        ret = ""
+        if is_template and not is_ctor:
+            ret = self.type() + " "
+        params = self.bare_function_params()
+        return f"{ret}{name}({params})"
+
+    def bare_function_params(self) -> str:
+        params = []
+        while self.i < len(self.s) and self.peek() not in ("E", "."):
+            params.append(self.type())
+        if params == ["void"]:
+            return ""
+        return ", ".join(params)
+
+    # ---- names: return (text, ends with template args, is ctor/dtor)
+    def name(self) -> tuple[str, bool, bool]:
+        if self.peek() == "N":
+            return self.nested_name()
+        if self.peek() == "Z":
+            return self.local_name()
+        if self.take("St"):
+            text = "std::" + self.unqualified_name()[0]
+        elif self.peek() == "S":
+            text = self.substitution()
+            if self.peek() != "I":
+                raise _DemangleError("unscoped substitution without template args")
+        else:
+            text = self.unqualified_name()[0]
+        if self.peek() == "I":
+            self.subs.append(text)
+            args = self.template_args_list()
+            self.template_args = args
+            return text + _targs(args), True, False
+        return text, False, False
+
+    def local_name(self) -> tuple[str, bool, bool]:
+        self.expect("Z")
+        saved = self.template_args
+        outer = self.encoding()
+        self.template_args = saved
+        self.expect("E")
+        if self.take("s"):
+            inner, is_template, is_ctor = "string literal", False, False
+        else:
+            inner, is_template, is_ctor = self.name()
+        if self.take("_"):
+            if self.take("_"):
+                self.number()
+                self.expect("_")
+            else:
+                self.number()
+        return f"{outer}::{inner}", is_template, is_ctor
+
+    def nested_name(self) -> tuple[str, bool, bool]:
+        self.expect("N")
+        quals = ""
+        while self.peek() in ("r", "V", "K"):
+            quals += self.s[self.i]
+            self.i += 1
+        self.take("R") or self.take("O")
+        parts: list[str] = []
+        is_template = False
+        is_ctor = False
+        last_name = ""
+        while not self.take("E"):
+            if self.i >= len(self.s):
+                raise _DemangleError("unterminated nested name")
+            ch = self.peek()
+            if ch == "I":
+                if not parts:
+                    raise _DemangleError("template args without a name")
+                args = self.template_args_list()
+                self.template_args = args
+                parts[-1] += _targs(args)
+                is_template = True
+                if self.peek() != "E":
+                    self.subs.append("::".join(parts))
+                continue
+            if ch == "S" and self.peek(2) != "St":
+                parts = [self.substitution()]
+                is_template = False
+                continue
+            if self.take("St"):
+                parts.append("std")
+                continue
+            if ch == "T":
+                parts.append(self.template_param())
+            elif ch == "D" and self.peek(2) in ("Dt", "DT"):
+                raise _DemangleError("decltype prefix")
+            else:
+                text, is_ctor = self.unqualified_name(last_name)
+                parts.append(text)
+                last_name = text
+            is_template = False
+            if self.peek() != "E":
+                self.subs.append("::".join(parts))
+        if not parts:
+            raise _DemangleError("empty nested name")
+        return "::".join(parts), is_template, is_ctor
+
+    def unqualified_name(self, enclosing: str = "") -> tuple[str, bool]:
+        ch = self.peek()
+        if ch.isdigit():
+            length = self.number()
+            text = self.s[self.i : self.i + length]
+            if len(text) != length:
+                raise _DemangleError("short source name")
+            self.i += length
+            if text.startswith("_GLOBAL__N"):
+                text = "(anonymous namespace)"
+            return text, False
+        if ch in ("C", "D") and self.peek(2) in ("C1", "C2", "C3", "C4", "C5", "D0", "D1", "D2", "D4", "D5"):
+            kind = self.s[self.i]
+            self.i += 2
+            base = re.sub(r"<.*>$", "", enclosing)
+            return (base if kind == "C" else "~" + base), True
+        if ch == "U" and self.peek(2) == "Ut":
+            self.i += 2
+            num = self.seq_id("_") + 1
+            return f"{{unnamed type#{num}}}", False
+        if ch == "U" and self.peek(2) == "Ul":
+            self.i += 2
+            params = self.bare_function_params()
+            self.expect("E")
+            num = self.seq_id("_") + 1
+            return f"{{lambda({params})#{num}}}", False
+        if ch == "L":
+            self.i += 1
+            return self.unqualified_name(enclosing)
+        two = self.peek(2)
+        if two in _OPERATORS:
+            self.i += 2
+            return "operator" + _OPERATORS[two], False
+        if two == "cv":
+            self.i += 2
+            return "operator " + self.type(), False
+        raise _DemangleError(f"unsupported name at {self.i}")
+
+    def substitution(self) -> str:
+        two = self.peek(2)
+        if two in _STD_SUBS:
+            self.i += 2
+            return _STD_SUBS[two]
+        self.expect("S")
+        index = self.seq_id("_")
+        if index >= len(self.subs):
+            raise _DemangleError("substitution out of range")
+        return self.subs[index]
+
+    def template_param(self) -> str:
+        self.expect("T")
+        index = self.seq_id("_")
+        if index >= len(self.template_args):
+            raise _DemangleError("template parameter out of range")
+        return self.template_args[index]
+
+    def template_args_list(self) -> list[str]:
+        self.expect("I")
+        args = []
+        while not self.take("E"):
+            if self.i >= len(self.s):
+                raise _DemangleError("unterminated template args")
+            args.append(self.template_arg())
+        return args
+
+    def template_arg(self) -> str:
+        ch = self.peek()
+        if ch == "L":
+            return self.literal()
+        if ch == "J":
+            self.i += 1
+            items = []
+            while not self.take("E"):
+                if self.i >= len(self.s):
+                    raise _DemangleError("unterminated pack")
+                items.append(self.template_arg())
+            return ", ".join(items)
+        if ch == "X":
+            raise _DemangleError("expression template argument")
+        return self.type()
+
+    def literal(self) -> str:
+        self.expect("L")
+        if self.take("_Z"):
+            saved = self.template_args
+            text = self.encoding()
+            self.template_args = saved
+            self.expect("E")
+            return "&" + re.sub(r"\(.*\)$", "", text)
+        type_code = self.peek()
+        if type_code in _BUILTIN:
+            self.i += 1
+            negative = self.take("n")
+            value = self.number()
+            self.expect("E")
+            if type_code == "b":
+                return "true" if value else "false"
+            sign = "-" if negative else ""
+            if type_code in ("i",):
+                return f"{sign}{value}"
+            if type_code in _LITERAL_SUFFIX:
+                return f"{sign}{value}{_LITERAL_SUFFIX[type_code]}"
+            return f"({_BUILTIN[type_code]}){sign}{value}"
+        type_text = self.type()
+        negative = self.take("n")
+        value = self.number()
+        self.expect("E")
+        return f"({type_text}){'-' if negative else ''}{value}"
+
+    def type(self) -> str:
+        ch = self.peek()
+        if not ch:
+            raise _DemangleError("type expected")
+        if ch in _BUILTIN:
+            self.i += 1
+            return _BUILTIN[ch]
+        for code, text in _D_BUILTIN.items():
+            if self.take(code):
+                return text
+        if ch in ("P", "R", "O"):
+            self.i += 1
+            inner = self.type()
+            result = inner + {"P": "*", "R": "&", "O": "&&"}[ch]
+            self.subs.append(result)
+            return result
+        if ch in ("K", "V", "r"):
+            quals = []
+            while self.peek() in ("K", "V", "r"):
+                quals.append({"K": "const", "V": "volatile", "r": "restrict"}[self.s[self.i]])
+                self.i += 1
+            inner = self.type()
+            result = f"{inner} {' '.join(reversed(quals))}"
+            self.subs.append(result)
+            return result
+        if ch == "T":
+            text = self.template_param()
+            self.subs.append(text)
+            if self.peek() == "I":
+                args = self.template_args_list()
+                text = text + _targs(args)
+                self.subs.append(text)
+            return text
+        if ch == "F":
+            self.i += 1
+            ret = self.type()
+            params = self.bare_function_params()
+            self.expect("E")
+            result = f"{ret} ({params})"
+            self.subs.append(result)
+            return result
+        if ch == "A":
+            self.i += 1
+            size = str(self.number()) if self.peek().isdigit() else ""
+            self.expect("_")
+            result = f"{self.type()} [{size}]"
+            self.subs.append(result)
+            return result
+        if ch == "D" and self.peek(2) == "p":
+            self.i += 2
+            return self.type() + "..."
+        if ch == "S" and self.peek(2) not in ("St",):
+            text = self.substitution()
+            if self.peek() == "I":
+                args = self.template_args_list()
+                text = text + _targs(args)
+                self.subs.append(text)
+            return text
+        if ch == "N" or ch.isdigit() or self.peek(2) == "St" or ch == "Z":
+            text = self.name()[0]
+            self.subs.append(text)
+            return text
+        raise _DemangleError(f"unsupported type at {self.i}")
+
+
+def _targs(args: list[str]) -> str:
+    """``<a, b>`` spelled like GNU c++filt (``> >`` rather than ``>>``)."""
+    inner = ", ".join(args)
+    return f"<{inner} >" if inner.endswith(">") else f"<{inner}>"
+
+
+_MANGLED = re.compile(r"^_Z[A-Za-z0-9_$]+$")
+
+
+def demangle(name: str) -> Optional[str]:
+    """Demangle an Itanium ``_Z…`` symbol; ``None`` when it is not mangled or not understood."""
+    if not _MANGLED.match(name):
+        return None
+    parser = _Demangler(name)
+    parser.i = 2
+    try:
+        text = parser.encoding()
+    except (_DemangleError, IndexError, ValueError, RecursionError):
+        return None
+    if parser.i != len(name) or not text or text.startswith("_Z"):
+        return None
+    return text
+
+
+_BASE_PART = re.compile(r"(\d+)")
+
+
+def mangled_base_name(name: str) -> Optional[str]:
+    """Qualified base name read from a mangled prefix (``_ZN3foo3barI…`` → ``foo::bar``)."""
+    if not name.startswith("_Z"):
+        return None
+    i = 2
+    nested = name.startswith("_ZN")
+    if nested:
+        i = 3
+        while i < len(name) and name[i] in "rVKRO":
+            i += 1
+    parts = []
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        length = int(name[i:j])
+        part = name[j : j + length]
+        if len(part) != length or not length:
+            return None
+        parts.append("(anonymous namespace)" if part.startswith("_GLOBAL__N") else part)
+        i = j + length
+        if not nested:
+            break
+    return "::".join(parts) if parts else None
+
+
+# --------------------------------------------------------------------------- levels
+
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_HASH_NUM = re.compile(r"#\d+\}")
+_QUOTED_LAMBDA = re.compile(r"'(lambda|unnamed)\d+'")
+_DOLLAR = re.compile(r"\$_\d+")
+_ANON = re.compile(r"_GLOBAL__N_\d+|\{anonymous\}|`anonymous namespace'")
+_GENERATED = re.compile(r"^((?:triton|cpp|fused|cutedsl|helion)_\w*?[A-Za-z]\w*?)(?:_\d+)+$")
+_GEMM = re.compile(
+    r"gemm|xmma|^(?:void )?nvjet|^(?:void )?Cijk_|cutlass_\d+_\w*tensorop|cutlass::Kernel\d*<|cublas|hipblaslt|tensile",
+    re.IGNORECASE,
+)
+
+
+def _strip_kd(name: str) -> str:
+    while name.endswith(".kd"):
+        name = name[:-3]
+    return name
+
+
+def _exact_step(name: str) -> str:
+    name = _strip_kd(name.strip())
+    demangled = demangle(name)
+    return demangled if demangled is not None else name
+
+
+def _strip_params(name: str) -> str:
+    """Remove trailing balanced ``(...)`` groups (the parameter list), keeping ``operator()``."""
+    while True:
+        stripped = name.rstrip()
+        if stripped.endswith(" const"):
+            stripped = stripped[: -len(" const")].rstrip()
+        if not stripped.endswith(")"):
+            return name
+        depth = 0
+        for pos in range(len(stripped) - 1, -1, -1):
+            ch = stripped[pos]
+            if ch == ")":
+                depth += 1
+            elif ch == "(":
+                depth -= 1
+                if depth == 0:
+                    break
+        else:
+            return name
+        head = stripped[:pos]
+        if pos == 0 or head.endswith("operator") or not head.strip():
+            return name
+        name = head.rstrip()
+
+
+def _strip_templates(name: str) -> str:
+    """Remove all balanced ``<...>`` groups (template arguments); keep ``operator<``-like names."""
+    out = []
+    depth = 0
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "<":
+            if depth == 0 and name[:i].endswith(("operator", "operator<")):
+                out.append(ch)
+            else:
+                depth += 1
+        elif ch == ">" and depth > 0:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+        i += 1
+    if depth != 0:  # unbalanced: leave the name alone rather than guess
+        return name
+    return "".join(out).strip()
+
+
+def _name_step(name: str) -> str:
+    name = _exact_step(name)
+    if name.startswith("_Z"):  # could not demangle: keep the mangled spelling
+        return name
+    name = _strip_params(name)
+    name = _HEX.sub("0x_", name)
+    name = _HASH_NUM.sub("#?}", name)
+    name = _QUOTED_LAMBDA.sub(r"'\1'", name)
+    name = _DOLLAR.sub("$_", name)
+    name = _ANON.sub("(anonymous namespace)", name)
+    match = _GENERATED.match(name)
+    if match:
+        name = match.group(1)
+    return name
+
+
+def _family_step(name: str) -> str:
+    name = _name_step(name)
+    if name.startswith("_Z"):
+        base = mangled_base_name(name)
+        name = base if base else name
+    if _GEMM.search(name):
+        return GEMM_FAMILY
+    stripped = _strip_templates(name)
+    if stripped.startswith("void "):
+        stripped = stripped[5:].lstrip()
+    return stripped or name
+
+
+_STEPS = {"exact": _exact_step, "name": _name_step, "family": _family_step}
+
+
+def normalize_kernel_name(name: str, level: str = DEFAULT_LEVEL) -> str:
+    """Normalize one kernel name to ``level`` (``exact``, ``name`` or ``family``); idempotent."""
+    step = _STEPS[check_level(level)]
+    current = name
+    for _ in range(16):
+        following = step(current)
+        if following == current:
+            return current
+        current = following
+    return current
+
+
+def compile_patterns(patterns: Iterable[str], *, what: str = "ignore pattern") -> list["re.Pattern[str]"]:
+    """Compile regular expressions; raise UsageError naming the bad pattern."""
+    compiled = []
+    for pattern in patterns:
+        if isinstance(pattern, re.Pattern):
+            compiled.append(pattern)
+            continue
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise UsageError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
+    return compiled
+
+
+def matches_any(name: str, patterns: Sequence["re.Pattern[str]"]) -> bool:
+    """True when any compiled pattern is found (``re.search``) in ``name``."""
+    return any(p.search(name) for p in patterns)

@@ -1,0 +1,181 @@
+"""Load Chrome/Kineto trace files (``.json`` and ``.json.gz``) safely and fast.
+
+Why a module of its own: trace files come from other machines and other tools,
+so every way they can be wrong must end in one clear line naming the file and the
+problem (:class:`~pytest_graphcapture.errors.TraceFormatError`), never in a
+traceback, and a decompression bomb must not take the machine down.
+
+Speed matters (traces reach hundreds of MB), so loading is exactly what a plain
+``gzip`` + ``json`` load does: read the (decompressed) bytes once, decode them as
+UTF-8 and hand them to the C JSON parser.  The only extra work is a size check
+and one cheap type check per event.
+
+Decisions, documented because callers rely on them:
+
+* The decompressed size is capped (default 2 GiB).  Raise it with the
+  ``max_bytes`` argument or the environment variable
+  ``GRAPH_CAPTURE_MAX_TRACE_BYTES`` (bytes, or a number with ``K``/``M``/``G``
+  suffix); the error message says so.
+* ``NaN``/``Infinity`` are rejected: they are not JSON and no profiler we read
+  writes them, so they mean the file was produced by something else.
+* Events that are not JSON objects are an error (naming the index of the first
+  one) rather than silently skipped: a trace with such events is damaged, and
+  skipping would let a damaged trace pass as a kernel regression or a clean run.
+  Wrong-typed *fields* inside an event (a non-string name, non-dict ``args``) are
+  tolerated by the summarizer, which treats them as missing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from .errors import TraceFormatError, UsageError
+
+DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
+MAX_TRACE_BYTES_ENV = "GRAPH_CAPTURE_MAX_TRACE_BYTES"
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Parse ``"2147483648"``, ``"512M"``, ``"4GiB"`` into bytes (powers of 1024)."""
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ValueError(f"not a size: {text!r} (use bytes or a number with K, M or G)")
+    unit = (match.group(2) or "").lower()[:1]
+    value = int(match.group(1)) * _UNITS[unit]
+    if value <= 0:
+        raise ValueError(f"size must be positive, got {text!r}")
+    return value
+
+
+def resolve_max_bytes(max_bytes: Optional[int] = None) -> int:
+    """The decompressed-size cap: argument > ``GRAPH_CAPTURE_MAX_TRACE_BYTES`` > 2 GiB."""
+    if max_bytes is not None:
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
+            raise UsageError(f"max_bytes must be a positive integer, got {max_bytes!r}")
+        return max_bytes
+    raw = os.environ.get(MAX_TRACE_BYTES_ENV)
+    if raw:
+        try:
+            return parse_size(raw)
+        except ValueError as exc:
+            raise UsageError(f"environment variable {MAX_TRACE_BYTES_ENV}: {exc}") from None
+    return DEFAULT_MAX_TRACE_BYTES
+
+
+def _too_big(limit: int) -> str:
+    return (
+        f"trace is larger than {limit} bytes after decompression; raise the limit with "
+        f"{MAX_TRACE_BYTES_ENV}=<bytes> (e.g. 8G) or the max_bytes argument"
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name} (NaN/Infinity are not allowed)")
+
+
+def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> bytes:
+    """Return the decompressed bytes of a trace file, enforcing the size cap."""
+    limit = resolve_max_bytes(max_bytes)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(2)
+            if not head:
+                raise TraceFormatError(path, "file is empty")
+            handle.seek(0)
+            if head == _GZIP_MAGIC:
+                try:
+                    with gzip.GzipFile(fileobj=handle, mode="rb") as gz:
+                        data = gz.read(limit + 1)
+                except EOFError:
+                    raise TraceFormatError(path, "truncated gzip stream (the file ends before the gzip end marker)") from None
+                except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+                    raise TraceFormatError(path, f"corrupt gzip data: {exc}") from None
+            else:
+                size = os.fstat(handle.fileno()).st_size
+                if size > limit:
+                    raise TraceFormatError(path, _too_big(limit))
+                data = handle.read(limit + 1)
+    except TraceFormatError:
+        raise
+    except IsADirectoryError:
+        raise TraceFormatError(path, "is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise TraceFormatError(path, _too_big(limit))
+    if not data.strip():
+        raise TraceFormatError(path, "file is empty" if head != _GZIP_MAGIC else "gzip content is empty")
+    return data
+
+
+def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trace>") -> dict:
+    """Parse decompressed trace bytes into the top-level trace object, validating its shape."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, f"not UTF-8 text (invalid byte at offset {exc.start}); is it a gzip or JSON file?") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    first = text.lstrip()[:1]
+    if first not in ("{", "["):
+        raise TraceFormatError(path, "not a gzip or JSON file (content does not start with '{')")
+    try:
+        trace = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            if exc.pos >= len(text.rstrip()):
+                raise TraceFormatError(path, "truncated JSON (the content ends before the trace is complete)") from None
+            raise TraceFormatError(path, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise TraceFormatError(path, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise TraceFormatError(path, "invalid JSON: nesting too deep") from None
+    if not isinstance(trace, dict):
+        raise TraceFormatError(
+            path, f"top level is a JSON {type(trace).__name__}, expected an object with a traceEvents list"
+        )
+    if "traceEvents" not in trace:
+        raise TraceFormatError(path, "no traceEvents key: not a Chrome/Kineto trace")
+    events = trace["traceEvents"]
+    if not isinstance(events, list):
+        raise TraceFormatError(path, f"traceEvents is a JSON {type(events).__name__}, expected a list")
+    for index, event in enumerate(events):
+        if event.__class__ is not dict:
+            raise TraceFormatError(
+                path, f"traceEvents[{index}] is a JSON {type(event).__name__}, expected an object"
+            )
+    return trace
+
+
+def load_trace(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> dict:
+    """Load a ``.json``/``.json.gz`` Chrome trace; raise TraceFormatError naming file and problem.
+
+    Gzip is recognised by its magic bytes, not the file name, so a mis-named file
+    still loads.  ``max_bytes`` caps the decompressed size (see module docstring).
+    """
+    return parse_trace_bytes(read_trace_bytes(path, max_bytes=max_bytes), path)
+
+
+def is_trace_path(path: Union[str, "os.PathLike[str]"]) -> bool:
+    """Whether ``path`` is named like a trace file (``.json`` or ``.json.gz``)."""
+    name = Path(path).name
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def trace_stem(path: Union[str, "os.PathLike[str]"]) -> str:
+    """File name without ``.json.gz`` / ``.json`` / ``.gz``."""
+    name = Path(path).name
+    for suffix in (".json.gz", ".json", ".gz"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
