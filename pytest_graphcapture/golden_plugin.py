@@ -1,0 +1,482 @@
+"""The pytest side of the golden gate: options, the ``golden`` fixture, updating and the session report.
+
+Loaded by :mod:`pytest_graphcapture.plugin` (``pytest_plugins``); it can also be
+loaded alone with ``-p pytest_graphcapture.golden_plugin``.
+
+Settings (command line > environment variable > ini key > default):
+
+``--golden-dir DIR`` (``GRAPH_CAPTURE_GOLDEN_DIR``, ini ``golden_dir``)
+    Where goldens live.  Default ``goldens`` relative to the **rootdir**.  A
+    relative value is taken relative to the invocation directory when it comes
+    from the command line or the environment, and relative to the ini file's
+    directory (the rootdir when there is none) when it comes from the ini file.
+``--update-golden[=all|new]`` (``GRAPH_CAPTURE_UPDATE_GOLDEN``)
+    ``all`` (the bare flag): write every golden the run checks (only when its
+    content changed), delete goldens of keys no longer captured in the folders of
+    tests that ran.  ``new``: only create missing goldens.  Refused on CI.  Put
+    test paths *before* the bare flag (``pytest tests/x.py --update-golden``).
+``--golden-out DIR`` (``GRAPH_CAPTURE_GOLDEN_OUT``)
+    Also write the obtained summaries under DIR in the golden layout, without
+    touching the goldens (allowed on CI: harvest goldens for other hardware).
+``--golden-level exact|name|family`` (``GRAPH_CAPTURE_GOLDEN_LEVEL``, default ``name``)
+    Kernel-name normalization level of checks that do not pass ``level=``.
+``--graph-capture-report FILE.md`` / ``--graph-capture-json FILE``
+    Session report as Markdown (with the diffs, for CI job summaries) / JSON.
+``--graph-capture-xdist-gpu`` (``GRAPH_CAPTURE_XDIST_GPU=on``)
+    Under pytest-xdist, worker ``gwN`` uses visible device ``N mod count``.
+
+Long failure diffs are cut at :data:`golden.MAX_DIFF_LINES` lines; the full diff
+is written next to the obtained files when ``--golden-out`` is given, otherwise
+under ``<rootdir>/.pytest_cache/d/graphcapture-diffs/`` (a temp dir when the
+cache plugin is disabled).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import pytest
+
+from . import golden as store
+from .config import Setting, add_setting, ci_environment, declare, resolve, resolve_with_source
+from .errors import GoldenError, GraphCaptureError, UsageError
+from .keys import safe_name
+from .report import KeyRecord, SessionReport
+
+GOLDEN_DIR = declare(Setting(
+    "--golden-dir", "GRAPH_CAPTURE_GOLDEN_DIR",
+    "directory of golden files (relative: to the rootdir by default and for the ini key, "
+    "to the invocation dir on the command line / in the environment)", default="goldens", metavar="DIR"))
+UPDATE_GOLDEN = declare(Setting(
+    "--update-golden", "GRAPH_CAPTURE_UPDATE_GOLDEN",
+    "write goldens: all (bare flag: create, rewrite changed, delete unused ones) or new (only create missing); "
+    "refused on CI", choices=("all", "new"), const="all", metavar="MODE"))
+GOLDEN_OUT = declare(Setting(
+    "--golden-out", "GRAPH_CAPTURE_GOLDEN_OUT",
+    "also write the obtained summaries under DIR in the golden layout, goldens untouched (allowed on CI)",
+    metavar="DIR"))
+GOLDEN_LEVEL = declare(Setting(
+    "--golden-level", "GRAPH_CAPTURE_GOLDEN_LEVEL",
+    "kernel-name normalization level of golden checks", default="name",
+    choices=("exact", "name", "family"), metavar="LEVEL"))
+REPORT_MD = declare(Setting(
+    "--graph-capture-report", "GRAPH_CAPTURE_REPORT",
+    "write the golden session report as Markdown (with the diffs) to FILE, e.g. for CI job summaries",
+    metavar="FILE"))
+REPORT_JSON = declare(Setting(
+    "--graph-capture-json", "GRAPH_CAPTURE_JSON",
+    "write the golden session report as JSON to FILE", metavar="FILE"))
+XDIST_GPU = declare(Setting(
+    "--graph-capture-xdist-gpu", "GRAPH_CAPTURE_XDIST_GPU",
+    "under pytest-xdist, pin worker gwN to visible GPU N mod count", default="off",
+    choices=("on", "off"), const="on", metavar="on|off"))
+
+GOLDEN_SETTINGS = (GOLDEN_DIR, UPDATE_GOLDEN, GOLDEN_OUT, GOLDEN_LEVEL, REPORT_MD, REPORT_JSON, XDIST_GPU)
+WORKER_OUTPUT_KEY = "graphcapture_golden_report"
+_SESSION = pytest.StashKey["GoldenSession"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("graphcapture", "CUDA-graph capture regression gate (pytest-graphcapture)")
+    for setting in GOLDEN_SETTINGS:
+        add_setting(group, parser, setting)
+
+
+# --------------------------------------------------------------------------- session state
+
+
+def _resolve_path(config: pytest.Config, setting: Setting) -> Optional[Path]:
+    value, source = resolve_with_source(config, setting)
+    if value is None:
+        return None
+    path = Path(os.path.expanduser(value))
+    if path.is_absolute():
+        return Path(os.path.abspath(path))
+    if source == "default":
+        base = Path(config.rootpath)
+    elif source.startswith("ini"):
+        base = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+    else:
+        base = Path(config.invocation_params.dir)
+    return Path(os.path.abspath(base / path))
+
+
+class GoldenSession:
+    """Resolved settings and the report of one pytest process (controller or xdist worker)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.golden_dir: Path = _resolve_path(config, GOLDEN_DIR)  # type: ignore[assignment]
+        self.update: Optional[str] = resolve(config, UPDATE_GOLDEN)
+        self.out_dir = _resolve_path(config, GOLDEN_OUT)
+        self.level: str = resolve(config, GOLDEN_LEVEL) or "name"
+        self.report_md = _resolve_path(config, REPORT_MD)
+        self.report_json = _resolve_path(config, REPORT_JSON)
+        self.is_worker = hasattr(config, "workerinput")
+        self.report = SessionReport(golden_dir=self.display(self.golden_dir), update_mode=self.update,
+                                    obtained_dir=self.display(self.out_dir) if self.out_dir else None)
+        self.failed_nodeids: set[str] = set()
+        self.finalized = False
+        self._diff_dir: Optional[Path] = None
+
+    def display(self, path: Path) -> str:
+        """``path`` relative to the invocation dir when below it, else absolute."""
+        try:
+            return Path(path).relative_to(self.config.invocation_params.dir).as_posix()
+        except ValueError:
+            return str(path)
+
+    def rel(self, path: Path) -> str:
+        return Path(path).relative_to(self.golden_dir).as_posix()
+
+    def diff_dir(self) -> Path:
+        """Where full diffs go when no --golden-out dir is given (see module docs)."""
+        if self._diff_dir is None:
+            cache = getattr(self.config, "cache", None)
+            if cache is not None:
+                self._diff_dir = Path(cache.mkdir("graphcapture-diffs"))
+            else:
+                self._diff_dir = Path(tempfile.mkdtemp(prefix="graphcapture-diffs-"))
+        return self._diff_dir
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Remember failed tests (the controller also sees xdist workers' reports)."""
+        if report.failed:
+            self.failed_nodeids.add(report.nodeid)
+
+    # ----------------------------------------------------------------- end of session
+
+    def finalize(self) -> None:
+        """Controller only: find unused goldens (delete them under --update-golden), write reports."""
+        if self.finalized or self.is_worker:
+            return
+        self.finalized = True
+        used = {(f.platform, f.path) for f in self.report.used}
+        protected = {(r.platform, str(Path(r.golden).parent.as_posix()))
+                     for r in self.report.records if r.nodeid in self.failed_nodeids}
+        for folder in sorted(self.report.folders, key=lambda f: (f.platform, f.path)):
+            for path in store.golden_files(self.golden_dir / folder.path):
+                rel = self.rel(path)
+                if (folder.platform, rel) in used:
+                    continue
+                entry = type(folder)(folder.platform, rel)
+                if self.update == "all" and (folder.platform, folder.path) not in protected:
+                    try:
+                        store.remove_golden(path, self.golden_dir)
+                        self.report.deleted.append(entry)
+                        continue
+                    except GoldenError as exc:
+                        warnings.warn(pytest.PytestWarning(str(exc)))
+                self.report.unused.append(entry)
+        for target, text in ((self.report_md, self.report.markdown()), (self.report_json, self.report.to_json())):
+            if target is not None:
+                try:
+                    store.write_atomic(target, text)
+                except GoldenError as exc:
+                    warnings.warn(pytest.PytestWarning(f"graph capture report not written: {exc}"))
+
+
+def _session(config: pytest.Config) -> GoldenSession:
+    session = config.stash.get(_SESSION, None)
+    if session is None:
+        raise pytest.UsageError("pytest_graphcapture.golden_plugin is not configured")
+    return session
+
+
+# --------------------------------------------------------------------------- GPU pinning
+
+
+def pin_worker_gpu(worker_id: str, environ: Optional[dict] = None) -> Optional[str]:
+    """Pin xdist worker ``gwN`` to visible device ``N mod count``; returns what was done.
+
+    When ``CUDA_VISIBLE_DEVICES`` (or ``HIP_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES``)
+    lists devices, it is narrowed to the chosen one.  Otherwise the devices are counted
+    with torch (NVML, without creating a CUDA context where torch allows it) and
+    ``CUDA_VISIBLE_DEVICES`` is set — or, when CUDA is already initialized,
+    ``torch.cuda.set_device`` is called.
+    """
+    environ = os.environ if environ is None else environ
+    match = re.fullmatch(r"gw(\d+)", worker_id or "")
+    if match is None:
+        return None
+    n = int(match.group(1))
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        value = environ.get(var)
+        if value is not None and value.strip():
+            devices = [d.strip() for d in value.split(",") if d.strip()]
+            chosen = devices[n % len(devices)]
+            environ[var] = chosen
+            return f"{var}={chosen}"
+    import torch
+
+    count_nvml = getattr(torch.cuda, "_device_count_amdsmi" if torch.version.hip else "_device_count_nvml", None)
+    count = count_nvml() if callable(count_nvml) else -1
+    via_runtime = count < 0
+    if via_runtime:
+        count = torch.cuda.device_count()
+    if count <= 0:
+        return None
+    index = n % count
+    if via_runtime or torch.cuda.is_initialized():
+        # The CUDA runtime has read the environment already: select the device instead.
+        torch.cuda.set_device(index)
+        return f"torch.cuda.set_device({index})"
+    environ["CUDA_VISIBLE_DEVICES"] = str(index)
+    return f"CUDA_VISIBLE_DEVICES={index}"
+
+
+# --------------------------------------------------------------------------- configure / finish
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        session = GoldenSession(config)
+        pin = resolve(config, XDIST_GPU) == "on"
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if session.update:
+        ci_var = ci_environment()
+        if ci_var is not None:
+            raise pytest.UsageError(
+                f"--update-golden is refused on CI (environment variable {ci_var} is set): goldens are "
+                f"reviewed changes; harvest the obtained summaries with --golden-out DIR and commit them instead")
+    if pin and session.is_worker:
+        done = pin_worker_gpu(config.workerinput.get("workerid", ""))  # type: ignore[attr-defined]
+        if done is None:
+            warnings.warn(pytest.PytestWarning(
+                "--graph-capture-xdist-gpu: no visible GPU devices, worker not pinned"))
+    config.stash[_SESSION] = session
+    # Registered per config (not module-level state) so nested in-process runs stay separate.
+    config.pluginmanager.register(session, "graphcapture-golden-session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION, None)
+    if session is not None and config.pluginmanager.is_registered(session):
+        config.pluginmanager.unregister(session)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    golden_session = session.config.stash.get(_SESSION, None)
+    if golden_session is None:
+        return
+    if golden_session.is_worker:
+        session.config.workeroutput[WORKER_OUTPUT_KEY] = golden_session.report.to_dict()  # type: ignore[attr-defined]
+        return
+    golden_session.finalize()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: merge a finished worker's report."""
+    data = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    if data is not None:
+        _session(node.config).report.merge(data)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    golden_session = config.stash.get(_SESSION, None)
+    if golden_session is None or golden_session.is_worker:
+        return
+    golden_session.finalize()
+    if golden_session.report.empty:
+        return
+    terminalreporter.write_sep("=", "graph capture goldens")
+    for line in golden_session.report.terminal_lines(verbose=config.getoption("verbose", 0) > 0):
+        terminalreporter.write_line(line)
+    for target in (golden_session.report_md, golden_session.report_json):
+        if target is not None:
+            terminalreporter.write_line(f"report written to {golden_session.display(target)}")
+
+
+# --------------------------------------------------------------------------- the fixture
+
+
+class GoldenChecker:
+    """What the ``golden`` fixture returns; :meth:`check` compares a capture result with its goldens."""
+
+    def __init__(self, session: GoldenSession, nodeid: str) -> None:
+        self._session = session
+        self._nodeid = nodeid
+
+    def _postprocess(self, summary: Any, label: str) -> Any:
+        """Run ``pytest_graphcapture_postprocess_summary`` on the summary dict, re-validate it."""
+        data = summary.to_dict()
+        hook = getattr(self._session.config.hook, "pytest_graphcapture_postprocess_summary", None)
+        if hook is not None:
+            hook(config=self._session.config, summary=data)
+        return store.summary_from_dict(data, f"summary of {label} after pytest_graphcapture_postprocess_summary")
+
+    def check(self, result: Any, *, level: Optional[str] = None, ignore_kernels: Sequence[str] = (),
+              ignore_ops: Sequence[str] = (), sections: Optional[Sequence[str]] = None) -> None:
+        """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
+
+        ``level`` defaults to ``--golden-level``; ``ignore_kernels`` / ``ignore_ops``
+        are regexes (``re.search``) of names left out on both sides; ``sections``
+        is a subset of ``("kernels", "ops", "launches")`` (default: all three).
+        """
+        s = self._session
+        level = level or s.level
+        try:
+            sections_t = store._check_sections(store.SECTIONS if sections is None else sections)
+            levels = tuple(store._summary_module().LEVELS)
+            if level not in levels:
+                raise UsageError(f"golden.check(level={level!r}): expected one of {', '.join(levels)}")
+            platform = str(result.platform)
+            folder = store.golden_folder(s.golden_dir, platform, self._nodeid)
+        except GraphCaptureError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant or "", kr.key.rank, kr.key.batch_size))
+        if not items:
+            pytest.fail(f"golden.check: the capture result of {getattr(result, 'runner_name', '?')} has no "
+                        f"captured keys, nothing to compare", pytrace=False)
+        s.report.add_folder(platform, s.rel(folder))
+        out_folder = store.golden_folder(s.out_dir, platform, self._nodeid) if s.out_dir else None
+        blocks: list[list[str]] = []
+        failed: list[str] = []
+        missing: list[str] = []
+        for item in items:
+            outcome, lines, is_missing = self._check_key(item, platform, folder, out_folder, level,
+                                                         ignore_kernels, ignore_ops, sections_t)
+            if outcome == "failed":
+                failed.append(store.key_label(item.key))
+                blocks.append(lines)
+                if is_missing:
+                    missing.append(store.key_label(item.key))
+        if failed:
+            self._fail(result, platform, level, folder, out_folder, failed, missing, blocks)
+
+    def _check_key(self, item: Any, platform: str, folder: Path, out_folder: Optional[Path], level: str,
+                   ignore_kernels: Sequence[str], ignore_ops: Sequence[str],
+                   sections: tuple[str, ...]) -> tuple[str, list[str], bool]:
+        s = self._session
+        key = item.key
+        path = folder / store.golden_file_name(key)
+        store.ensure_inside(s.golden_dir, path)
+        shown = s.display(path)
+        label = store.key_label(key)
+        incomplete: Optional[str] = None
+
+        def record(outcome: str) -> None:
+            s.report.add_record(KeyRecord(self._nodeid, platform, label, s.rel(path), outcome, incomplete))
+
+        if item.summary is None:
+            record("failed")
+            return "failed", [f"{label} ({shown}):", "  not profiled: the capture returned no summary for this "
+                              "key, so there is nothing to compare (capture with summaries enabled)"], False
+        try:
+            actual = self._postprocess(item.summary, str(key))
+            store._check_level(level, actual, "the captured summary", f"summary of {key}")
+            actual = actual.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops))
+        except GraphCaptureError as exc:
+            record("failed")
+            return "failed", [f"{label} ({shown}):", f"  {exc}"], False
+        if not actual.complete:
+            incomplete = actual.incomplete_reason or "no reason given"
+        data = actual.to_dict()
+        if out_folder is not None:
+            try:
+                store.write_golden(out_folder / store.golden_file_name(key), data)
+            except GoldenError as exc:
+                warnings.warn(pytest.PytestWarning(f"--golden-out: {exc}"))
+
+        if not path.exists():
+            if s.update:
+                return self._write(path, data, "created", record, label, shown)
+            record("failed")
+            return "failed", [f"{label}: missing golden {shown}"], True
+
+        try:
+            old = store.load_golden_dict(path)
+            expected = store.summary_from_dict(old, path)
+            diff = store.compare(expected, actual, level=level, ignore_kernels=ignore_kernels,
+                                 ignore_ops=ignore_ops, sections=sections, golden=shown)
+        except GoldenError as exc:
+            if s.update == "all" and "newer than this pytest-graphcapture" not in exc.problem:
+                return self._write(path, data, "updated", record, label, shown)
+            record("failed")
+            return "failed", [f"{label}: {exc}"], False
+        if s.update == "all":
+            if incomplete is not None and store._complete(old)[0]:
+                # Never replace complete kernel evidence with an incomplete capture.
+                if diff.ok:
+                    record("passed")
+                    return "passed", [], False
+                record("failed")
+                return "failed", diff.render() + [f"  note: not updated: the capture is incomplete and the "
+                                                  f"golden is complete"], False
+            if not store.same_content(old, data):
+                return self._write(path, data, "updated", record, label, shown)
+            record("passed")
+            return "passed", [], False
+        if diff.ok:
+            record("passed")
+            return "passed", [], False
+        record("failed")
+        return "failed", diff.render(), False
+
+    def _write(self, path: Path, data: dict, outcome: str, record: Any, label: str,
+               shown: str) -> tuple[str, list[str], bool]:
+        try:
+            done = store.write_golden(path, data)
+        except GoldenError as exc:
+            record("failed")
+            return "failed", [f"{label}: {exc}"], False
+        record("passed" if done == "unchanged" else outcome)
+        return "passed", [], False
+
+    def _fail(self, result: Any, platform: str, level: str, folder: Path, out_folder: Optional[Path],
+              failed: list[str], missing: list[str], blocks: list[list[str]]) -> None:
+        s = self._session
+        runner = getattr(result, "runner_name", "") or "capture"
+        nodeid_arg = shlex.quote(self._nodeid)
+        if len(missing) == len(failed):
+            what = f"has no golden for {', '.join(failed)}"
+        else:
+            labels = [f"{label} (missing)" if label in missing else label for label in failed]
+            what = f"does not match its goldens for {', '.join(labels)}"
+        head = f"graph capture of {runner} {what} (platform {platform}, level {level}, {len(failed)} of {len(result)} keys)"
+        body = [line for block in blocks for line in block]
+        tail = [f"goldens: {s.display(folder)}/"]
+        if out_folder is not None:
+            tail.append(f"obtained summaries written to {s.display(out_folder)}/; accept them with:")
+            tail.append(f"  {store.copy_command(Path(s.display(out_folder)), Path(s.display(folder)))}")
+        ci_var = ci_environment()
+        verb = "create" if len(missing) == len(failed) else "accept"
+        command = f"pytest {nodeid_arg} --update-golden"
+        if missing and len(missing) < len(failed):
+            command_new = f"pytest {nodeid_arg} --update-golden=new"
+            tail.append(f"create only the missing ones with: {command_new}")
+        where = f" (locally: updating is refused on CI, {ci_var} is set)" if ci_var else ""
+        tail.append(f"{verb} them with: {command}{where}")
+        full = [head, *body, *tail]
+        s.report.add_failure(self._nodeid, platform, "\n".join(full) + "\n")
+        if len(body) > store.MAX_DIFF_LINES:
+            diff_path = self._write_full_diff(out_folder, full)
+            body = store.cut_lines(body, s.display(diff_path) if diff_path else None)
+        pytest.fail("\n".join([head, *body, *tail]), pytrace=False)
+
+    def _write_full_diff(self, out_folder: Optional[Path], lines: list[str]) -> Optional[Path]:
+        s = self._session
+        if out_folder is not None:
+            path = out_folder / "diff.txt"
+        else:
+            path = s.diff_dir() / f"{safe_name(self._nodeid)}.txt"
+        try:
+            store.write_atomic(path, "\n".join(lines) + "\n")
+        except GoldenError:
+            return None
+        return path
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> GoldenChecker:
+    """Compare a graph capture result with its golden files: ``golden.check(result)``."""
+    return GoldenChecker(_session(request.config), request.node.nodeid)

@@ -1,0 +1,262 @@
+"""The golden gate's session report: per platform counts, failures and unused goldens.
+
+A :class:`SessionReport` is filled by ``golden.check`` calls (one :class:`KeyRecord`
+per checked capture key), serialized to plain dicts so pytest-xdist workers can
+send theirs to the controller (:meth:`SessionReport.merge`), and rendered as the
+terminal summary section, as Markdown for CI job summaries and as JSON.
+
+Counting rules (per platform):
+
+* ``checked`` — capture keys compared; each has exactly one outcome:
+  ``passed`` (matched its golden), ``failed`` (differs, golden missing or
+  unreadable, not profiled), ``created`` or ``updated`` (golden written by
+  ``--update-golden``); so ``checked = passed + failed + created + updated``;
+* ``incomplete`` — checked keys whose capture had incomplete kernel evidence
+  (kernels were not compared);
+* ``deleted`` / ``unused`` — golden files in the folders of tests that ran a
+  check but that no check used; ``--update-golden`` deletes them, otherwise they
+  are listed as unused.
+
+No pytest imports here: the plugin feeds it and prints what it renders.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional
+
+OUTCOMES = ("passed", "failed", "created", "updated")
+COUNT_NAMES = ("checked", "passed", "failed", "created", "updated", "deleted", "unused", "incomplete")
+REPORT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """One checked capture key: which test, platform, golden file (relative) and outcome."""
+
+    nodeid: str
+    platform: str
+    key: str
+    golden: str
+    outcome: str
+    incomplete: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """The full rendered failure text of one failed check (for Markdown and JSON)."""
+
+    nodeid: str
+    platform: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A golden file (path relative to the golden dir) on a platform."""
+
+    platform: str
+    path: str
+
+
+@dataclass
+class SessionReport:
+    """Everything the golden gate did in one session (or one xdist worker)."""
+
+    golden_dir: str = ""
+    records: list[KeyRecord] = field(default_factory=list)
+    failures: list[FailureRecord] = field(default_factory=list)
+    #: Folders (relative to the golden dir) of tests that ran a check, per platform.
+    folders: set[FileRecord] = field(default_factory=set)
+    #: Golden files (relative) a check looked at, whatever its outcome.
+    used: set[FileRecord] = field(default_factory=set)
+    deleted: list[FileRecord] = field(default_factory=list)
+    unused: list[FileRecord] = field(default_factory=list)
+    obtained_dir: Optional[str] = None
+    update_mode: Optional[str] = None
+
+    # ----------------------------------------------------------------- filling
+
+    def add_record(self, record: KeyRecord) -> None:
+        self.records.append(record)
+        self.used.add(FileRecord(record.platform, record.golden))
+
+    def add_failure(self, nodeid: str, platform: str, text: str) -> None:
+        self.failures.append(FailureRecord(nodeid, platform, text))
+
+    def add_folder(self, platform: str, folder: str) -> None:
+        self.folders.add(FileRecord(platform, folder))
+
+    def mark_used(self, platform: str, path: str) -> None:
+        self.used.add(FileRecord(platform, path))
+
+    # ----------------------------------------------------------------- xdist
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (what a worker sends through ``workeroutput``)."""
+        def files(items: Iterable[FileRecord]) -> list[dict]:
+            return [asdict(f) for f in sorted(items, key=lambda f: (f.platform, f.path))]
+
+        return {
+            "format": REPORT_FORMAT,
+            "golden_dir": self.golden_dir,
+            "update_mode": self.update_mode,
+            "obtained_dir": self.obtained_dir,
+            "records": [asdict(r) for r in self._sorted_records()],
+            "failures": [asdict(f) for f in sorted(self.failures, key=lambda f: (f.platform, f.nodeid))],
+            "folders": files(self.folders),
+            "used": files(self.used),
+            "deleted": files(self.deleted),
+            "unused": files(self.unused),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SessionReport":
+        """Inverse of :meth:`to_dict`."""
+        if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
+            raise ValueError(f"not a graph capture session report (format {REPORT_FORMAT}): {str(data)[:80]!r}")
+        return cls(
+            golden_dir=data.get("golden_dir", ""),
+            update_mode=data.get("update_mode"),
+            obtained_dir=data.get("obtained_dir"),
+            records=[KeyRecord(**r) for r in data.get("records", [])],
+            failures=[FailureRecord(**f) for f in data.get("failures", [])],
+            folders={FileRecord(**f) for f in data.get("folders", [])},
+            used={FileRecord(**f) for f in data.get("used", [])},
+            deleted=[FileRecord(**f) for f in data.get("deleted", [])],
+            unused=[FileRecord(**f) for f in data.get("unused", [])],
+        )
+
+    def merge(self, other: "SessionReport | dict") -> None:
+        """Add another report (e.g. an xdist worker's) to this one."""
+        if isinstance(other, dict):
+            other = SessionReport.from_dict(other)
+        self.golden_dir = self.golden_dir or other.golden_dir
+        self.obtained_dir = self.obtained_dir or other.obtained_dir
+        self.update_mode = self.update_mode or other.update_mode
+        self.records.extend(other.records)
+        self.failures.extend(other.failures)
+        self.folders |= other.folders
+        self.used |= other.used
+        self.deleted.extend(f for f in other.deleted if f not in self.deleted)
+        self.unused.extend(f for f in other.unused if f not in self.unused)
+
+    # ----------------------------------------------------------------- counting
+
+    def _sorted_records(self) -> list[KeyRecord]:
+        return sorted(self.records, key=lambda r: (r.platform, r.nodeid, r.golden))
+
+    @property
+    def platforms(self) -> list[str]:
+        names = {r.platform for r in self.records} | {f.platform for f in self.deleted} | \
+            {f.platform for f in self.unused}
+        return sorted(names)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``{platform: {count name: n}}`` for every platform seen, in :data:`COUNT_NAMES` order."""
+        out: dict[str, dict[str, int]] = {}
+        for platform in self.platforms:
+            records = [r for r in self.records if r.platform == platform]
+            row = {name: 0 for name in COUNT_NAMES}
+            row["checked"] = len(records)
+            for r in records:
+                row[r.outcome] += 1
+                row["incomplete"] += r.incomplete is not None
+            row["deleted"] = sum(f.platform == platform for f in self.deleted)
+            row["unused"] = sum(f.platform == platform for f in self.unused)
+            out[platform] = row
+        return out
+
+    def totals(self) -> dict[str, int]:
+        totals = {name: 0 for name in COUNT_NAMES}
+        for row in self.counts().values():
+            for name, n in row.items():
+                totals[name] += n
+        return totals
+
+    @property
+    def empty(self) -> bool:
+        return not self.records and not self.unused and not self.deleted
+
+    # ----------------------------------------------------------------- rendering
+
+    @staticmethod
+    def _count_line(row: dict[str, int]) -> str:
+        return ", ".join(f"{row[name]} {name}" for name in COUNT_NAMES)
+
+    def _golden_path(self, path: str) -> str:
+        return f"{self.golden_dir.rstrip('/')}/{path}" if self.golden_dir else path
+
+    def terminal_lines(self, *, verbose: bool = False) -> list[str]:
+        """Lines of the terminal summary section (syrupy-style end-of-session report)."""
+        lines: list[str] = []
+        counts = self.counts()
+        for platform, row in counts.items():
+            lines.append(f"{platform}: {self._count_line(row)}")
+        failed: dict[str, list[str]] = {}
+        for r in self._sorted_records():
+            if r.outcome == "failed":
+                failed.setdefault(r.nodeid, []).append(r.key)
+        for nodeid, keys in failed.items():
+            lines.append(f"failed: {nodeid} ({', '.join(keys)})")
+        for r in self._sorted_records():
+            if r.incomplete is not None:
+                lines.append(f"incomplete: {r.nodeid} {r.key}: {r.incomplete}")
+        if verbose:
+            for r in self._sorted_records():
+                if r.outcome in ("created", "updated"):
+                    lines.append(f"{r.outcome}: {self._golden_path(r.golden)}")
+        for f in sorted(self.deleted, key=lambda f: f.path):
+            lines.append(f"deleted: {self._golden_path(f.path)}")
+        for f in sorted(self.unused, key=lambda f: f.path):
+            lines.append(f"unused: {self._golden_path(f.path)} (remove with --update-golden)")
+        if self.obtained_dir and self.records:
+            lines.append(f"obtained summaries written under {self.obtained_dir}")
+        return lines
+
+    def markdown(self) -> str:
+        """The report as GitHub-flavoured Markdown (counts table, failures with diffs, unused files)."""
+        out = ["## Graph capture goldens", ""]
+        if self.empty:
+            out += ["No golden checks ran.", ""]
+            return "\n".join(out)
+        out.append("| platform | " + " | ".join(COUNT_NAMES) + " |")
+        out.append("|---|" + "---:|" * len(COUNT_NAMES))
+        for platform, row in self.counts().items():
+            out.append(f"| `{platform}` | " + " | ".join(str(row[n]) for n in COUNT_NAMES) + " |")
+        out.append("")
+        if self.failures:
+            out += ["### Failures", ""]
+            for f in sorted(self.failures, key=lambda f: (f.platform, f.nodeid)):
+                fence = "````" if "```" in f.text else "```"
+                out += [f"<details><summary><code>{_html(f.nodeid)}</code> ({_html(f.platform)})</summary>", "",
+                        f"{fence}text", f.text.rstrip("\n"), fence, "", "</details>", ""]
+        incomplete = [r for r in self._sorted_records() if r.incomplete is not None]
+        if incomplete:
+            out += ["### Incomplete captures", ""]
+            out += [f"- `{r.nodeid}` {r.key}: {r.incomplete}" for r in incomplete]
+            out.append("")
+        for title, files in (("Deleted goldens", self.deleted), ("Unused goldens", self.unused)):
+            if files:
+                out += [f"### {title}", ""]
+                out += [f"- `{self._golden_path(f.path)}`" for f in sorted(files, key=lambda f: f.path)]
+                out.append("")
+        if self.obtained_dir and self.records:
+            out += [f"Obtained summaries were written under `{self.obtained_dir}`.", ""]
+        return "\n".join(out)
+
+    def to_json(self) -> str:
+        """Machine-readable report: counts per platform, totals and the full record lists."""
+        data = self.to_dict()
+        data["counts"] = self.counts()
+        data["totals"] = self.totals()
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
