@@ -434,15 +434,44 @@ class Change:
                 "old": self.old, "new": self.new, "text": self.render(None)}
 
 
+def _deepdiff(expected: Any, actual: Any) -> DeepDiff:
+    try:
+        # Report per-item changes even when most items of a dict changed (deepdiff >= 8).
+        return DeepDiff(expected, actual, view="tree", verbose_level=2, threshold_to_diff_deeper=0)
+    except (TypeError, ValueError):
+        return DeepDiff(expected, actual, view="tree", verbose_level=2)
+
+
+def _expand(path: list, old: Any, new: Any, out: dict[str, list[tuple[list, Any, Any]]]) -> None:
+    """Split a wholesale dict replacement (older deepdiff) into per-key changes."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        out.setdefault("values_changed", []).append((path, old, new))
+        return
+    for name in sorted(set(old) | set(new), key=str):
+        if name not in old:
+            out.setdefault("dictionary_item_added", []).append((path + [name], None, new[name]))
+        elif name not in new:
+            out.setdefault("dictionary_item_removed", []).append((path + [name], old[name], None))
+        elif old[name] != new[name]:
+            _expand(path + [name], old[name], new[name], out)
+
+
 def _tree(expected: Any, actual: Any) -> dict[str, list[tuple[list, Any, Any]]]:
-    """DeepDiff tree view flattened to ``{report type: [(path list, old, new)]}``."""
+    """DeepDiff tree view flattened to ``{report type: [(path list, old, new)]}``.
+
+    Paths always reach the changed leaf (or the added/removed key), whatever
+    threshold deepdiff uses to report a mostly-changed dict as one replacement.
+    """
     out: dict[str, list[tuple[list, Any, Any]]] = {}
-    diff = DeepDiff(expected, actual, view="tree", verbose_level=2)
-    for report_type, levels in diff.items():
+    for report_type, levels in _deepdiff(expected, actual).items():
         for level in levels:
             old = None if type(level.t1).__name__ == "NotPresent" else level.t1
             new = None if type(level.t2).__name__ == "NotPresent" else level.t2
-            out.setdefault(report_type, []).append((level.path(output_format="list"), old, new))
+            path = level.path(output_format="list")
+            if report_type == "values_changed" and isinstance(old, dict) and isinstance(new, dict):
+                _expand(path, old, new, out)
+            else:
+                out.setdefault(report_type, []).append((path, old, new))
     for entries in out.values():
         entries.sort(key=lambda e: [str(p) for p in e[0]])
     return out
@@ -481,7 +510,6 @@ def _op_changes(expected: list, actual: list) -> list[Change]:
             for sig, count in sorted(old.items()):
                 changes.append(Change("ops", "removed", path[0], sig, None, f" {_sig_text(sig, False)} ×{count}"))
     # Ops present on both sides: per-op shape sets (matched by name).
-    # (deepdiff reports a wholly replaced shape dict at the op's own path, so match by name.)
     touched = sorted({p[0] for entries in tree.values() for p, _, _ in entries if p[0] in exp and p[0] in act})
     for name in touched:
         old_shapes, new_shapes = exp[name], act[name]
