@@ -50,6 +50,8 @@ relevant ones):
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import re
 import warnings
@@ -343,38 +345,83 @@ def _api_base(name: str) -> str:
 
 
 def _dims3(value: Any) -> Optional[list]:
-    if isinstance(value, list) and value and all(_is_int(v) for v in value):
+    """``[x, y, z]`` of ints, else None (Kineto writes grid/block as 3 ints)."""
+    if (value.__class__ is list and len(value) == 3 and value[0].__class__ is int
+            and value[1].__class__ is int and value[2].__class__ is int):
         return value
     return None
+
+
+_NUMBER_TYPES = (int, float)
 
 
 def _number(value: Any) -> Optional[float]:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    return None
+    return value if value.__class__ in _NUMBER_TYPES else None
 
 
 class _Scan:
-    """Everything a summary needs, collected in one pass over the events."""
+    """Everything a summary needs, bucketed in one pass over the events.
 
-    __slots__ = ("begins", "ends", "ops", "launches", "gpu", "graph_corr", "annotations")
+    The pass only sorts events into buckets by ``cat``; the per-event work
+    (runtime-name classification with a per-name cache, op grouping) happens
+    afterwards on the few relevant buckets, so scanning costs little next to
+    JSON parsing.
+    """
+
+    __slots__ = ("cpu_ops", "runtime", "gpu", "annotations", "_classified")
 
     def __init__(self) -> None:
-        self.begins: list = []
-        self.ends: list = []
-        self.ops: list = []  # (ts, name, dims, types)
-        self.launches: list = []  # (ts, api, kind, kernel name or None, grid, block)
-        self.gpu: list = []  # (ts, correlation, kind, name, grid, block)
-        self.graph_corr: set = set()
+        self.cpu_ops: list = []
+        self.runtime: list = []
+        self.gpu: list = []
         self.annotations: list = []
+        self._classified: Optional[tuple] = None
 
-    # -- window
+    def classify(self) -> tuple:
+        """(begins, ends, launches, graph correlations) from the runtime events."""
+        if self._classified is not None:
+            return self._classified
+        begins: list = []
+        ends: list = []
+        launches: list = []  # (ts, api, kind, kernel name or None, grid, block)
+        graph_corr: set = set()
+        cache: dict = {}
+        for event in self.runtime:
+            name = event.get("name")
+            if name.__class__ is not str:
+                continue
+            role = cache.get(name)
+            if role is None:
+                role = cache[name] = _classify_runtime(name)
+            if role is _SKIP:
+                continue
+            tag, api = role
+            args = event.get("args")
+            if args.__class__ is not dict:
+                args = {}
+            if tag == "begin":
+                begins.append(_number(event.get("ts")))
+            elif tag == "end":
+                ends.append(_number(event.get("ts")))
+            elif tag == "graph":
+                corr = args.get("correlation")
+                if corr is not None:
+                    graph_corr.add(corr)
+            else:
+                kernel = args.get("kernel") if tag == "kernel" else None
+                launches.append((_number(event.get("ts")), api, tag,
+                                 kernel if isinstance(kernel, str) and kernel else None,
+                                 _dims3(args.get("grid")), _dims3(args.get("block"))))
+        self._classified = (begins, ends, launches, graph_corr)
+        return self._classified
+
     def windows(self) -> Optional[list]:
         """List of (start, end) capture windows; None when the trace has no capture calls."""
-        if not self.begins and not self.ends:
+        begins, ends, _, _ = self.classify()
+        if not begins and not ends:
             return None
-        begins = sorted(b for b in self.begins if b is not None)
-        ends = sorted(e for e in self.ends if e is not None)
+        begins = sorted(b for b in begins if b is not None)
+        ends = sorted(e for e in ends if e is not None)
         windows = []
         inf = float("inf")
         if ends and (not begins or ends[0] < begins[0]):
@@ -395,13 +442,52 @@ class _Scan:
                 return True
         return False
 
+    def gpu_events(self) -> list:
+        """(ts, correlation, kind, name, grid, block) for each kernel/memcpy/memset event."""
+        out = []
+        append = out.append
+        for event in self.gpu:
+            name = event.get("name")
+            if name.__class__ is not str:
+                continue
+            args = event.get("args")
+            if args.__class__ is not dict:
+                args = _EMPTY_ARGS
+            ts = event.get("ts")
+            append((ts if ts.__class__ in _NUMBER_TYPES else None, args.get("correlation"), _GPU_CATS[event["cat"]],
+                    name, _dims3(args.get("grid")), _dims3(args.get("block"))))
+        return out
+
     def replay_kernels(self) -> list:
         """GPU events correlated with a graph launch, in time order."""
-        if not self.graph_corr:
+        graph_corr = self.classify()[3]
+        if not graph_corr:
             return []
-        picked = [g for g in self.gpu if g[1] is not None and g[1] in self.graph_corr]
+        picked = [g for g in self.gpu_events() if g[1] is not None and g[1] in graph_corr]
         picked.sort(key=lambda g: (g[0] if g[0] is not None else 0))
         return [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in picked]
+
+
+_SKIP = object()
+
+
+def _classify_runtime(name: str) -> Any:
+    if not _INTERESTING_RUNTIME.match(name):
+        return _SKIP
+    if _BEGIN_CAPTURE.match(name):
+        return ("begin", None)
+    if _END_CAPTURE.match(name):
+        return ("end", None)
+    if _GRAPH_LAUNCH.match(name):
+        return ("graph", None)
+    api = _api_base(name)
+    if api in KERNEL_LAUNCH_APIS:
+        return ("kernel", api)
+    if _MEMCPY_API.match(api):
+        return ("memcpy", api)
+    if _MEMSET_API.match(api):
+        return ("memset", api)
+    return _SKIP
 
 
 def _raw_kernel(kind: str, name: str, grid: Any, block: Any) -> dict:
@@ -415,58 +501,22 @@ def _raw_kernel(kind: str, name: str, grid: Any, block: Any) -> dict:
 
 def _scan(events: Iterable[dict]) -> _Scan:
     scan = _Scan()
-    ops_append = scan.ops.append
+    ops_append = scan.cpu_ops.append
+    runtime_append = scan.runtime.append
+    gpu_append = scan.gpu.append
+    runtime_cats = _RUNTIME_CATS
+    gpu_cats = _GPU_CATS
     for event in events:
         cat = event.get("cat")
         if cat == "cpu_op":
-            args = event.get("args")
-            if args.__class__ is not dict:
-                args = {}
-            name = event.get("name")
-            if not isinstance(name, str):
-                continue
-            ops_append((_number(event.get("ts")), name, args.get("Input Dims", []), args.get("Input type", [])))
-        elif cat in _RUNTIME_CATS:
-            name = event.get("name")
-            if not isinstance(name, str) or not _INTERESTING_RUNTIME.match(name):
-                continue
-            ts = _number(event.get("ts"))
-            args = event.get("args")
-            if args.__class__ is not dict:
-                args = {}
-            if _BEGIN_CAPTURE.match(name):
-                scan.begins.append(ts)
-            elif _END_CAPTURE.match(name):
-                scan.ends.append(ts)
-            elif _GRAPH_LAUNCH.match(name):
-                corr = args.get("correlation")
-                if corr is not None:
-                    scan.graph_corr.add(corr)
-            else:
-                api = _api_base(name)
-                if api in KERNEL_LAUNCH_APIS:
-                    kind = "kernel"
-                elif _MEMCPY_API.match(api):
-                    kind = "memcpy"
-                elif _MEMSET_API.match(api):
-                    kind = "memset"
-                else:
-                    continue
-                kernel = args.get("kernel") if kind == "kernel" else None
-                scan.launches.append((ts, api, kind, kernel if isinstance(kernel, str) and kernel else None,
-                                      _dims3(args.get("grid")), _dims3(args.get("block"))))
-        elif cat in _GPU_CATS:
-            name = event.get("name")
-            if not isinstance(name, str):
-                continue
-            args = event.get("args")
-            if args.__class__ is not dict:
-                args = {}
-            scan.gpu.append((_number(event.get("ts")), args.get("correlation"), _GPU_CATS[cat], name,
-                             _dims3(args.get("grid")), _dims3(args.get("block"))))
+            ops_append(event)
+        elif cat in runtime_cats:
+            runtime_append(event)
+        elif cat in gpu_cats:
+            gpu_append(event)
         elif cat == "user_annotation":
             name = event.get("name")
-            if isinstance(name, str):
+            if name.__class__ is str:
                 scan.annotations.append(name)
     return scan
 
@@ -475,13 +525,23 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     check_level(level)
     if not isinstance(key, CaptureKey):
         raise UsageError(f"key must be a CaptureKey, got {type(key).__name__}")
+    begins, ends, all_launches, _ = scan.classify()
     windows = scan.windows()
     inside = _Scan._inside
 
     op_groups: dict[tuple, list] = {}
-    for ts, name, dims, types in scan.ops:
-        if windows is not None and not inside(ts, windows):
+    for event in scan.cpu_ops:
+        if windows is not None and not inside(_number(event.get("ts")), windows):
             continue
+        name = event.get("name")
+        if name.__class__ is not str:
+            continue
+        args = event.get("args")
+        if args.__class__ is dict:
+            dims = args.get("Input Dims", _EMPTY)
+            types = args.get("Input type", _EMPTY)
+        else:
+            dims = types = _EMPTY
         gkey = (name, str(dims), str(types))
         group = op_groups.get(gkey)
         if group is None:
@@ -489,12 +549,12 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         else:
             group[3] += 1
     ops = [
-        {"name": n, "input_dims": d if isinstance(d, list) else [], "input_types": t if isinstance(t, list) else [],
-         "count": c}
+        {"name": n, "input_dims": list(d) if isinstance(d, list) else [],
+         "input_types": list(t) if isinstance(t, list) else [], "count": c}
         for n, d, t, c in op_groups.values()
     ]
 
-    launches_in = [l for l in scan.launches if inside(l[0], windows)]
+    launches_in = [l for l in all_launches if inside(l[0], windows)]
     by_api = Counter(l[1] for l in launches_in)
     launches = {"total": len(launches_in), "by_api": dict(by_api)}
 
@@ -516,16 +576,20 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
                 f"{unnamed} of {len(launches_in)} launches in the capture window carry no kernel name "
                 "(NVIDIA records names only for executed kernels); a graph replay must supply the kernels"
             )
-        if not scan.begins or not scan.ends:
+        if not begins or not ends:
             complete = False
-            missing = "EndCapture" if scan.begins and not scan.ends else "BeginCapture"
+            missing = "EndCapture" if begins and not ends else "BeginCapture"
             extra = f"the trace has no {missing} call, so the capture window is cut off by the profiler window"
             reason = f"{reason}; {extra}" if reason else extra
     else:
-        raw = [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in scan.gpu]
+        raw = [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in scan.gpu_events()]
     kernels = _entries(raw, level)
     return Summary(key=key, platform=platform, kernels=kernels, ops=ops, launches=launches, complete=complete,
                    incomplete_reason=reason, environment=dict(environment or {}), level=level)
+
+
+_EMPTY: list = []
+_EMPTY_ARGS: dict = {}
 
 
 def _entries(raw_kernels: Iterable[dict], level: str) -> list:
@@ -603,18 +667,42 @@ def key_from_trace_name(path: Union[str, Path], annotations: Sequence[str] = (),
     return CaptureKey(stem, batch, None, rank or 0)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building large acyclic JSON data.
+
+    Parsing a big trace allocates millions of containers; each allocation burst
+    makes the collector re-traverse everything already parsed although JSON data
+    cannot form cycles.  Pausing it for the duration is a plain, large saving; the
+    previous state is always restored.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def summarize_trace_file(path: Union[str, Path], *, key: Optional[CaptureKey] = None, level: str = DEFAULT_LEVEL,
                          replay_path: Union[str, Path, None] = None, max_bytes: Optional[int] = None) -> Summary:
     """Summarize a ``.json``/``.json.gz`` trace file, optionally with the graph's replay trace."""
     check_level(level)
-    trace = load_trace(path, max_bytes=max_bytes)
-    scan = _scan(trace["traceEvents"])
-    if key is None:
-        key = key_from_trace_name(path, scan.annotations, trace)
-    summary = _build(scan, key, platform_from_trace(trace), level, environment_from_trace(trace))
-    if replay_path is not None:
-        replay_trace = load_trace(replay_path, max_bytes=max_bytes)
-        summary = with_replay(summary, _scan(replay_trace["traceEvents"]).replay_kernels())
+    with _gc_paused():
+        trace = load_trace(path, max_bytes=max_bytes)
+        scan = _scan(trace["traceEvents"])
+        if key is None:
+            key = key_from_trace_name(path, scan.annotations, trace)
+        summary = _build(scan, key, platform_from_trace(trace), level, environment_from_trace(trace))
+        del trace, scan
+        replay = None
+        if replay_path is not None:
+            replay_trace = load_trace(replay_path, max_bytes=max_bytes)
+            replay = _scan(replay_trace["traceEvents"]).replay_kernels()
+            del replay_trace
+    if replay is not None:
+        summary = with_replay(summary, replay)
     return summary
 
 
@@ -742,6 +830,10 @@ def _describe_counter_diff(expected: Counter, actual: Counter, limit: int = 3) -
 def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     """Return a copy of a capture ``summary`` whose kernels come from the graph replay.
 
+    Where the capture window already named every node (ROCm launch events carry
+    ``kernel``/``grid``/``block``) and the check below passes, the capture's entries
+    are kept: they are the same kernels, plus launch configuration the replay lacks.
+
     Data-loss check (issue point 4): when the capture window recorded launches, their
     count must equal the replay's node count, and where the capture named its kernels
     (ROCm) the kernel multiset at the summary's level must match too.  Otherwise the
@@ -766,7 +858,11 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
             actual[label] += k["count"]
         if expected != actual:
             problems.append("kernel multiset differs: " + _describe_counter_diff(expected, actual))
-    result = Summary(key=summary.key, platform=summary.platform, kernels=replay_entries, ops=[dict(o) for o in summary.ops],
+    # When the capture named every node (ROCm) and agrees with the replay, keep its entries:
+    # they are the same kernels, and the launch events also carry grid/block.
+    keep_capture = bool(captured and capture_named and not problems and summary.complete)
+    kernels = [dict(k) for k in summary.kernels] if keep_capture else replay_entries
+    result = Summary(key=summary.key, platform=summary.platform, kernels=kernels, ops=[dict(o) for o in summary.ops],
                      launches={"total": summary.launches["total"], "by_api": dict(summary.launches["by_api"])},
                      complete=True, incomplete_reason=None, environment=dict(summary.environment),
                      level=summary.level, schema_version=summary.schema_version)

@@ -27,7 +27,6 @@ Decisions, documented because callers rely on them:
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -84,6 +83,28 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name} (NaN/Infinity are not allowed)")
 
 
+def _gunzip(path: Union[str, "os.PathLike[str]"], compressed: bytes, limit: int) -> bytes:
+    """Decompress (possibly multi-member) gzip data, stopping once ``limit`` is exceeded."""
+    parts = []
+    total = 0
+    while compressed:
+        decomp = zlib.decompressobj(wbits=31)
+        try:
+            chunk = decomp.decompress(compressed, limit + 1 - total)
+        except zlib.error as exc:
+            raise TraceFormatError(path, f"corrupt gzip data: {exc}") from None
+        parts.append(chunk)
+        total += len(chunk)
+        if total > limit or decomp.unconsumed_tail:
+            raise TraceFormatError(path, _too_big(limit))
+        if not decomp.eof:
+            raise TraceFormatError(path, "truncated gzip stream (the file ends before the gzip end marker)")
+        compressed = decomp.unused_data.lstrip(b"\0")  # trailing zero padding is allowed
+        if compressed and not compressed.startswith(_GZIP_MAGIC):
+            raise TraceFormatError(path, "corrupt gzip data: unexpected bytes after the gzip stream")
+    return b"".join(parts)
+
+
 def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> bytes:
     """Return the decompressed bytes of a trace file, enforcing the size cap."""
     limit = resolve_max_bytes(max_bytes)
@@ -94,13 +115,7 @@ def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optiona
                 raise TraceFormatError(path, "file is empty")
             handle.seek(0)
             if head == _GZIP_MAGIC:
-                try:
-                    with gzip.GzipFile(fileobj=handle, mode="rb") as gz:
-                        data = gz.read(limit + 1)
-                except EOFError:
-                    raise TraceFormatError(path, "truncated gzip stream (the file ends before the gzip end marker)") from None
-                except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-                    raise TraceFormatError(path, f"corrupt gzip data: {exc}") from None
+                data = _gunzip(path, handle.read(), limit)
             else:
                 size = os.fstat(handle.fileno()).st_size
                 if size > limit:
