@@ -127,9 +127,11 @@ class GraphCaptureConfig:
         from .capture import CaptureSettings
         from .platform import environment_from_device
 
+        trace = trace or self.trace
         environment = dict(environment_from_device(self.device))
-        environment["profiler_flags"] = sorted(self.profiler_flags)
-        return CaptureSettings(trace=trace or self.trace, summarize=summarize, out_dir=self.out_dir,
+        # What the profiler actually recorded: stack/flops/memory only go into exported per-bs traces.
+        environment["profiler_flags"] = ["record_shapes"] + (sorted(self.profiler_flags) if trace == "per-bs" else [])
+        return CaptureSettings(trace=trace, summarize=summarize, out_dir=self.out_dir,
                                platform=self.platform, level="exact", replay=self.replay,
                                profiler_flags=self.profiler_flags, environment=environment, progress=progress)
 

@@ -1,0 +1,44 @@
+"""The README's main job: the examples pass out of the box and export one trace per batch size."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO_ROOT, cpu_op_names, load_trace
+
+EXAMPLES = REPO_ROOT / "examples"
+DEFAULT_SIZES = [1, 2, 4, 8, 12, 16, 24, 32]
+
+
+def run_examples(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", str(EXAMPLES), "-p", "no:cacheprovider", "--graph-capture-device=cpu",
+               *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Path) -> None:
+    done = run_examples("-W", "error", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "cpu: 8 checked, 8 passed, 0 failed" in done.stdout
+    folder = tmp_path / "graph_capture_profile"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(f"TinyDecodeRunner_bs_{bs}_rank0.json.gz" for bs in DEFAULT_SIZES)
+    for bs in DEFAULT_SIZES:
+        trace = load_trace(folder / f"TinyDecodeRunner_bs_{bs}_rank0.json.gz")
+        ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
+        assert ops and all("Input Dims" in e["args"] for e in ops)
+        # One decode forward embeds the tokens once: the capture, not the two warmups.
+        embeddings = [e for e in ops if e["name"] == "aten::embedding"]
+        assert len(embeddings) == 1, f"bs={bs}: {len(embeddings)} forwards recorded"
+        assert embeddings[0]["args"]["Input Dims"][1] == [bs]
+        assert cpu_op_names(trace).count("aten::argmax") == 1
+
+
+def test_examples_without_trace_option_write_no_trace(tmp_path: Path) -> None:
+    done = run_examples(f"--graph-capture-dir={tmp_path}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not (tmp_path / "graph_capture_profile").exists()
