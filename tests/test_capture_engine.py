@@ -129,3 +129,13 @@ def test_a_failing_export_names_the_key_and_leaves_no_temp_file(tmp_path: Path) 
     assert info.value.stage == "trace export"
     assert blocker.read_text() == "a file where the trace directory should be"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["graph_capture_profile"]
+
+
+def test_runner_and_variant_names_cannot_leave_the_trace_directory(tmp_path: Path) -> None:
+    runner = FakeRunner([1], variants=["../../escape", "a/b\\c"], name="../../../evil\x00runner")
+    result = capture_runner(runner, FakeBackend(), per_bs(tmp_path / "out"))
+    folder = trace_dir(tmp_path / "out").resolve()
+    paths = [p.resolve() for p in result.trace_paths]
+    assert len(set(paths)) == 2
+    assert all(p.parent == folder for p in paths), paths
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
