@@ -1,0 +1,112 @@
+"""Live profiler results and exported trace files give equal summaries (CPU)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.summary import (
+    replay_kernels_from_profile,
+    summarize_profile,
+    summarize_trace_file,
+)
+from pytest_graphcapture.errors import GraphCaptureError
+
+KEY = CaptureKey("toy", 3)
+
+
+class _Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(8, 16)
+        self.down = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.up(x))
+        return torch.cat([self.down(h), x[:, :4].to(torch.bfloat16).float()], dim=1)
+
+
+def _profile_steps(tmp_path: Path, on_ready: Any, *, wrap: Any = None, **kwargs: Any) -> dict:
+    model = _Model()
+    out: dict = {}
+
+    def ready(prof: Any) -> None:
+        target = wrap(prof) if wrap else prof
+        out["live"] = on_ready(target)
+        prof.export_chrome_trace(str(tmp_path / "trace.json.gz"))  # Kineto saves a trace only once
+        (tmp_path / "trace.json").write_bytes(gzip.decompress((tmp_path / "trace.json.gz").read_bytes()))
+        out["steps"] = out.get("steps", 0) + 1
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                                  schedule=schedule(wait=2, warmup=0, active=1, repeat=0),
+                                  on_trace_ready=ready, **kwargs) as prof:
+        for step in range(4):
+            model(torch.randn(3 + step, 8))  # batch changes per step: only the active one must show
+            prof.step()
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
+def test_live_equals_file(tmp_path: Path) -> None:
+    out = _profile_steps(tmp_path, lambda p: summarize_profile(p, KEY, platform="cpu"), with_stack=True)
+    live = out["live"]
+    assert out["steps"] == 1
+    for name in ("trace.json", "trace.json.gz"):
+        from_file = summarize_trace_file(tmp_path / name, key=KEY)
+        assert from_file == live, name
+    # only the active step (wait=2 → third forward, batch 5) is summarized
+    linear = [o for o in live.ops if o["name"] == "aten::linear"]
+    assert sorted((o["input_dims"], o["count"]) for o in linear) == [([[5, 8], [16, 8], [16]], 1),
+                                                                     ([[5, 16], [4, 16], [4]], 1)]
+    assert all(o["input_types"][0] == "float" for o in linear)
+    cat = [o for o in live.ops if o["name"] == "aten::cat"]
+    assert len(cat) == 1 and cat[0]["input_types"][0] == "TensorList"
+    assert live.kernels == [] and live.launches == {"total": 0, "by_api": {}} and live.complete
+    assert live.environment["profiler"]["record_shapes"] is True
+
+
+class _OldEvent:
+    """A _KinetoEvent as torch 2.4 exposes it: no activity_type(), no structured_input_shapes()."""
+
+    def __init__(self, event: Any) -> None:
+        self._event = event
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("activity_type", "structured_input_shapes"):
+            raise AttributeError(name)
+        return getattr(self._event, name)
+
+
+class _OldProfile:
+    def __init__(self, prof: Any) -> None:
+        events = [_OldEvent(e) for e in prof.profiler.kineto_results.events()]
+        results = type("Results", (), {"events": lambda self: events})()
+        self.profiler = type("Inner", (), {"kineto_results": results})()
+        self.record_shapes = True
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
+def test_live_path_without_newer_event_methods(tmp_path: Path) -> None:
+    """The fallbacks for older torch builds classify events the same way (TensorList dims aside)."""
+    out = _profile_steps(tmp_path, lambda p: summarize_profile(p, KEY, platform="cpu"), wrap=_OldProfile)
+    from_file = summarize_trace_file(tmp_path / "trace.json", key=KEY)
+    strip = lambda s: [o for o in s.comparable()["ops"] if o["name"] not in ("aten::cat",)]  # noqa: E731
+    assert strip(out["live"]) == strip(from_file)
+    assert out["live"].kernels == from_file.kernels and out["live"].launches == from_file.launches
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
+def test_replay_kernels_from_cpu_profile_is_empty(tmp_path: Path) -> None:
+    out = _profile_steps(tmp_path, replay_kernels_from_profile)
+    assert out["live"] == []
+
+
+def test_profile_without_results_is_a_clear_error() -> None:
+    with pytest.raises(GraphCaptureError, match="on_trace_ready"):
+        summarize_profile(object(), KEY, platform="cpu")
