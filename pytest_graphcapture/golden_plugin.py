@@ -39,7 +39,7 @@ import shlex
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pytest
 

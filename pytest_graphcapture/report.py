@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 OUTCOMES = ("passed", "failed", "created", "updated")
 COUNT_NAMES = ("checked", "passed", "failed", "created", "updated", "deleted", "unused", "incomplete")
