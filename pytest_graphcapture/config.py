@@ -80,7 +80,11 @@ def resolve_with_source(config: pytest.Config, setting: Setting) -> tuple[Option
     value = str(value).strip()
     if setting.choices and value not in setting.choices:
         where = setting.option if source == "option" else source
-        raise UsageError(f"{where}: {value!r} is not one of {', '.join(setting.choices)}")
+        hint = ""
+        if source == "option" and setting.const is not None:
+            hint = (f" (a bare {setting.option} takes the next word as its value: put test paths before it, "
+                    f"or write {setting.option}={setting.const})")
+        raise UsageError(f"{where}: {value!r} is not one of {', '.join(setting.choices)}{hint}")
     return value, source
 
 
@@ -105,6 +109,24 @@ def parse_batch_sizes(text: str, where: str) -> list[int]:
     if not sizes:
         raise UsageError(f"{where}: no batch sizes given (expected e.g. 1,2,4)")
     return sorted(set(sizes))
+
+
+PROFILER_FLAGS = ("stack", "flops", "memory")
+
+
+def parse_profiler_flags(text: str, where: str) -> frozenset[str]:
+    """Parse ``stack,flops,memory`` (or ``none``/``all``) into a set of flags."""
+    text = str(text).strip().lower()
+    if text in ("", "none", "off"):
+        return frozenset()
+    if text == "all":
+        return frozenset(PROFILER_FLAGS)
+    flags = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(flags - set(PROFILER_FLAGS))
+    if unknown:
+        raise UsageError(f"{where}: unknown profiler flag(s) {', '.join(unknown)}; use any of "
+                         f"{', '.join(PROFILER_FLAGS)}, 'all' or 'none'")
+    return flags
 
 
 def ci_environment(environ: Optional[dict] = None) -> Optional[str]:

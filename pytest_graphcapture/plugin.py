@@ -15,7 +15,8 @@ from typing import Any, Callable, Optional
 import pytest
 
 from . import config as settings_mod
-from .config import SETTINGS, Setting, add_setting, declare, parse_batch_sizes, resolve, resolve_with_source
+from .config import (SETTINGS, Setting, add_setting, declare, parse_batch_sizes, parse_profiler_flags, resolve,
+                     resolve_with_source)
 from .errors import UsageError
 
 pytest_plugins = ["pytest_graphcapture.golden_plugin"]
@@ -41,7 +42,9 @@ _STATE = pytest.StashKey["GraphCaptureConfig"]()
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspecs
 
-    pluginmanager.add_hookspecs(hookspecs)
+    caller = getattr(pluginmanager.hook, "pytest_graphcapture_postprocess_summary", None)
+    if caller is None or caller.spec is None:  # another copy of the plugin may have added them
+        pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -145,8 +148,6 @@ def _resolve_dir(config: pytest.Config, setting: Setting) -> Path:
 
 
 def _load_config(config: pytest.Config) -> GraphCaptureConfig:
-    from .profiling import parse_profiler_flags
-
     trace, conflict = resolve_trace_mode(config)
     if conflict:
         config.issue_config_time_warning(pytest.PytestConfigWarning(conflict), stacklevel=2)

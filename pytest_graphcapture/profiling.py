@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from .keys import CaptureKey, safe_name
 
 TRACE_SUBDIR = "graph_capture_profile"
-PROFILER_FLAGS = ("stack", "flops", "memory")
+from .config import PROFILER_FLAGS, parse_profiler_flags  # noqa: F401  (re-exported)
 
 
 def trace_dir(base_dir: os.PathLike | str) -> Path:
@@ -43,23 +43,6 @@ def per_bs_trace_path(base_dir: os.PathLike | str, key: CaptureKey) -> Path:
 def single_trace_path(base_dir: os.PathLike | str, runner: str, rank: int) -> Path:
     """``cuda_graph_capture-{runner}-TP-{rank}.json.gz`` under :func:`trace_dir`."""
     return trace_dir(base_dir) / f"cuda_graph_capture-{safe_name(runner)}-TP-{rank}.json.gz"
-
-
-def parse_profiler_flags(text: str, where: str) -> frozenset[str]:
-    """Parse ``stack,flops,memory`` (or ``none``/``all``) into a set of flags."""
-    from .errors import UsageError
-
-    text = str(text).strip().lower()
-    if text in ("", "none", "off"):
-        return frozenset()
-    if text == "all":
-        return frozenset(PROFILER_FLAGS)
-    flags = frozenset(part.strip() for part in text.split(",") if part.strip())
-    unknown = sorted(flags - set(PROFILER_FLAGS))
-    if unknown:
-        raise UsageError(f"{where}: unknown profiler flag(s) {', '.join(unknown)}; use any of "
-                         f"{', '.join(PROFILER_FLAGS)}, 'all' or 'none'")
-    return flags
 
 
 def profiler_activities(device: torch.device) -> list[ProfilerActivity]:

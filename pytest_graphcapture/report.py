@@ -23,6 +23,7 @@ No pytest imports here: the plugin feeds it and prints what it renders.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
@@ -62,6 +63,11 @@ class FileRecord:
 
     platform: str
     path: str
+
+
+def _natural(text: str) -> tuple:
+    """Sort key that orders embedded numbers by value (``bs_2`` before ``bs_12``)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 @dataclass
@@ -149,7 +155,8 @@ class SessionReport:
     # ----------------------------------------------------------------- counting
 
     def _sorted_records(self) -> list[KeyRecord]:
-        return sorted(self.records, key=lambda r: (r.platform, r.nodeid, r.golden))
+        # Natural order, so bs=2 comes before bs=12 in every listing.
+        return sorted(self.records, key=lambda r: (r.platform, r.nodeid, _natural(r.golden)))
 
     @property
     def platforms(self) -> list[str]:
