@@ -17,7 +17,7 @@ import pytest
 from . import config as settings_mod
 from .config import (SETTINGS, Setting, add_setting, declare, parse_batch_sizes, parse_profiler_flags, resolve,
                      resolve_with_source)
-from .errors import UsageError
+from .errors import CaptureError, GraphCaptureError, UsageError
 
 pytest_plugins = ["pytest_graphcapture.golden_plugin"]
 
@@ -193,6 +193,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         reason = _gpu_missing_reason()
         if reason:
             pytest.skip(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """Show errors a user caused (bad trace, bad golden, bad option) as one line, not our traceback.
+
+    A :class:`~pytest_graphcapture.errors.CaptureError` keeps its traceback: its
+    cause is in the user's own forward, where the traceback is what helps.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    excinfo = call.excinfo
+    if report.failed and excinfo is not None and excinfo.errisinstance(GraphCaptureError) \
+            and not excinfo.errisinstance(CaptureError):
+        report.longrepr = f"{excinfo.typename}: {excinfo.value}"
 
 
 @pytest.fixture

@@ -149,7 +149,8 @@ def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trac
         trace = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         if isinstance(exc, json.JSONDecodeError):
-            if exc.pos >= len(text.rstrip()):
+            # A string still open at the end of the text is a truncation too (the cut fell inside a name).
+            if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
                 raise TraceFormatError(path, "truncated JSON (the content ends before the trace is complete)") from None
             raise TraceFormatError(path, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
         raise TraceFormatError(path, f"invalid JSON: {exc}") from None

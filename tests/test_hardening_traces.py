@@ -1,0 +1,133 @@
+"""Bad trace files into the summarizer, the CLI and a pytest run: one clear line, never a traceback.
+
+Each input is either *rejected* (a TraceFormatError naming the file and the problem; CLI exit 2)
+or *tolerated* (a damaged field inside an otherwise valid trace is treated as missing, so real
+traces with legacy or partial fields still summarize).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_graphcapture.cli import main as cli_main
+from pytest_graphcapture.errors import TraceFormatError
+from pytest_graphcapture.summary import summarize_trace_file
+
+OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1,
+      "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}
+
+
+def trace_bytes(events: list, **top: object) -> bytes:
+    return json.dumps({"traceEvents": events, **top}).encode()
+
+
+REJECTED = {
+    "empty file": (b"", "file is empty"),
+    "not gzip": (b"\x00\x01 plain binary", "not a gzip or JSON file"),
+    "corrupt gzip": (gzip.compress(trace_bytes([OP]))[:-12] + b"garbage!", "gzip"),
+    "truncated json": (trace_bytes([OP])[:-7], "truncated JSON"),
+    "top level a list": (b"[1, 2, 3]", "top level is a JSON list"),
+    "top level a string": (b'"trace"', "content does not start with"),
+    "no traceEvents": (b'{"schemaVersion": 1}', "no traceEvents key"),
+    "traceEvents not a list": (b'{"traceEvents": {"a": 1}}', "traceEvents is a JSON dict"),
+    "event of the wrong type": (b'{"traceEvents": [1, "x"]}', "traceEvents[0] is a JSON int"),
+    "NaN": (trace_bytes([OP]).replace(b'"ts": 1', b'"ts": NaN'), "NaN"),
+    "Infinity": (trace_bytes([OP]).replace(b'"ts": 1', b'"ts": -Infinity'), "Infinity"),
+    "not UTF-8": (b'{"traceEvents": [{"name": "\xff\xfe"}]}', "not UTF-8"),
+}
+
+TOLERATED = {
+    "missing args": [{k: v for k, v in OP.items() if k != "args"}],
+    "args not an object": [{**OP, "args": [1, 2]}],
+    "Input Dims not a list": [{**OP, "args": {"Input Dims": "oops", "Input type": 7}}],
+    "name not a string": [{**OP, "name": 12}, OP],
+    "huge name (1 MB)": [{**OP, "name": "k" * 1_000_000}],
+    "ts as float and missing dur": [{**OP, "ts": 1.5}, {k: v for k, v in OP.items() if k != "dur"}],
+}
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_rejected_by_the_summarizer_with_one_line_naming_file_and_problem(tmp_path: Path, case: str) -> None:
+    data, problem = REJECTED[case]
+    path = write(tmp_path, "R_bs_2_rank0.json", data)
+    with pytest.raises(TraceFormatError) as info:
+        summarize_trace_file(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and problem in message and "\n" not in message
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_rejected_by_the_cli_with_exit_2_and_one_line(tmp_path: Path, case: str,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    data, problem = REJECTED[case]
+    path = write(tmp_path, "R_bs_2_rank0.json", data)
+    assert cli_main(["summarize", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and problem in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", sorted(TOLERATED))
+def test_damaged_fields_are_treated_as_missing(tmp_path: Path, case: str) -> None:
+    path = write(tmp_path, "R_bs_2_rank0.json", trace_bytes(TOLERATED[case]))
+    summary = summarize_trace_file(path)
+    assert summary.key.batch_size == 2
+    assert all(isinstance(op["name"], str) and isinstance(op["input_dims"], list) for op in summary.ops)
+
+
+def test_a_million_tiny_events_summarize(tmp_path: Path) -> None:
+    event = b'{"ph":"X","cat":"cpu_op","name":"aten::add","ts":1,"dur":1,"args":{"Input Dims":[[1]]}}'
+    path = tmp_path / "R_bs_1_rank0.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as handle:
+        handle.write(b'{"traceEvents":[' + b",".join([event] * 1_000_000) + b"]}")
+    summary = summarize_trace_file(path)
+    assert summary.ops == [{"name": "aten::add", "input_dims": [[1]], "input_types": [], "count": 1_000_000}]
+
+
+def test_a_gzip_bomb_stops_at_the_cap_and_says_how_to_raise_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "R_bs_1_rank0.json.gz"
+    with gzip.open(path, "wb") as handle:
+        handle.write(b'{"traceEvents": [' + b" " * (64 * 1024 * 1024))  # 64 MiB of spaces, ~64 KiB on disk
+    assert path.stat().st_size < 1024 * 1024
+    monkeypatch.setenv("GRAPH_CAPTURE_MAX_TRACE_BYTES", "1M")
+    with pytest.raises(TraceFormatError, match="GRAPH_CAPTURE_MAX_TRACE_BYTES"):
+        summarize_trace_file(path)
+    assert cli_main(["summarize", str(path)]) == 2
+
+
+def test_the_cli_module_prints_no_traceback_for_any_rejected_input(tmp_path: Path) -> None:
+    paths = [str(write(tmp_path, f"R_bs_{i + 1}_rank0.json", data)) for i, (data, _) in
+             enumerate(REJECTED.values())]
+    for path in paths:
+        done = subprocess.run([sys.executable, "-m", "pytest_graphcapture", "summarize", path],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr.count("\n") == 1 and path in done.stderr
+
+
+def test_a_bad_trace_in_a_pytest_run_fails_with_one_line(pytester: pytest.Pytester) -> None:
+    bad = pytester.path / "R_bs_2_rank0.json"
+    bad.write_bytes(REJECTED["truncated json"][0])
+    pytester.makepyfile(f"""
+        from pytest_graphcapture.summary import summarize_trace_file
+
+        def test_summarize_the_ci_trace():
+            summarize_trace_file({str(bad)!r})
+    """)
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"TraceFormatError: {bad}: truncated JSON*"])
+    assert "tracefile.py" not in result.stdout.str(), "our internals must not show in the failure"
