@@ -134,6 +134,9 @@ def capture_runner(runner: GraphRunner, backend: Backend, settings: Optional[Cap
         raise
     except Exception as exc:
         _stop_quietly(profiler)
+        if progress.stage == "replay":
+            # Its graph could not be read back: the key keeps its trace file but gets no result.
+            result.keys.pop(progress.key, None)
         raise CaptureError(progress.key or runner.name, progress.stage, exc, partial=result) from exc
     return result
 
