@@ -9,6 +9,17 @@ that holds it.
 Model: token embedding → N × (RMSNorm → attention with rotary positions against
 a preallocated KV cache with per-sequence lengths → RMSNorm → SwiGLU MLP) →
 final RMSNorm → LM head → greedy next token.  Weights come from a fixed seed.
+
+Tensor parallelism (``tp_size > 1``, issue #9): every rank draws the *same* full
+model from the seed and keeps its shard, Megatron style — the fused QKV and
+gate/up projections are column-parallel (query heads and KV heads split evenly
+across ranks), ``o_proj`` and ``down`` are row-parallel and followed by a
+``torch.distributed.all_reduce`` of the partial sums; embedding, norms and LM
+head are replicated.  So N ranks compute what one rank computes (up to the
+order of the float additions), and the captured graphs hold the collectives and
+shard shapes a tensor-parallel serving engine captures.  ``tp_size=1`` runs
+exactly the same ops as before (no collective, no extra op), so single-rank
+goldens are unchanged.
 """
 
 from __future__ import annotations
@@ -50,32 +61,79 @@ class DecoderConfig:
         return self.hidden_size // self.num_heads
 
 
-class TinyDecoder(torch.nn.Module):
-    """The decoder itself: a pure function of weights, KV cache and inputs."""
+def check_tensor_parallel(config: DecoderConfig, tp_size: int, tp_rank: int) -> None:
+    """Raise ValueError unless ``config`` splits evenly over ``tp_size`` ranks and ``tp_rank`` is one of them."""
+    if not isinstance(tp_size, int) or tp_size < 1:
+        raise ValueError(f"tp_size must be a positive integer, got {tp_size!r}")
+    if not isinstance(tp_rank, int) or not 0 <= tp_rank < tp_size:
+        raise ValueError(f"tp_rank must be in [0, {tp_size}), got {tp_rank!r}")
+    for name in ("num_heads", "num_kv_heads", "intermediate_size"):
+        value = getattr(config, name)
+        if value % tp_size:
+            raise ValueError(f"{name} {value} does not split evenly over tp_size {tp_size}")
 
-    def __init__(self, config: DecoderConfig) -> None:
+
+def _rows(weight: torch.Tensor, parts: Sequence[int], tp_size: int, tp_rank: int) -> torch.Tensor:
+    """Column-parallel shard: of each consecutive block of ``parts`` rows, this rank's slice."""
+    shards = []
+    for block in weight.split(list(parts), dim=0):
+        size = block.shape[0] // tp_size
+        shards.append(block[tp_rank * size:(tp_rank + 1) * size])
+    return torch.cat(shards, dim=0).contiguous()
+
+
+def _columns(weight: torch.Tensor, tp_size: int, tp_rank: int) -> torch.Tensor:
+    """Row-parallel shard: this rank's slice of the input columns."""
+    size = weight.shape[1] // tp_size
+    return weight[:, tp_rank * size:(tp_rank + 1) * size].contiguous()
+
+
+class TinyDecoder(torch.nn.Module):
+    """The decoder itself: a pure function of weights, KV cache and inputs.
+
+    ``tp_size``/``tp_rank`` select this rank's shard (see the module docs);
+    ``tp_group`` is the process group of the all-reduces (default: the world).
+    """
+
+    def __init__(self, config: DecoderConfig, *, tp_size: int = 1, tp_rank: int = 0, tp_group: Any = None) -> None:
         super().__init__()
+        check_tensor_parallel(config, tp_size, tp_rank)
         self.config = config
+        self.tp_size, self.tp_rank, self.tp_group = tp_size, tp_rank, tp_group
         generator = torch.Generator().manual_seed(config.seed)
 
-        def weight(*shape: int) -> torch.nn.Parameter:
-            return torch.nn.Parameter(torch.randn(*shape, generator=generator) * 0.02, requires_grad=False)
+        def weight(*shape: int) -> torch.Tensor:
+            # The full weight on every rank (same draws in the same order), sharded below.
+            return torch.randn(*shape, generator=generator) * 0.02
+
+        def param(tensor: torch.Tensor) -> torch.nn.Parameter:
+            return torch.nn.Parameter(tensor, requires_grad=False)
 
         c = config
         kv_dim = c.num_kv_heads * c.head_dim
-        self.embed = weight(c.vocab_size, c.hidden_size)
+        self.local_heads = c.num_heads // tp_size
+        self.local_kv_heads = c.num_kv_heads // tp_size
+        self.local_intermediate = c.intermediate_size // tp_size
+        self.embed = param(weight(c.vocab_size, c.hidden_size))
         self.layers = torch.nn.ModuleList()
         for _ in range(c.num_layers):
             layer = torch.nn.Module()
             layer.attn_norm = torch.nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
-            layer.qkv = weight(c.hidden_size + 2 * kv_dim, c.hidden_size)
-            layer.o_proj = weight(c.hidden_size, c.hidden_size)
+            qkv = weight(c.hidden_size + 2 * kv_dim, c.hidden_size)
+            o_proj = weight(c.hidden_size, c.hidden_size)
             layer.mlp_norm = torch.nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
-            layer.gate_up = weight(2 * c.intermediate_size, c.hidden_size)
-            layer.down = weight(c.hidden_size, c.intermediate_size)
+            gate_up = weight(2 * c.intermediate_size, c.hidden_size)
+            down = weight(c.hidden_size, c.intermediate_size)
+            if tp_size > 1:
+                qkv = _rows(qkv, (c.hidden_size, kv_dim, kv_dim), tp_size, tp_rank)
+                o_proj = _columns(o_proj, tp_size, tp_rank)
+                gate_up = _rows(gate_up, (c.intermediate_size, c.intermediate_size), tp_size, tp_rank)
+                down = _columns(down, tp_size, tp_rank)
+            layer.qkv, layer.o_proj = param(qkv), param(o_proj)
+            layer.gate_up, layer.down = param(gate_up), param(down)
             self.layers.append(layer)
         self.final_norm = torch.nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
-        self.lm_head = weight(c.vocab_size, c.hidden_size)
+        self.lm_head = param(weight(c.vocab_size, c.hidden_size))
         inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
         angles = torch.outer(torch.arange(c.max_seq_len, dtype=torch.float32), inv_freq)
         self.register_buffer("rope_cos", angles.cos(), persistent=False)
@@ -91,6 +149,12 @@ class TinyDecoder(torch.nn.Module):
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
+    def reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        """Sum a row-parallel projection's partial results over the ranks (no-op on one rank)."""
+        if self.tp_size > 1:
+            torch.distributed.all_reduce(partial, group=self.tp_group)
+        return partial
+
     def forward(self, input_ids: torch.Tensor, seq_lens: torch.Tensor, slots: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         """One decode step: the logits of the next token of each sequence.
@@ -104,24 +168,25 @@ class TinyDecoder(torch.nn.Module):
         key_index = torch.arange(c.max_seq_len, device=input_ids.device)
         invisible = key_index.unsqueeze(0) >= seq_lens.unsqueeze(1)  # [bs, max_seq]
         group = c.num_heads // c.num_kv_heads
+        heads, kv_heads = self.local_heads, self.local_kv_heads
         x = torch.nn.functional.embedding(input_ids, self.embed)
         for index, layer in enumerate(self.layers):
             h = self.rms_norm(x, layer.attn_norm)
             qkv = torch.nn.functional.linear(h, layer.qkv)
-            q, k, v = qkv.split([c.hidden_size, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim], dim=-1)
-            q = self.rotary(q.reshape(bs, c.num_heads, c.head_dim), positions)
-            k = self.rotary(k.reshape(bs, c.num_kv_heads, c.head_dim), positions)
+            q, k, v = qkv.split([heads * c.head_dim, kv_heads * c.head_dim, kv_heads * c.head_dim], dim=-1)
+            q = self.rotary(q.reshape(bs, heads, c.head_dim), positions)
+            k = self.rotary(k.reshape(bs, kv_heads, c.head_dim), positions)
             k_cache[index].index_put_((slots, positions), k)
-            v_cache[index].index_put_((slots, positions), v.reshape(bs, c.num_kv_heads, c.head_dim))
+            v_cache[index].index_put_((slots, positions), v.reshape(bs, kv_heads, c.head_dim))
             keys = k_cache[index][slots].repeat_interleave(group, dim=2)    # [bs, max_seq, heads, hd]
             values = v_cache[index][slots].repeat_interleave(group, dim=2)
             scores = torch.einsum("bhd,bshd->bhs", q, keys) * (c.head_dim ** -0.5)
             scores = scores.masked_fill(invisible.unsqueeze(1), float("-inf"))
             attn = torch.einsum("bhs,bshd->bhd", scores.softmax(dim=-1), values)
-            x = x + torch.nn.functional.linear(attn.reshape(bs, c.hidden_size), layer.o_proj)
+            x = x + self.reduce(torch.nn.functional.linear(attn.reshape(bs, heads * c.head_dim), layer.o_proj))
             h = self.rms_norm(x, layer.mlp_norm)
             gate, up = torch.nn.functional.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, layer.down)
+            x = x + self.reduce(torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, layer.down))
         return torch.nn.functional.linear(self.rms_norm(x, self.final_norm), self.lm_head)
 
 
@@ -130,22 +195,33 @@ class TinyDecodeRunner(GraphRunner):
 
     The KV cache has one slot per sequence plus a padding slot: rows padded on
     replay write there, never into a real sequence's cache.
+
+    With ``tp_size > 1`` this is rank ``tp_rank``'s shard of a tensor-parallel
+    decoder (``torch.distributed`` must be initialized before the first forward;
+    ``tp_group`` defaults to the world group); it is then named
+    ``TinyDecodeRunner-tp<N>`` so its traces and goldens never mix with the
+    single-rank runner's.  Its KV cache holds this rank's KV heads only.
     """
 
     def __init__(self, batch_sizes: Optional[Sequence[int]] = None, *, device: torch.device | str = "cpu",
                  config: Optional[DecoderConfig] = None, dtype: torch.dtype = torch.float32,
-                 max_batch_size: int = 32) -> None:
+                 max_batch_size: int = 32, tp_size: int = 1, tp_rank: int = 0, tp_group: Any = None) -> None:
         self.config = config or DecoderConfig()
+        check_tensor_parallel(self.config, tp_size, tp_rank)
+        self.tp_size, self.tp_rank = tp_size, tp_rank
+        if tp_size > 1:
+            self.runner_name = f"{type(self).__name__}-tp{tp_size}"
         sizes = sorted(set(int(bs) for bs in (batch_sizes or default_batch_sizes(max_batch_size))))
         if not sizes or sizes[0] < 1:
             raise ValueError(f"batch sizes must be positive integers, got {batch_sizes!r}")
         self._batch_sizes = sizes
         self.device = torch.device(device)
         self.dtype = dtype
-        self.model = TinyDecoder(self.config).to(device=self.device, dtype=dtype)
+        self.model = TinyDecoder(self.config, tp_size=tp_size, tp_rank=tp_rank, tp_group=tp_group).to(
+            device=self.device, dtype=dtype)
         max_bs, c = sizes[-1], self.config
         self.padding_slot = max_bs
-        cache_shape = (c.num_layers, max_bs + 1, c.max_seq_len, c.num_kv_heads, c.head_dim)
+        cache_shape = (c.num_layers, max_bs + 1, c.max_seq_len, self.model.local_kv_heads, c.head_dim)
         self.k_cache = torch.zeros(cache_shape, device=self.device, dtype=dtype)
         self.v_cache = torch.zeros(cache_shape, device=self.device, dtype=dtype)
         # Static input/output buffers: captured kernels read and write these addresses.

@@ -9,7 +9,9 @@ Layout (``golden_path``)::
 Every component that comes from users (platform, module path parts, classes, test
 names with parametrize ids, runner, variant) goes through :func:`keys.safe_name`,
 and the final path is checked to resolve inside the golden dir.  The ``_rank<r>``
-suffix is only present for ranks other than 0.
+suffix is only present for ranks other than 0 — except in multi-rank captures,
+where every rank's golden carries it (``_rank0`` too, ``explicit_rank=True``) and a
+golden shared by all ranks carries none (see docs/multi-rank.md).
 
 Files are JSON with sorted keys, 2-space indent and a trailing newline, written
 atomically (temp file in the same directory, fsync, ``os.replace``).  A file is
@@ -85,9 +87,9 @@ def nodeid_components(nodeid: str) -> list[str]:
     return parts
 
 
-def golden_file_name(key: CaptureKey) -> str:
-    """``<runner>_bs_<bs>[_<variant>].json``, with ``_rank<r>`` only when rank != 0."""
-    rank = f"_rank{key.rank}" if key.rank else ""
+def golden_file_name(key: CaptureKey, *, explicit_rank: bool = False) -> str:
+    """``<runner>_bs_<bs>[_<variant>].json``, with ``_rank<r>`` when rank != 0 or ``explicit_rank``."""
+    rank = f"_rank{key.rank}" if key.rank or explicit_rank else ""
     return f"{key.stem}{rank}{GOLDEN_SUFFIX}"
 
 
@@ -572,12 +574,12 @@ def environment_note(expected_env: Mapping[str, Any], actual_env: Mapping[str, A
     return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
 
 
-def key_label(key: CaptureKey) -> str:
-    """``bs=4``, with ``variant=`` / ``rank=`` only when set."""
+def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
+    """``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``."""
     label = f"bs={key.batch_size}"
     if key.variant is not None:
         label += f" variant={key.variant}"
-    if key.rank:
+    if key.rank or explicit_rank:
         label += f" rank={key.rank}"
     return label
 
