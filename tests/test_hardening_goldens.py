@@ -109,3 +109,25 @@ def test_a_bad_golden_fails_naming_the_file_and_is_left_as_it_was(project: pytes
     assert str(GOLDEN.name) in output and BAD_GOLDENS[case][1] in output
     assert "Traceback" not in output and "golden.py:" not in output
     assert path.read_bytes() == damaged, "a plain run never rewrites a golden"
+
+
+@pytest.mark.parametrize("platform", ["../../escape", "a/b\\c", "nul\x00x", "ünï/cødé", "p" * 300])
+def test_hostile_platform_runner_and_test_names_stay_inside_the_golden_dir(pytester: pytest.Pytester,
+                                                                           platform: str) -> None:
+    pytester.makepyfile(test_names="""
+        import pytest
+        from pytest_graphcapture.testing import FakeRunner
+
+        @pytest.mark.parametrize("name", ["../../../up", "a/b", "é\\\\x"])
+        def test_gate(graph_capture, golden, name):
+            golden.check(graph_capture(FakeRunner([1], variants=["../v"], name=name)))
+    """)
+    # The platform comes from the platform hook, which (unlike argv) can carry any string, NUL included.
+    pytester.makeconftest(f"def pytest_graphcapture_platform(config, device):\n    return {platform!r}\n")
+    result = pytester.runpytest("--update-golden")
+    result.assert_outcomes(passed=3)
+    root = (pytester.path / "goldens").resolve()
+    files = [p.resolve() for p in pytester.path.rglob("*.json")]
+    assert len(files) == 3 and len({f.parent for f in files}) == 3, "distinct tests keep distinct folders"
+    assert all(root in f.parents for f in files), files
+    assert all(len(part) <= 255 for f in files for part in f.parts)
