@@ -305,6 +305,7 @@ class GoldenChecker:
     def __init__(self, session: GoldenSession, nodeid: str) -> None:
         self._session = session
         self._nodeid = nodeid
+        self._explicit_rank = False
 
     def _postprocess(self, summary: Any, label: str) -> Any:
         """Run ``pytest_graphcapture_postprocess_summary`` on the summary dict, re-validate it."""
@@ -315,12 +316,18 @@ class GoldenChecker:
         return store.summary_from_dict(data, f"summary of {label} after pytest_graphcapture_postprocess_summary")
 
     def check(self, result: Any, *, level: Optional[str] = None, ignore_kernels: Sequence[str] = (),
+              share_ranks: bool = False,
               ignore_ops: Sequence[str] = (), sections: Optional[Sequence[str]] = None) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
         ``level`` defaults to ``--golden-level``; ``ignore_kernels`` / ``ignore_ops``
         are regexes (``re.search``) of names left out on both sides; ``sections``
         is a subset of ``("kernels", "ops", "launches")`` (default: all three).
+
+        Multi-rank results (``world_size > 1``) use per-rank goldens
+        ``…_bs_<bs>_rank<r>.json`` (rank 0 included).  ``share_ranks=True`` uses one
+        golden without rank suffix for all ranks when their summaries are identical
+        (tensor-parallel ranks usually are) and fails naming the ranks that differ.
         """
         s = self._session
         level = level or s.level
@@ -334,6 +341,10 @@ class GoldenChecker:
         except GraphCaptureError as exc:
             pytest.fail(str(exc), pytrace=False)
         items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant or "", kr.key.rank, kr.key.batch_size))
+        self._explicit_rank = int(getattr(result, "world_size", 1) or 1) > 1 and not share_ranks
+        share_failures: list[tuple[str, list[str]]] = []
+        if share_ranks:
+            items, share_failures = self._share_ranks(items, level, ignore_kernels, ignore_ops, sections_t)
         if not items:
             pytest.fail(f"golden.check: the capture result of {getattr(result, 'runner_name', '?')} has no "
                         f"captured keys, nothing to compare", pytrace=False)
@@ -346,22 +357,71 @@ class GoldenChecker:
             outcome, lines, is_missing = self._check_key(item, platform, folder, out_folder, level,
                                                          ignore_kernels, ignore_ops, sections_t)
             if outcome == "failed":
-                failed.append(store.key_label(item.key))
+                failed.append(self._label(item.key))
                 blocks.append(lines)
                 if is_missing:
-                    missing.append(store.key_label(item.key))
+                    missing.append(self._label(item.key))
+        for label, lines in share_failures:
+            failed.append(label)
+            blocks.append(lines)
         if failed:
             self._fail(result, platform, level, folder, out_folder, failed, missing, blocks)
+
+    def _label(self, key: Any) -> str:
+        return store.key_label(key, explicit_rank=self._explicit_rank)
+
+    def _name(self, key: Any) -> str:
+        return store.golden_file_name(key, explicit_rank=self._explicit_rank)
+
+    def _share_ranks(self, items: list, level: str, ignore_kernels: Sequence[str], ignore_ops: Sequence[str],
+                     sections: tuple[str, ...]) -> tuple[list, list[tuple[str, list[str]]]]:
+        """``share_ranks=True``: rank 0's items where all ranks agree, a failure block per key where not."""
+        groups: dict[tuple, list] = {}
+        for item in items:
+            groups.setdefault((item.key.runner, item.key.variant or "", item.key.batch_size), []).append(item)
+        kept: list = []
+        failures: list[tuple[str, list[str]]] = []
+        for members in groups.values():
+            members.sort(key=lambda kr: kr.key.rank)
+            first = members[0]
+            if len(members) == 1 or any(m.summary is None for m in members):
+                kept.append(first)
+                continue
+            try:
+                views = [self._postprocess(m.summary, str(m.key)).normalized(
+                    level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops)).to_dict()
+                    for m in members]
+            except GraphCaptureError:
+                kept.append(first)  # the regular check reports the bad summary
+                continue
+            lines: list[str] = []
+            differ: list[int] = []
+            for member, view in zip(members[1:], views[1:]):
+                diff = store.compare_dicts(views[0], view, member.key, sections=sections,
+                                           golden=f"compared with rank {first.key.rank}")
+                if not diff.ok:
+                    differ.append(member.key.rank)
+                    lines.extend(diff.render())
+            if not differ:
+                kept.append(first)
+                continue
+            label = store.key_label(first.key)
+            head = (f"{label}: share_ranks=True, but rank{'s' if len(differ) > 1 else ''} "
+                    f"{', '.join(map(str, differ))} differ{'' if len(differ) > 1 else 's'} from rank "
+                    f"{first.key.rank}, so they cannot share one golden (use per-rank goldens: "
+                    f"golden.check(result) without share_ranks):")
+            failures.append((label, [head, *("  " + line for line in lines)]))
+        return kept, failures
 
     def _check_key(self, item: Any, platform: str, folder: Path, out_folder: Optional[Path], level: str,
                    ignore_kernels: Sequence[str], ignore_ops: Sequence[str],
                    sections: tuple[str, ...]) -> tuple[str, list[str], bool]:
         s = self._session
         key = item.key
-        path = folder / store.golden_file_name(key)
+        path = folder / self._name(key)
         store.ensure_inside(s.golden_dir, path)
         shown = s.display(path)
-        label = store.key_label(key)
+        label = self._label(key)
         incomplete: Optional[str] = None
 
         def record(outcome: str) -> None:
@@ -383,7 +443,7 @@ class GoldenChecker:
         data = actual.to_dict()
         if out_folder is not None:
             try:
-                store.write_golden(out_folder / store.golden_file_name(key), data)
+                store.write_golden(out_folder / self._name(key), data)
             except GoldenError as exc:
                 warnings.warn(pytest.PytestWarning(f"--golden-out: {exc}"))
 

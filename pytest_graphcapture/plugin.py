@@ -33,8 +33,19 @@ REPLAY = declare(Setting(
     "replay each captured graph once under the profiler to read its kernels (auto = on GPU graphs)",
     default="auto", choices=("auto", "on", "off"), metavar="WHEN"))
 
+RANK_TIMEOUT = declare(Setting(
+    "--graph-capture-rank-timeout", "GRAPH_CAPTURE_RANK_TIMEOUT",
+    "seconds a multi-rank capture (graph_capture_ranks marker) may take once its rank processes have started; "
+    "a rank that hangs longer fails the test and every rank process is stopped",
+    default="120", metavar="SECONDS"))
+MERGE = declare(Setting(
+    "--graph-capture-merge", "GRAPH_CAPTURE_MERGE",
+    "at session end, merge each multi-rank capture's per-rank traces into one Chrome trace per batch size "
+    "({runner}_bs_{bs}_merged.json.gz, pids labelled [TP00], [TP01], ...); needs --graph-capture-trace",
+    default="off", choices=("on", "off"), const="on", metavar="on|off"))
+
 ENGINE_SETTINGS = (settings_mod.TRACE, settings_mod.DIR, settings_mod.BATCH_SIZES, settings_mod.DEVICE,
-                   PLATFORM, PROFILER_FLAGS, REPLAY)
+                   PLATFORM, PROFILER_FLAGS, REPLAY, RANK_TIMEOUT, MERGE)
 
 _STATE = pytest.StashKey["GraphCaptureConfig"]()
 
@@ -92,6 +103,11 @@ class GraphCaptureConfig:
     platform_override: Optional[str]
     profiler_flags: frozenset
     replay: Optional[bool]
+    rank_timeout: float = 120.0
+    merge: bool = False
+    #: Per-rank trace files of this process's multi-rank captures, merged at session end with --graph-capture-merge.
+    rank_traces: list = field(default_factory=list)
+    merged: list = field(default_factory=list)
     _device: Any = field(default=None, init=False)
     _platform: Optional[str] = field(default=None, init=False)
 
@@ -160,11 +176,26 @@ def _load_config(config: pytest.Config) -> GraphCaptureConfig:
     return GraphCaptureConfig(
         config=config, trace=trace, out_dir=_resolve_dir(config, settings_mod.DIR), batch_sizes=batch_sizes,
         device_choice=resolve(config, settings_mod.DEVICE) or "auto", platform_override=resolve(config, PLATFORM),
-        profiler_flags=flags, replay=replay)
+        profiler_flags=flags, replay=replay, rank_timeout=_rank_timeout(config), merge=resolve(config, MERGE) == "on")
+
+
+def _rank_timeout(config: pytest.Config) -> float:
+    text, source = resolve_with_source(config, RANK_TIMEOUT)
+    where = RANK_TIMEOUT.option if source == "option" else source
+    try:
+        value = float(str(text))
+    except ValueError:
+        raise UsageError(f"{where}: {text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{where}: the rank timeout must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm GPU; skipped with a reason when none is present")
+    config.addinivalue_line(
+        "markers", "graph_capture_ranks(n, timeout=None): graph_capture() in this test captures on n spawned ranks "
+        "with torch.distributed initialized (gloo on CPU, nccl on GPUs); see docs/multi-rank.md")
     try:
         config.stash[_STATE] = _load_config(config)
     except UsageError as exc:
@@ -240,15 +271,31 @@ class GraphCapture:
         self.backend: Any = None
 
     def __call__(self, runner: Any = None, *, backend: Any = None, trace: Optional[str] = None,
-                 summarize: bool = True) -> Any:
+                 summarize: bool = True, ranks: Optional[int] = None, timeout: Optional[float] = None) -> Any:
         """Capture every key of ``runner`` (default: the ``decode_runner`` fixture).
 
         ``trace`` overrides the session's ``--graph-capture-trace`` mode for this
         call; ``summarize=False`` skips the summaries (no golden checks then).
+
+        ``ranks=n`` (or the test's ``graph_capture_ranks(n)`` marker) captures on
+        ``n`` spawned ranks instead: ``runner`` is then a runner *factory* — a
+        module-level function taking a :class:`~pytest_graphcapture.distributed.RankContext`,
+        or a ``"module:function"`` string (default: the tensor-parallel embedded
+        decoder) — and the result holds every rank's keys.  ``timeout`` overrides
+        ``--graph-capture-rank-timeout``.
         """
         from .backend import make_backend
         from .capture import capture_runner
 
+        marker = self._request.node.get_closest_marker("graph_capture_ranks")
+        if ranks is None and marker is not None:
+            ranks = marker.args[0] if marker.args else marker.kwargs.get("n")
+            if ranks is None:
+                pytest.fail("@pytest.mark.graph_capture_ranks needs the number of ranks, e.g. "
+                            "@pytest.mark.graph_capture_ranks(2)", pytrace=False)
+            timeout = timeout if timeout is not None else marker.kwargs.get("timeout")
+        if ranks is not None:
+            return self._capture_on_ranks(runner, ranks, trace=trace, summarize=summarize, timeout=timeout)
         if runner is None:
             runner = self._request.getfixturevalue("decode_runner")
         try:
@@ -258,6 +305,28 @@ class GraphCapture:
         self.backend = backend if backend is not None else make_backend(device)
         settings = self._state.capture_settings(trace=trace, summarize=summarize, progress=self._progress())
         return capture_runner(runner, self.backend, settings)
+
+    def _capture_on_ranks(self, factory: Any, ranks: Any, *, trace: Optional[str], summarize: bool,
+                          timeout: Optional[float]) -> Any:
+        from .distributed import DEFAULT_FACTORY, RankError, capture_on_ranks
+
+        try:
+            device = self._state.device
+            if factory is not None and callable(getattr(factory, "capture_keys", None)):
+                raise UsageError(f"graph_capture(ranks={ranks}) got a runner object ({type(factory).__name__}); "
+                                 f"each rank builds its own runner: pass a module-level factory function "
+                                 f"(RankContext -> runner) or a 'module:function' string")
+            settings = self._state.capture_settings(trace=trace, summarize=summarize, progress=self._progress())
+            result = capture_on_ranks(factory or DEFAULT_FACTORY, ranks, settings, device_type=device.type,
+                                      timeout=float(timeout or self._state.rank_timeout),
+                                      batch_sizes=self._state.batch_sizes)
+        except RankError as exc:
+            pytest.fail(f"multi-rank graph capture failed: {exc}", pytrace=False)
+        except UsageError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        self._state.rank_traces.extend(result.trace_paths)
+        self._state.rank_traces.extend(result.single_trace_paths.values())
+        return result
 
     def _progress(self) -> Optional[Callable[[str], None]]:
         config = self._request.config
@@ -272,6 +341,39 @@ class GraphCapture:
             reporter.write_line(line)
 
         return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """``--graph-capture-merge``: merge the per-rank traces this process's multi-rank captures wrote.
+
+    Each pytest process (an xdist worker too) merges only the files it wrote, so
+    stale traces of earlier runs never join a merged trace.
+    """
+    state = session.config.stash.get(_STATE, None)
+    if state is None or not state.merge or not state.rank_traces:
+        return
+    from .errors import GraphCaptureError
+    from .merge import merge_rank_traces
+
+    paths = [p for p in dict.fromkeys(state.rank_traces) if p.exists()]
+    by_dir: dict = {}
+    for path in paths:
+        by_dir.setdefault(path.parent, []).append(path)
+    for folder, files in sorted(by_dir.items()):
+        try:
+            state.merged.extend(merge_rank_traces(folder, only=files))
+        except GraphCaptureError as exc:
+            import warnings
+
+            warnings.warn(pytest.PytestWarning(f"--graph-capture-merge: {exc}"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is not None and state.merged:
+        folders = sorted({str(p.parent) for p in state.merged})
+        terminalreporter.write_line(f"graph-capture: {len(state.merged)} merged multi-rank trace(s) written to "
+                                    f"{', '.join(folders)}")
 
 
 @pytest.fixture
