@@ -10,6 +10,9 @@ on stderr naming the file and the problem, never a traceback).
 * ``graphcapture show DIR [--level L]`` — kernels × batch sizes, one table per
   runner/variant/rank, from the summary JSON files and traces in ``DIR``.
   :func:`kernel_matrix` builds the table data so other renderers can reuse it.
+* ``graphcapture merge DIR [--out-dir OUT]`` — merge the per-rank traces of a
+  multi-rank capture (``*_rank<r>.json.gz``, ``*-TP-<r>.json.gz``) into one Chrome
+  trace per batch size, every event's process labelled by its rank (:mod:`.merge`).
 """
 
 from __future__ import annotations
@@ -214,6 +217,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from .merge import merge_rank_traces
+
+    written = merge_rank_traces(Path(args.directory), out_dir=Path(args.out_dir) if args.out_dir else None)
+    if not written:
+        raise UsageError(f"{args.directory}: no group of per-rank traces with two or more ranks "
+                         f"(*_rank<r>.json.gz or *-TP-<r>.json.gz) to merge")
+    for path in written:
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``graphcapture``."""
     parser = argparse.ArgumentParser(prog=PROG, description="Summarize and compare CUDA-graph capture traces.")
@@ -237,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--level", choices=LEVELS, default=None, help="normalize kernel names to this level")
     p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("merge", help="merge per-rank traces into one Chrome trace per batch size")
+    p.add_argument("directory", metavar="DIR", help="folder with the per-rank traces (graph_capture_profile/)")
+    p.add_argument("--out-dir", metavar="OUT", help="write the merged traces here instead of DIR")
+    p.set_defaults(func=_cmd_merge)
     return parser
 
 
