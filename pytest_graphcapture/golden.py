@@ -38,6 +38,9 @@ from .errors import GoldenError, UsageError
 from .keys import CaptureKey, safe_name
 
 SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
+#: Optional golden field: the most launches this key's capture may record (see :func:`launch_budget_violations`).
+#: It is not part of the summary, so it is never diffed; ``--update-golden`` carries it over.
+BUDGET_FIELD = "launch_budget"
 GOLDEN_SUFFIX = ".json"
 #: Failure messages are cut after this many lines; the full diff goes to a file.
 MAX_DIFF_LINES = 60
@@ -316,6 +319,11 @@ def validate_sections(data: Mapping[str, Any], path: Any) -> None:
             "launches.by_api must map API names to integers")
     env = data.get("environment", {})
     _expect(isinstance(env, dict), path, "'environment' must be an object")
+    if BUDGET_FIELD in data:
+        budget = data[BUDGET_FIELD]
+        _expect(_is_int(budget) and budget >= 0, path,
+                f"'{BUDGET_FIELD}' must be a non-negative integer (maximum launches of this batch size), "
+                f"got {budget!r}")
 
 
 def load_golden_dict(path: Path) -> dict:
@@ -711,6 +719,51 @@ def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MA
     hidden = len(lines) - (max_lines - 1)
     where = f"; full diff in {full_path}" if full_path else ""
     return lines[: max_lines - 1] + [f"… {hidden} more lines{where}"]
+
+
+# --------------------------------------------------------------------------- launch budgets
+
+
+def budget_from_option(max_launches: Any, key: CaptureKey) -> Optional[int]:
+    """The ``golden.check(max_launches=...)`` budget of ``key``: an int for every key, or ``{bs: int}``.
+
+    A mapping without the key's batch size sets no budget for it.  Bad values are a
+    UsageError naming the argument.
+    """
+    if max_launches is None:
+        return None
+    if isinstance(max_launches, Mapping):
+        for bs, limit in max_launches.items():
+            if not _is_int(bs) or bs < 1:
+                raise UsageError(f"golden.check(max_launches=...): key {bs!r} is not a batch size (positive int)")
+            if not _is_int(limit) or limit < 0:
+                raise UsageError(f"golden.check(max_launches=...): budget of bs={bs} must be a non-negative "
+                                 f"integer, got {limit!r}")
+        return max_launches.get(key.batch_size)
+    if not _is_int(max_launches) or max_launches < 0:
+        raise UsageError(f"golden.check(max_launches={max_launches!r}): expected a non-negative integer or "
+                         f"a {{batch_size: integer}} mapping")
+    return int(max_launches)
+
+
+def peek_launch_budget(path: Path) -> Optional[int]:
+    """The ``launch_budget`` of the golden at ``path``, or None (absent, missing or unreadable file).
+
+    Unreadable goldens are reported by the regular check; this only carries a budget over.
+    """
+    try:
+        data = load_golden_dict(path)
+    except GoldenError:
+        return None
+    budget = data.get(BUDGET_FIELD)
+    return int(budget) if _is_int(budget) else None
+
+
+def launch_budget_violations(key: CaptureKey, launches: int,
+                             budgets: Sequence[tuple[Optional[int], str]]) -> list[str]:
+    """One line per exceeded budget: ``bs=8: 212 kernel launches > budget 200 (source)``."""
+    return [f"{key_label(key)}: {launches} kernel launches > budget {limit} ({source})"
+            for limit, source in budgets if limit is not None and launches > limit]
 
 
 def copy_command(src_folder: Path, dst_folder: Path) -> str:

@@ -21,7 +21,9 @@ Settings (command line > environment variable > ini key > default):
 ``--golden-level exact|name|family`` (``GRAPH_CAPTURE_GOLDEN_LEVEL``, default ``name``)
     Kernel-name normalization level of checks that do not pass ``level=``.
 ``--graph-capture-report FILE.md`` / ``--graph-capture-json FILE``
-    Session report as Markdown (with the diffs, for CI job summaries) / JSON.
+    Session report as Markdown (with the diffs, for CI job summaries) / JSON.  With
+    ``--golden-out`` too, ``FILE.html`` (the kernel × batch-size picture against the
+    goldens, :mod:`pytest_graphcapture.picture`) is written beside it and linked.
 ``--graph-capture-xdist-gpu`` (``GRAPH_CAPTURE_XDIST_GPU=on``)
     Under pytest-xdist, worker ``gwN`` uses visible device ``N mod count``.
 
@@ -39,7 +41,7 @@ import shlex
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import pytest
 
@@ -174,12 +176,29 @@ class GoldenSession:
                     except GoldenError as exc:
                         warnings.warn(pytest.PytestWarning(str(exc)))
                 self.report.unused.append(entry)
+        if self.report_md is not None and self.out_dir is not None and self.report.folders:
+            self._write_picture(self.report_md, self.out_dir)
         for target, text in ((self.report_md, self.report.markdown()), (self.report_json, self.report.to_json())):
             if target is not None:
                 try:
                     store.write_atomic(target, text)
                 except GoldenError as exc:
                     warnings.warn(pytest.PytestWarning(f"graph capture report not written: {exc}"))
+
+
+    def _write_picture(self, report_md: Path, out_dir: Path) -> None:
+        """The HTML kernel × batch-size picture beside the Markdown report, which links it."""
+        from .picture import session_picture
+
+        target = report_md.with_suffix(".html")
+        try:
+            page = session_picture(out_dir, self.golden_dir, sorted(f.path for f in self.report.folders),
+                                   level=self.level)
+            store.write_atomic(target, page)
+        except GraphCaptureError as exc:
+            warnings.warn(pytest.PytestWarning(f"graph capture picture not written: {exc}"))
+            return
+        self.report.picture = os.path.relpath(target, report_md.parent).replace(os.sep, "/")
 
 
 def _session(config: pytest.Config) -> GoldenSession:
@@ -317,7 +336,8 @@ class GoldenChecker:
 
     def check(self, result: Any, *, level: Optional[str] = None, ignore_kernels: Sequence[str] = (),
               share_ranks: bool = False,
-              ignore_ops: Sequence[str] = (), sections: Optional[Sequence[str]] = None) -> None:
+              ignore_ops: Sequence[str] = (), sections: Optional[Sequence[str]] = None,
+              max_launches: Union[int, Mapping[int, int], None] = None) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
         ``level`` defaults to ``--golden-level``; ``ignore_kernels`` / ``ignore_ops``
@@ -328,6 +348,9 @@ class GoldenChecker:
         ``…_bs_<bs>_rank<r>.json`` (rank 0 included).  ``share_ranks=True`` uses one
         golden without rank suffix for all ranks when their summaries are identical
         (tensor-parallel ranks usually are) and fails naming the ranks that differ.
+        ``max_launches`` is a launch budget — one int for every key or
+        ``{batch_size: int}`` — checked like a golden's ``launch_budget`` field:
+        a capture recording more launches fails with the numbers.
         """
         s = self._session
         level = level or s.level
@@ -338,24 +361,35 @@ class GoldenChecker:
                 raise UsageError(f"golden.check(level={level!r}): expected one of {', '.join(levels)}")
             platform = str(result.platform)
             folder = store.golden_folder(s.golden_dir, platform, self._nodeid)
+            option_budgets = {kr.key: store.budget_from_option(max_launches, kr.key) for kr in result}
         except GraphCaptureError as exc:
             pytest.fail(str(exc), pytrace=False)
         items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant or "", kr.key.rank, kr.key.batch_size))
         self._explicit_rank = int(getattr(result, "world_size", 1) or 1) > 1 and not share_ranks
-        share_failures: list[tuple[str, list[str]]] = []
-        if share_ranks:
-            items, share_failures = self._share_ranks(items, level, ignore_kernels, ignore_ops, sections_t)
         if not items:
             pytest.fail(f"golden.check: the capture result of {getattr(result, 'runner_name', '?')} has no "
                         f"captured keys, nothing to compare", pytrace=False)
+        share_failures: list[tuple[str, list[str]]] = []
+        if share_ranks:
+            items, share_failures = self._share_ranks(items, level, ignore_kernels, ignore_ops, sections_t)
         s.report.add_folder(platform, s.rel(folder))
         out_folder = store.golden_folder(s.out_dir, platform, self._nodeid) if s.out_dir else None
         blocks: list[list[str]] = []
         failed: list[str] = []
         missing: list[str] = []
+        over_budget: list[str] = []
+        budget_only: list[str] = []
         for item in items:
+            budget_lines: list[str] = []
             outcome, lines, is_missing = self._check_key(item, platform, folder, out_folder, level,
-                                                         ignore_kernels, ignore_ops, sections_t)
+                                                         ignore_kernels, ignore_ops, sections_t,
+                                                         option_budgets.get(item.key), budget_lines)
+            if budget_lines:
+                over_budget.append(self._label(item.key))
+                if outcome != "failed":
+                    budget_only.append(self._label(item.key))
+                lines = (lines if outcome == "failed" else []) + budget_lines
+                outcome = "failed"
             if outcome == "failed":
                 failed.append(self._label(item.key))
                 blocks.append(lines)
@@ -365,7 +399,8 @@ class GoldenChecker:
             failed.append(label)
             blocks.append(lines)
         if failed:
-            self._fail(result, platform, level, folder, out_folder, failed, missing, blocks)
+            self._fail(result, platform, level, folder, out_folder, failed, missing, blocks, over_budget,
+                       budget_only)
 
     def _label(self, key: Any) -> str:
         return store.key_label(key, explicit_rank=self._explicit_rank)
@@ -415,7 +450,9 @@ class GoldenChecker:
 
     def _check_key(self, item: Any, platform: str, folder: Path, out_folder: Optional[Path], level: str,
                    ignore_kernels: Sequence[str], ignore_ops: Sequence[str],
-                   sections: tuple[str, ...]) -> tuple[str, list[str], bool]:
+                   sections: tuple[str, ...], option_budget: Optional[int] = None,
+                   budget_lines: Optional[list[str]] = None) -> tuple[str, list[str], bool]:
+        """Check one key; launch-budget violations go to ``budget_lines`` (the key is then recorded failed)."""
         s = self._session
         key = item.key
         path = folder / self._name(key)
@@ -424,7 +461,10 @@ class GoldenChecker:
         label = self._label(key)
         incomplete: Optional[str] = None
 
+        budget_lines = budget_lines if budget_lines is not None else []
+
         def record(outcome: str) -> None:
+            outcome = "failed" if budget_lines else outcome
             s.report.add_record(KeyRecord(self._nodeid, platform, label, s.rel(path), outcome, incomplete))
 
         if item.summary is None:
@@ -441,6 +481,12 @@ class GoldenChecker:
         if not actual.complete:
             incomplete = actual.incomplete_reason or "no reason given"
         data = actual.to_dict()
+        golden_budget = store.peek_launch_budget(path) if path.exists() else None
+        if golden_budget is not None:
+            data[store.BUDGET_FIELD] = golden_budget  # kept by --update-golden and in --golden-out files
+        budget_lines.extend(store.launch_budget_violations(
+            key, int(actual.launches.get("total", 0)),
+            [(golden_budget, f"{store.BUDGET_FIELD} in {shown}"), (option_budget, "golden.check(max_launches=...)")]))
         if out_folder is not None:
             try:
                 store.write_golden(out_folder / self._name(key), data)
@@ -493,14 +539,16 @@ class GoldenChecker:
         return "passed", [], False
 
     def _fail(self, result: Any, platform: str, level: str, folder: Path, out_folder: Optional[Path],
-              failed: list[str], missing: list[str], blocks: list[list[str]]) -> None:
+              failed: list[str], missing: list[str], blocks: list[list[str]],
+              over_budget: Sequence[str] = (), budget_only: Sequence[str] = ()) -> None:
         s = self._session
         runner = getattr(result, "runner_name", "") or "capture"
         nodeid_arg = shlex.quote(self._nodeid)
         if len(missing) == len(failed):
             what = f"has no golden for {', '.join(failed)}"
         else:
-            labels = [f"{label} (missing)" if label in missing else label for label in failed]
+            labels = [f"{label} (missing)" if label in missing else
+                      f"{label} (over launch budget)" if label in over_budget else label for label in failed]
             what = f"does not match its goldens for {', '.join(labels)}"
         head = f"graph capture of {runner} {what} (platform {platform}, level {level}, {len(failed)} of {len(result)} keys)"
         body = [line for block in blocks for line in block]
@@ -509,13 +557,18 @@ class GoldenChecker:
             tail.append(f"obtained summaries written to {s.display(out_folder)}/; accept them with:")
             tail.append(f"  {store.copy_command(Path(s.display(out_folder)), Path(s.display(folder)))}")
         ci_var = ci_environment()
+        if over_budget:
+            tail.append(f"launch budget exceeded for {', '.join(over_budget)}: cut the launches, or raise the "
+                        f"budget ({store.BUDGET_FIELD} in the golden file, kept by --update-golden, or "
+                        f"golden.check(max_launches=...))")
         verb = "create" if len(missing) == len(failed) else "accept"
         command = f"pytest {nodeid_arg} --update-golden"
         if missing and len(missing) < len(failed):
             command_new = f"pytest {nodeid_arg} --update-golden=new"
             tail.append(f"create only the missing ones with: {command_new}")
         where = f" (locally: updating is refused on CI, {ci_var} is set)" if ci_var else ""
-        tail.append(f"{verb} them with: {command}{where}")
+        if len(budget_only) < len(failed):  # --update-golden cannot fix a budget-only failure
+            tail.append(f"{verb} them with: {command}{where}")
         full = [head, *body, *tail]
         s.report.add_failure(self._nodeid, platform, "\n".join(full) + "\n")
         if len(body) > store.MAX_DIFF_LINES:
