@@ -7,8 +7,9 @@ on stderr naming the file and the problem, never a traceback).
   summary JSON (sorted keys, indent 2, trailing newline); a list for several traces.
 * ``graphcapture diff EXPECTED ACTUAL [--level L]`` — each side a summary JSON file or
   a trace; both are compared at the coarser of their levels (and ``--level``).
-* ``graphcapture show DIR [--level L]`` — kernels × batch sizes, one table per
-  runner/variant/rank, from the summary JSON files and traces in ``DIR``.
+* ``graphcapture show DIR [--level L] [--html OUT.html [--against GOLDEN_DIR]]`` — kernels ×
+  batch sizes, one table per runner/variant/rank, from the summary JSON files and traces
+  in ``DIR``; ``--html`` writes the self-contained picture (:mod:`.picture`) instead.
   :func:`kernel_matrix` builds the table data so other renderers can reuse it.
 * ``graphcapture merge DIR [--out-dir OUT]`` — merge the per-rank traces of a
   multi-rank capture (``*_rank<r>.json.gz``, ``*-TP-<r>.json.gz``) into one Chrome
@@ -204,6 +205,19 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    if args.against and not args.html:
+        raise UsageError("--against compares in the HTML picture; give --html OUT.html with it")
+    if args.html:
+        from .golden import write_atomic
+        from .picture import picture_from_dirs
+
+        page = picture_from_dirs(args.directory, against=args.against, level=args.level)
+        try:
+            write_atomic(Path(args.html), page)
+        except GraphCaptureError as exc:
+            raise UsageError(f"--html {args.html}: {getattr(exc, 'problem', exc)}") from None
+        print(f"wrote {args.html}")
+        return 0
     summaries = _collect_dir(Path(args.directory), args.level)
     groups: dict[tuple, list[Summary]] = {}
     for s in summaries:
@@ -251,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="text table of kernels x batch sizes for a directory")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--level", choices=LEVELS, default=None, help="normalize kernel names to this level")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML picture of the matrix instead "
+                   "(DIR is then searched recursively, one table per folder/runner/variant/rank)")
+    p.add_argument("--against", metavar="GOLDEN_DIR", help="with --html: highlight kernels added, removed or "
+                   "changed against the goldens in the same folders under GOLDEN_DIR")
     p.set_defaults(func=_cmd_show)
 
     p = sub.add_parser("merge", help="merge per-rank traces into one Chrome trace per batch size")

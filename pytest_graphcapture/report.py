@@ -85,6 +85,8 @@ class SessionReport:
     unused: list[FileRecord] = field(default_factory=list)
     obtained_dir: Optional[str] = None
     update_mode: Optional[str] = None
+    #: The HTML picture (kernel × batch-size matrix) written beside the Markdown report, relative to it.
+    picture: Optional[str] = None
 
     # ----------------------------------------------------------------- filling
 
@@ -119,6 +121,7 @@ class SessionReport:
             "used": files(self.used),
             "deleted": files(self.deleted),
             "unused": files(self.unused),
+            "picture": self.picture,
         }
 
     @classmethod
@@ -136,6 +139,7 @@ class SessionReport:
             used={FileRecord(**f) for f in data.get("used", [])},
             deleted=[FileRecord(**f) for f in data.get("deleted", [])],
             unused=[FileRecord(**f) for f in data.get("unused", [])],
+            picture=data.get("picture"),
         )
 
     def merge(self, other: "SessionReport | dict") -> None:
@@ -145,6 +149,7 @@ class SessionReport:
         self.golden_dir = self.golden_dir or other.golden_dir
         self.obtained_dir = self.obtained_dir or other.obtained_dir
         self.update_mode = self.update_mode or other.update_mode
+        self.picture = self.picture or other.picture
         self.records.extend(other.records)
         self.failures.extend(other.failures)
         self.folders |= other.folders
@@ -237,6 +242,10 @@ class SessionReport:
         for platform, row in self.counts().items():
             out.append(f"| `{platform}` | " + " | ".join(str(row[n]) for n in COUNT_NAMES) + " |")
         out.append("")
+        if self.picture:
+            out += [f"Kernel × batch-size picture, added/removed kernels highlighted: [{_html(self.picture)}]"
+                    f"(<{self.picture}>) (a self-contained HTML file beside this report; in CI, open it from "
+                    f"the job's artifacts).", ""]
         if self.failures:
             out += ["### Failures", ""]
             for f in sorted(self.failures, key=lambda f: (f.platform, f.nodeid)):

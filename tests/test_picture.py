@@ -1,0 +1,180 @@
+"""The HTML picture: kernel × batch-size matrix, highlighting against goldens, self-contained, from the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import real_traces_dir
+from pytest_graphcapture import cli, picture
+from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.summary import Summary
+
+
+def summary(bs: int, kernels: dict[str, int], *, runner: str = "R", variant: str | None = None,
+            ops: dict[str, int] | None = None, complete: bool = True) -> Summary:
+    return Summary(key=CaptureKey(runner, bs, variant), platform="cuda-sm90",
+                   kernels=[{"name": n, "kind": "kernel", "count": c} for n, c in kernels.items()],
+                   ops=[{"name": n, "input_dims": [[bs]], "input_types": ["float"], "count": c}
+                        for n, c in (ops or {}).items()],
+                   launches={"total": sum(kernels.values()), "by_api": {"cudaLaunchKernel": sum(kernels.values())}},
+                   complete=complete, incomplete_reason=None if complete else "replay missing")
+
+
+def write(folder: Path, s: Summary) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{s.key.stem}.json").write_text(json.dumps(s.to_dict()))
+
+
+def cells(page: str) -> list[tuple[str, str]]:
+    """``(class, text)`` of every numeric cell, in order."""
+    return re.findall(r'<td class="n(?: ([a-z]+))?"[^>]*>(.*?)</td>', page)
+
+
+def test_rows_and_cells_against_goldens() -> None:
+    golden = [summary(1, {"gemv": 2, "rmsnorm_fused": 3}), summary(8, {"gemm": 2, "rmsnorm_fused": 3})]
+    now = [summary(1, {"gemv": 2, "rms_a": 3, "rms_b": 3}), summary(8, {"gemm": 4, "rms_a": 3, "rms_b": 3}),
+           summary(16, {"gemm": 4})]
+    (table,) = picture.build_tables([("t", s) for s in now], [("t", s) for s in golden])
+    assert table.batch_sizes == [1, 8, 16] and table.golden_batch_sizes == {1, 8}
+    states = {row.name: row.state for row in table.kernels}
+    assert states == {"gemm": "changed", "gemv": "same", "rms_a": "added", "rms_b": "added",
+                      "rmsnorm_fused": "removed"}
+    gemm = next(r for r in table.kernels if r.name == "gemm")
+    assert [gemm.cell_state(bs, bs in table.golden_batch_sizes) for bs in table.batch_sizes] == [
+        "same", "changed", "no-golden"]
+    assert table.counts() == {"added": 2, "removed": 1, "changed": 1}
+
+    page = picture.render_html([table], compared=True)
+    # Row order is by name: gemm, gemv, rms_a, rms_b, rmsnorm_fused; columns bs=1, 8, 16.
+    assert cells(page) == [
+        ("zero", "·"), ("changed", "2→4"), ("", "4"),
+        ("", "2"), ("zero", "·"), ("zero", "·"),
+        ("added", "+3"), ("added", "+3"), ("zero", "·"),
+        ("added", "+3"), ("added", "+3"), ("zero", "·"),
+        ("removed", "<s>3</s>"), ("removed", "<s>3</s>"), ("zero", "·"),
+    ]
+    assert '<tr class="removed"><td class="name" title="rmsnorm_fused">− rmsnorm_fused</td>' in page
+    assert 'class="nogolden"' in page and "bs=16*" in page
+    assert "2 added" in page and "1 removed" in page and "1 changed" in page
+
+
+def test_page_is_self_contained_and_escaped() -> None:
+    name = 'void k<float, "x">(float*) <script>alert(1)</script>'
+    page = picture.render_html(picture.build_tables([("", summary(4, {name: 1}))]))
+    assert "<script" not in page.lower()
+    assert "&lt;script&gt;" in page
+    for needle in ("http://", "https://", "src=", "@import", "url("):
+        assert needle not in page, needle
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+
+
+def test_ops_table_and_cpu_note() -> None:
+    now = [summary(bs, {}, ops={"aten::mm": 2, "aten::silu": 1}) for bs in (1, 2)]
+    before = [summary(bs, {}, ops={"aten::mm": 2, "aten::gelu": 1}) for bs in (1, 2)]
+    (table,) = picture.build_tables([("", s) for s in now], [("", s) for s in before])
+    assert {r.name: r.state for r in table.ops} == {"aten::gelu": "removed", "aten::mm": "same",
+                                                     "aten::silu": "added"}
+    page = picture.render_html([table], compared=True)
+    assert "No kernels recorded" in page and "<details open>" in page
+
+
+def test_groups_by_folder_and_variant_and_marks_incomplete() -> None:
+    obtained = [("a", summary(1, {"k": 1})), ("b", summary(1, {"k": 1})),
+                ("a", summary(1, {"k": 1}, variant="lora")), ("a", summary(2, {"k": 1}, complete=False))]
+    tables = picture.build_tables(obtained)
+    assert [(t.folder, t.variant, t.batch_sizes) for t in tables] == [("a", None, [1, 2]), ("a", "lora", [1]),
+                                                                       ("b", None, [1])]
+    assert tables[0].incomplete == {2: "replay missing"}
+    assert "bs=2: incomplete kernel evidence" in picture.render_html(tables)
+
+
+def test_cli_show_html_against_golden_tree(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for bs in (1, 4):
+        write(tmp_path / "goldens" / "cuda-sm90" / "test_x.py" / "test_y", summary(bs, {"gemm": 1, "old": 1}))
+        write(tmp_path / "out" / "cuda-sm90" / "test_x.py" / "test_y", summary(bs, {"gemm": 1, "new": 2}))
+    (tmp_path / "out" / "cuda-sm90" / "test_x.py" / "test_y" / "diff.txt").write_text("ignored")
+    out = tmp_path / "p.html"
+    code = cli.main(["show", str(tmp_path / "out"), "--html", str(out), "--against", str(tmp_path / "goldens")])
+    assert code == 0, capsys.readouterr().err
+    page = out.read_text(encoding="utf-8")
+    assert "cuda-sm90/test_x.py/test_y — R rank 0, cuda-sm90, level name" in page
+    assert page.count('class="n added"') == 2 and page.count('class="n removed"') == 2
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_cli_show_html_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["show", str(tmp_path), "--against", str(tmp_path)]) == 2
+    assert "--against compares in the HTML picture" in capsys.readouterr().err
+    assert cli.main(["show", str(tmp_path), "--html", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert "contains no summary JSON or trace files" in err and len(err.strip().splitlines()) == 1
+    write(tmp_path / "d", summary(1, {"k": 1}))
+    assert cli.main(["show", str(tmp_path / "d"), "--html", str(tmp_path / "d" / "R_bs_1.json" / "x.html")]) == 2
+    assert "--html" in capsys.readouterr().err
+
+
+def test_real_mi300x_capture_renders_its_kernels(tmp_path: Path) -> None:
+    trace = real_traces_dir() / "tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
+    if not trace.exists():
+        pytest.skip(f"real traces not found at {trace.parent}: set GRAPH_CAPTURE_REAL_TRACES to the folder "
+                    f"holding tracelens_sglang_decode_capture__bs_32_rank0.json.gz")
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / trace.name).symlink_to(trace)
+    s = cli.load_any(folder / trace.name)
+    page = picture.picture_from_dirs(folder)
+    (table,) = picture.build_tables([("", s)])
+    assert table.batch_sizes == [32]
+    assert sum(r.counts[32] for r in table.kernels) == sum(k["count"] for k in s.kernels) > 500
+    assert any(r.name.startswith("Cijk_") for r in table.kernels)  # hipBLASLt GEMMs at name level
+    assert page.count('<td class="name"') >= len(table.kernels)
+
+
+SESSION_CONFTEST = '''
+import os
+import pytest
+from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.result import CaptureResult, KeyResult
+from pytest_graphcapture.summary import Summary
+
+
+@pytest.fixture
+def fake_capture():
+    def capture():
+        norm = os.environ.get("FAKE_NORM", "fused_rmsnorm_kernel")
+        result = CaptureResult(runner_name="Fake", platform="cuda-sm90")
+        for bs in (4, 1):
+            key = CaptureKey("Fake", bs)
+            kernels = [{"name": "gemm_kernel", "kind": "kernel", "count": 2},
+                       {"name": norm, "kind": "kernel", "count": 3}]
+            result.keys[key] = KeyResult(key=key, summary=Summary(
+                key=key, platform="cuda-sm90", kernels=kernels, ops=[], launches={"total": 5, "by_api": {}}))
+        return result
+    return capture
+'''
+
+
+def test_session_report_links_the_picture(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FAKE_NORM", raising=False)
+    pytester.makeconftest(SESSION_CONFTEST)
+    pytester.makepyfile(test_model="def test_decode(fake_capture, golden):\n    golden.check(fake_capture())\n")
+    args = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+    pytester.runpytest(*args, "--update-golden").assert_outcomes(passed=1)
+    monkeypatch.setenv("FAKE_NORM", "rsqrt_kernel")
+    result = pytester.runpytest(*args, "--golden-out", "out", "--graph-capture-report", "ci/report.md")
+    result.assert_outcomes(failed=1)
+    markdown = (pytester.path / "ci" / "report.md").read_text()
+    assert "[report.html](<report.html>)" in markdown
+    page = (pytester.path / "ci" / "report.html").read_text()
+    assert "cuda-sm90/test_model.py/test_decode — Fake rank 0" in page
+    assert re.search(r'<tr class="added"><td class="name" title="rsqrt_kernel">', page)
+    assert re.search(r'<tr class="removed"><td class="name" title="fused_rmsnorm_kernel">', page)
+    # Without --golden-out there is nothing obtained on disk to picture: no HTML, no link.
+    (pytester.path / "ci" / "report.html").unlink()
+    pytester.runpytest(*args, "--graph-capture-report", "ci/report.md").assert_outcomes(failed=1)
+    assert not (pytester.path / "ci" / "report.html").exists()
+    assert "report.html" not in (pytester.path / "ci" / "report.md").read_text()
