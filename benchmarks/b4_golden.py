@@ -1,0 +1,122 @@
+"""B4 — the golden check of the reference engine's 36 batch sizes against reading their files.
+
+Set-up (untimed): the embedded runner is captured on CPU at
+``default_batch_sizes(256)`` (1, 2, 4, 8, 12, 16, 24, …, 256: 36 sizes) in
+summary-only mode, and each summary is written as its golden the way
+``--update-golden`` writes it (normalized to the check level, ``golden.write_golden``
+at ``golden.golden_path``), into a temporary golden dir.
+
+Timed, interleaved:
+
+* ``read`` — for the 36 files: ``Path.read_bytes`` + ``json.loads``: the floor;
+* ``check`` — for the 36 keys, exactly what the ``golden`` fixture does per key when
+  the golden matches (``GoldenChecker._check_key`` without update/out-dir): the
+  post-process round trip ``summary_from_dict(summary.to_dict())``, the level check,
+  ``normalized(level)``, ``to_dict()``, ``golden_path`` (with its inside-the-dir
+  check), ``exists()``, ``peek_launch_budget`` (where golden.py has it),
+  ``load_golden_dict``, ``summary_from_dict`` and ``compare`` at the default level
+  ``name``.  Keep this in step with ``GoldenChecker._check_key``.  The fixture renders a diff only when it is not
+  empty, so nothing is rendered here (every key matches; the benchmark asserts it).
+
+Going through golden.py's public functions rather than a pytester run keeps
+pytest's own start-up and collection (hundreds of ms, very noisy on 2 cores)
+out of a measurement of a few ms.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from common import Row, Section, fmt_seconds, median, progress, rotated, stderr_to
+
+NODEID = "tests/test_decode.py::test_decode_graphs"
+LEVEL = "name"  # the default of --golden-level
+
+
+def build_goldens(batch_sizes: Sequence[int], golden_dir: Path, work_dir: Path) -> list[tuple[Any, Path]]:
+    """Capture the runner at ``batch_sizes`` and write each key's golden; return (summary, path) pairs."""
+    from pytest_graphcapture import golden as store
+    from pytest_graphcapture.backend import make_backend
+    from pytest_graphcapture.capture import CaptureSettings, capture_runner
+    from pytest_graphcapture.decode_model import TinyDecodeRunner
+
+    if golden_dir.exists():
+        shutil.rmtree(golden_dir)
+    runner = TinyDecodeRunner(batch_sizes, device="cpu")
+    with stderr_to(work_dir / "b4_stderr.log"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = capture_runner(runner, make_backend("cpu"),
+                                CaptureSettings(trace="off", summarize=True, platform="cpu", level="exact"))
+    pairs = []
+    for key_result in result:
+        summary = key_result.summary
+        path = store.golden_path(golden_dir, "cpu", NODEID, summary.key)
+        store.write_golden(path, summary.normalized(LEVEL).to_dict())
+        pairs.append((summary, path))
+    return pairs
+
+
+def time_read(paths: Sequence[Path]) -> float:
+    """Seconds to read and parse every golden file (the floor)."""
+    started = time.perf_counter()
+    for path in paths:
+        json.loads(path.read_bytes())
+    return time.perf_counter() - started
+
+
+def time_check(pairs: Sequence[tuple[Any, Path]], golden_dir: Path) -> float:
+    """Seconds for the fixture's per-key check of every key against its matching golden."""
+    from pytest_graphcapture import golden as store
+
+    # The fixture also reads a golden's launch budget when the installed golden.py has that feature.
+    peek_budget = getattr(store, "peek_launch_budget", None)
+    started = time.perf_counter()
+    folder = store.golden_folder(golden_dir, "cpu", NODEID)
+    for summary, _ in pairs:
+        key = summary.key
+        path = folder / store.golden_file_name(key)
+        store.ensure_inside(golden_dir, path)
+        actual = store.summary_from_dict(summary.to_dict(), f"summary of {key}")
+        store._check_level(LEVEL, actual, "the captured summary", f"summary of {key}")
+        actual = actual.normalized(LEVEL)
+        actual.to_dict()
+        if not path.exists():
+            raise RuntimeError(f"B4: golden {path} vanished")
+        if peek_budget is not None:
+            peek_budget(path)
+        old = store.load_golden_dict(path)
+        expected = store.summary_from_dict(old, path)
+        diff = store.compare(expected, actual, level=LEVEL, golden=str(path))
+        if not diff.ok:
+            raise RuntimeError(f"B4: {key} does not match its own golden: {diff.render()}")
+    return time.perf_counter() - started
+
+
+def run(*, rounds: int, batch_sizes: Sequence[int], work_dir: Path) -> Section:
+    """Interleaved rounds of read vs check; one row with the ratio."""
+    section = Section()
+    golden_dir = work_dir / "b4_goldens"
+    progress(f"B4: capturing the embedded runner at {len(batch_sizes)} batch sizes and writing goldens")
+    pairs = build_goldens(batch_sizes, golden_dir, work_dir)
+    paths = [p for _, p in pairs]
+    total_bytes = sum(p.stat().st_size for p in paths)
+    time_read(paths)
+    time_check(pairs, golden_dir)  # warm imports and caches once
+    times: dict[str, list[float]] = {"read": [], "check": []}
+    for r in range(rounds):
+        for variant in rotated(("read", "check"), r):
+            times[variant].append(time_read(paths) if variant == "read" else time_check(pairs, golden_dir))
+    read_s, check_s = median(times["read"]), median(times["check"])
+    progress(f"B4: read {fmt_seconds(read_s)}, check {fmt_seconds(check_s)} (medians of {rounds})")
+    shutil.rmtree(golden_dir, ignore_errors=True)
+    section.notes.append(f"B4: {len(paths)} goldens ({total_bytes / 1024:.0f} KiB in all; batch sizes "
+                         f"{batch_sizes[0]}…{batch_sizes[-1]}), level {LEVEL}, {rounds} interleaved rounds, medians")
+    section.rows.append(Row("B4", f"golden check of {len(paths)} keys (all equal)", fmt_seconds(check_s),
+                            f"read + json.loads {fmt_seconds(read_s)}",
+                            check_s / read_s if read_s else None, 2.0))
+    return section

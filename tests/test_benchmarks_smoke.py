@@ -1,0 +1,56 @@
+"""Smoke test of the benchmark command: it runs end to end and prints its table.
+
+Timings are never asserted here (targets are what the benchmarks show, not what
+a timed test could check on a shared CI machine); this only guards the
+documented command against breaking.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RUN = REPO / "benchmarks" / "run.py"
+
+
+def _real_traces() -> Path:
+    env = os.environ.get("GRAPH_CAPTURE_REAL_TRACES")
+    return Path(env) if env else REPO.parent / "shared" / "testdata" / "real_traces"
+
+
+def _run(args: list[str], tmp_path: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(RUN), *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_quick_run_prints_and_writes_the_table(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    done = _run(["--quick", "--skip-hta", "--out", str(out), "--work-dir", str(tmp_path / "work")], tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    table_start = done.stdout.index("bench  measurement")
+    table = done.stdout[table_start:]
+    assert "B1" in table and "B4" in table
+    assert "ours, summary-only per-bs" in table and "golden check of 7 keys" in table
+    if sorted(_real_traces().glob("*.json.gz")):
+        assert "summarize_trace_file" in table
+    else:
+        assert "B2/B3 skipped" in done.stdout
+    assert "B3" not in table  # --skip-hta
+    markdown = out.read_text(encoding="utf-8")
+    assert "| bench | measurement | median |" in markdown
+    assert "Machine:" in markdown and "torch:" in markdown
+    # The table is the last thing printed.
+    assert done.stdout.rstrip().splitlines()[-1].startswith("B4")
+
+
+def test_unknown_benchmark_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    done = _run(["--only", "B1,B9"], tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "--only: unknown benchmark(s) B9" in done.stderr
+    assert "Traceback" not in done.stderr
