@@ -245,7 +245,10 @@ def _rank_main(rank: int, world_size: int, port: int, device_type: str, backend:
         channel.stage("sending the result")
         queue.put(("result", rank, value))
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
-        queue.put(("error", rank, f"{type(exc).__name__}: {exc}", traceback.format_exc(), channel.current))
+        stage = channel.current
+        if getattr(exc, "key", None) is not None and getattr(exc, "stage", None):  # a CaptureError knows better
+            stage = f"{exc.key} {exc.stage}"  # type: ignore[attr-defined]
+        queue.put(("error", rank, f"{type(exc).__name__}: {exc}", traceback.format_exc(), stage))
     finally:
         if dist is not None and dist.is_initialized():
             try:
@@ -317,10 +320,14 @@ def _main_thread_frames(text: str, ident: Optional[int]) -> list[tuple[str, int,
 
 
 def _where(frames: list[tuple[str, int, str]]) -> tuple[bool, str]:
-    """(waiting in torch.distributed?, innermost frame outside our machinery)."""
+    """(waiting in torch.distributed?, where: the collective, or the innermost frame outside our machinery)."""
     if not frames:
         return False, ""
     in_dist = any("torch/distributed" in f.replace("\\", "/") for f, _, _ in frames[:3])
+    if in_dist:
+        calls = [func for file, _, func in frames if "torch/distributed" in file.replace("\\", "/")
+                 and func not in ("wrapper", "<module>")]
+        return True, f"torch.distributed {calls[0]}" if calls else "torch.distributed"
     ours = (os.path.join("pytest_graphcapture", ""), "multiprocessing")
     for file, line, func in frames:
         norm = file.replace("\\", "/")
@@ -355,6 +362,15 @@ def _dump_stacks(procs: dict[int, Any], states: dict[int, _RankState], dump_dir:
     return dumps
 
 
+_PEER_LOST = re.compile(r"connection (closed|reset)|broken pipe|econnreset|connection refused|socket closed|"
+                        r"remote (process|peer)|peer .*(closed|disconnect)", re.IGNORECASE)
+
+
+def _lost_peer(error: str) -> bool:
+    """Whether a rank's error says another rank went away (a consequence, not the cause)."""
+    return bool(_PEER_LOST.search(error))
+
+
 def _tail(text: str, lines: int = 12) -> str:
     kept = text.rstrip().splitlines()
     return "\n".join(kept[-lines:])
@@ -363,8 +379,10 @@ def _tail(text: str, lines: int = 12) -> str:
 def _failure(states: dict[int, _RankState], timeout: float, timed_out: bool, startup: bool,
              dumps: dict[int, str], pids: list[int]) -> RankError:
     ranks: dict[int, str] = {}
+    # The cause first: a rank that died or raised on its own comes before ranks that only
+    # lost their peer (their collectives fail *because* the first rank went away).
     failed = sorted((s for s in states.values() if s.status in ("error", "died")),
-                    key=lambda s: (s.failed_at or 0.0, s.rank))
+                    key=lambda s: (_lost_peer(s.error or ""), s.failed_at or 0.0, s.rank))
     unfinished = [s for s in states.values() if s.status == "running"]
     lines: list[str] = []
     primary: Optional[int] = None
@@ -384,9 +402,8 @@ def _failure(states: dict[int, _RankState], timeout: float, timed_out: bool, sta
         in_dist, where = _where(_main_thread_frames(dumps.get(state.rank, ""), state.main_thread))
         if in_dist:
             waiting_ranks.append(state.rank)
-        at = f" at {where}" if where else ""
-        waiting = " (waiting in torch.distributed)" if in_dist else ""
-        ranks[state.rank] = f"did not finish (stage: {state.stage}){waiting}{at}"
+        at = (f" (waiting in {where})" if in_dist else f" at {where}") if where else ""
+        ranks[state.rank] = f"did not finish (stage: {state.stage}){at}"
     if unfinished:
         hung = [s.rank for s in unfinished if s.rank not in waiting_ranks] or [s.rank for s in unfinished]
         if primary is None:
@@ -459,17 +476,16 @@ def _run_once(target: Target, world_size: int, args: tuple, device_type: str, ba
                         message[4]
                     state.failed_at = time.monotonic()
                     first_failure = first_failure or state.failed_at
-                continue
             # A rank that exited without a result (segfault, os._exit, OOM kill): give its queued
-            # messages a moment to arrive, then report it.
+            # messages a moment to arrive, then report it, dated when its exit was seen.
             for rank, proc in procs.items():
                 state = states[rank]
                 if state.status != "running" or proc.exitcode is None:
                     continue
                 if state.exited_at is None:
                     state.exited_at = time.monotonic()
-                elif time.monotonic() - state.exited_at > 1.0:
-                    state.status, state.failed_at = "died", time.monotonic()
+                elif time.monotonic() - state.exited_at > 1.0 and message is None:
+                    state.status, state.failed_at = "died", state.exited_at
                     state.error = f"the process {_describe_exit(proc.exitcode)} without reporting a result"
                     first_failure = first_failure or state.failed_at
         if all(s.status == "ok" for s in states.values()):

@@ -320,10 +320,13 @@ class GraphCapture:
             result = capture_on_ranks(factory or DEFAULT_FACTORY, ranks, settings, device_type=device.type,
                                       timeout=float(timeout or self._state.rank_timeout),
                                       batch_sizes=self._state.batch_sizes)
+            problem = None
         except RankError as exc:
-            pytest.fail(f"multi-rank graph capture failed: {exc}", pytrace=False)
+            problem = f"multi-rank graph capture failed: {exc}"
         except UsageError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            problem = str(exc)
+        if problem is not None:  # failed outside the except block: no chained traceback in the report
+            pytest.fail(problem, pytrace=False)
         self._state.rank_traces.extend(result.trace_paths)
         self._state.rank_traces.extend(result.single_trace_paths.values())
         return result

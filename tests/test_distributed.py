@@ -1,0 +1,93 @@
+"""Multi-rank engine below the plugin: rank processes, the TP decoder's numbers, errors, no orphans."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from pytest_graphcapture import golden as store
+from pytest_graphcapture.decode_model import DecoderConfig, TinyDecodeRunner, check_tensor_parallel
+from pytest_graphcapture.distributed import (RankError, check_picklable, free_port, resolve_target, run_on_ranks,
+                                             spawned_pids)
+from pytest_graphcapture.errors import UsageError
+from pytest_graphcapture.keys import CaptureKey
+
+
+def assert_gone(pids: list[int]) -> None:
+    """Every pid is gone (not even a zombie left for us to reap)."""
+    assert pids
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.append(pid)
+    assert not alive, f"rank processes left behind: {alive}"
+
+
+def test_two_rank_tensor_parallel_decode_equals_one_rank() -> None:
+    one = run_on_ranks("rank_targets:tp_decode_logits", 1, args=(1,), timeout=60)[0]
+    two = run_on_ranks("rank_targets:tp_decode_logits", 2, args=(2,), timeout=60)
+    assert one["cache"][3] == 2 and [r["cache"][3] for r in two] == [1, 1]  # KV heads split across ranks
+    for rank_result in two:  # every rank ends with the full (all-reduced) result
+        torch.testing.assert_close(torch.tensor(rank_result["logits"]), torch.tensor(one["logits"]),
+                                   rtol=1e-4, atol=1e-5)
+        assert rank_result["tokens"] == one["tokens"]
+
+
+def test_ranks_see_an_initialized_gloo_process_group_and_the_session_batch_sizes() -> None:
+    results = run_on_ranks("rank_targets:rank_and_world", 2, batch_sizes=[1, 2], timeout=60)
+    assert results == [(0, 2, "gloo", (1, 2), 0, 2), (1, 2, "gloo", (1, 2), 1, 2)]
+
+
+def test_a_rank_that_dies_without_an_exception_is_named_with_its_exit_code() -> None:
+    before = len(spawned_pids())
+    started = time.monotonic()
+    with pytest.raises(RankError) as info:
+        run_on_ranks("rank_targets:exit_on_rank_one", 2, timeout=30)
+    assert time.monotonic() - started < 30 + 10
+    assert info.value.primary == 1
+    assert "rank 1 of 2 failed" in str(info.value) and "exited with code 7" in str(info.value)
+    assert_gone(spawned_pids()[before:])
+
+
+def test_tensor_parallel_layout_is_checked() -> None:
+    check_tensor_parallel(DecoderConfig(), 2, 1)
+    with pytest.raises(ValueError, match="num_kv_heads 2 does not split evenly over tp_size 4"):
+        check_tensor_parallel(DecoderConfig(), 4, 0)
+    with pytest.raises(ValueError, match=r"tp_rank must be in \[0, 2\)"):
+        TinyDecodeRunner([1], tp_size=2, tp_rank=2)
+    single, shard = TinyDecodeRunner([1]), TinyDecodeRunner([1], tp_size=2, tp_rank=1)
+    assert single.name == "TinyDecodeRunner" and shard.name == "TinyDecodeRunner-tp2"
+    # Column-parallel QKV: this rank's 2 query heads and 1 KV head of 16 dims each; row-parallel o_proj/down.
+    assert tuple(shard.model.layers[0].qkv.shape) == ((2 + 2 * 1) * 16, 64)
+    assert tuple(shard.model.layers[0].o_proj.shape) == (64, 32)
+    assert tuple(shard.model.layers[0].down.shape) == (64, 64)
+    full = single.model.layers[0]
+    assert torch.equal(shard.model.layers[0].o_proj, full.o_proj[:, 32:])  # the same seeded model, sliced
+    assert torch.equal(shard.model.layers[0].qkv[:32], full.qkv[32:64])
+
+
+def test_factories_must_reach_the_rank_processes() -> None:
+    with pytest.raises(UsageError, match="cannot be sent to the rank processes"):
+        check_picklable(lambda ctx: None)
+    with pytest.raises(UsageError, match="cannot be imported"):
+        resolve_target("rank_targets:no_such_function")
+    with pytest.raises(UsageError, match="expected a callable or a 'module:function' string"):
+        resolve_target("rank_targets")
+    with pytest.raises(UsageError, match="number of ranks must be a positive integer"):
+        run_on_ranks("rank_targets:rank_and_world", 0)
+    assert resolve_target("rank_targets:rank_and_world").__name__ == "rank_and_world"
+    assert 0 < free_port() < 65536
+
+
+def test_multi_rank_goldens_name_every_rank_and_single_rank_names_are_unchanged() -> None:
+    key0, key1 = CaptureKey("R", 4, None, 0), CaptureKey("R", 4, None, 1)
+    assert store.golden_file_name(key0) == "R_bs_4.json"  # single rank: as before
+    assert store.golden_file_name(key1) == "R_bs_4_rank1.json"
+    assert store.golden_file_name(key0, explicit_rank=True) == "R_bs_4_rank0.json"
+    assert store.key_label(key0, explicit_rank=True) == "bs=4 rank=0" and store.key_label(key0) == "bs=4"

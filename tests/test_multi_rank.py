@@ -1,0 +1,229 @@
+"""Multi-rank capture as users run it (pytester): per-rank goldens, shared goldens, shard-layout
+regressions, failing and hanging ranks, merged traces and pytest-xdist (issue #9)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_graphcapture import distributed
+
+from helpers import load_trace
+from test_distributed import assert_gone
+
+QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly", "--graph-capture-device=cpu")
+
+TP_TESTS = '''
+import os
+import time
+
+import pytest
+
+from pytest_graphcapture.decode_model import DecoderConfig, TinyDecodeRunner
+
+
+def tp_runner(ctx):
+    # SKEW_RANK=r gives rank r a different MLP shard (a layout regression on one rank only).
+    config = DecoderConfig(intermediate_size=192) if os.environ.get("SKEW_RANK") == str(ctx.rank) else None
+    return TinyDecodeRunner((1, 2), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank, config=config)
+
+
+def shared_runner(ctx):
+    runner = tp_runner(ctx)
+    runner.runner_name = "SharedTP"
+    return runner
+
+
+@pytest.mark.graph_capture_ranks(2)
+def test_per_rank(graph_capture, golden):
+    result = graph_capture(tp_runner)
+    assert result.world_size == 2 and len(result) == 4
+    golden.check(result)
+
+
+@pytest.mark.graph_capture_ranks(2)
+def test_shared(graph_capture, golden):
+    golden.check(graph_capture(shared_runner), share_ranks=True)
+'''
+
+FAILING_TESTS = '''
+import time
+
+import pytest
+
+from pytest_graphcapture.decode_model import TinyDecodeRunner
+
+
+class BrokenRank1(TinyDecodeRunner):
+    def forward_for(self, key):
+        if self.tp_rank == 1 and key.batch_size == 2:
+            raise RuntimeError("shard table corrupt on rank 1")
+        return super().forward_for(key)
+
+
+class HangingRank1(TinyDecodeRunner):
+    def forward_for(self, key):
+        forward = super().forward_for(key)
+        if self.tp_rank != 1:
+            return forward
+
+        def hang():
+            time.sleep(600)  # rank 1 never reaches the all-reduce
+            forward()
+
+        return hang
+
+
+def broken(ctx):
+    return BrokenRank1((1, 2), tp_size=2, tp_rank=ctx.rank)
+
+
+def hanging(ctx):
+    return HangingRank1((1, 2), tp_size=2, tp_rank=ctx.rank)
+
+
+@pytest.mark.graph_capture_ranks(2)
+def test_rank_raises(graph_capture):
+    graph_capture(broken)
+
+
+@pytest.mark.graph_capture_ranks(2, timeout=8)
+def test_rank_hangs(graph_capture):
+    graph_capture(hanging)
+'''
+
+
+def golden_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.json"))}
+
+
+def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_regression(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_tp=TP_TESTS)
+    created = pytester.runpytest(*QUIET, "--update-golden")
+    created.assert_outcomes(passed=2)
+    goldens = pytester.path / "goldens"
+    folder = goldens / "cpu" / "test_tp.py"
+    assert sorted(p.name for p in (folder / "test_per_rank").iterdir()) == [
+        f"TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json" for bs in (1, 2) for r in (0, 1)]
+    assert sorted(p.name for p in (folder / "test_shared").iterdir()) == ["SharedTP_bs_1.json", "SharedTP_bs_2.json"]
+    rank1 = json.loads((folder / "test_per_rank" / "TinyDecodeRunner-tp2_bs_2_rank1.json").read_text())
+    assert rank1["key"]["rank"] == 1
+    assert [op["input_dims"][0] for op in rank1["ops"] if op["name"] == "c10d::allreduce_"] == [[[2, 64]]]
+    before = golden_bytes(goldens)
+
+    # Unchanged model: passes, goldens byte-identical, one merged trace per batch size.
+    passed = pytester.runpytest(*QUIET, "-k", "per_rank", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}",
+                                "--graph-capture-merge")
+    passed.assert_outcomes(passed=1, deselected=1)
+    assert golden_bytes(goldens) == before
+    traces = tmp_path / "graph_capture_profile"
+    assert sorted(p.name for p in traces.glob("*_merged.json.gz")) == [
+        f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz" for bs in (1, 2)]
+    for bs in (1, 2):
+        merged = load_trace(traces / f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz")
+        events = merged["traceEvents"]
+        names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+        ops = [e for e in events if e.get("cat") == "cpu_op"]
+        by_rank = {label: [e for e in ops if names[e["pid"]].startswith(label)] for label in ("[TP00]", "[TP01]")}
+        for label, rank_ops in by_rank.items():  # both ranks' events, each under its own labelled pid
+            assert any(e["name"] == "c10d::allreduce_" for e in rank_ops), label
+            assert len(rank_ops) == len([e for e in load_trace(traces / f"TinyDecodeRunner-tp2_bs_{bs}_rank"
+                                                                         f"{label[3:5].lstrip('0') or '0'}.json.gz")
+                                         ["traceEvents"] if e.get("cat") == "cpu_op"])
+        assert {e["pid"] for e in by_rank["[TP00]"]}.isdisjoint({e["pid"] for e in by_rank["[TP01]"]})
+        timed = [e for e in events if e.get("ph") != "M"]
+        assert [e["ts"] for e in timed] == sorted(e["ts"] for e in timed)
+
+    # Rank 1's MLP shard changes: both tests fail naming rank 1 and each batch size, rank 0 passes.
+    monkeypatch.setenv("SKEW_RANK", "1")
+    skewed = pytester.runpytest(*QUIET)
+    skewed.assert_outcomes(failed=2)
+    text = skewed.stdout.str()
+    assert "TinyDecodeRunner-tp2 does not match its goldens for bs=1 rank=1, bs=2 rank=1 (" in text
+    assert "bs=2 rank=1 (goldens/cpu/test_tp.py/test_per_rank/TinyDecodeRunner-tp2_bs_2_rank1.json):" in text
+    assert "~ aten::linear [[2,64],[128,64],[]] → [[2,64],[192,64],[]]" in text
+    assert "bs=1 rank=0" not in text and "bs=2 rank=0" not in text
+    assert "bs=2: share_ranks=True, but rank 1 differs from rank 0, so they cannot share one golden" in text
+    assert golden_bytes(goldens) == before
+
+
+def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_leaves_no_process(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_failing=FAILING_TESTS)
+    first = len(distributed.spawned_pids())
+    reprec = pytester.inline_run(*QUIET)
+    calls = {r.nodeid.split("::")[-1]: r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
+    raised, hung = calls["test_rank_raises"], calls["test_rank_hangs"]
+    assert raised.failed and hung.failed
+    raised_text = str(raised.longrepr)
+    assert raised_text.startswith(
+        "multi-rank graph capture failed: rank 1 of 2 failed during BrokenRank1-tp2[bs=2, rank=1] setup: "
+        "CaptureError: capturing BrokenRank1-tp2[bs=2, rank=1] failed during setup: RuntimeError: shard "
+        "table corrupt on rank 1\nrank 1 traceback (last lines):"), raised_text[:600]
+    assert "During handling" not in raised_text
+    assert "rank 0 also failed (during BrokenRank1-tp2[bs=2, rank=0] warmup 1)" in raised_text  # listed after
+    hung_text = str(hung.longrepr)
+    assert "rank 1 of 2 did not finish within 8s (--graph-capture-rank-timeout)" in hung_text
+    assert "rank 1: did not finish (stage: HangingRank1-tp2[bs=2, rank=1] warmup 1) at " in hung_text
+    assert "test_failing.py:22 in hang; stopped" in hung_text  # where rank 1 hangs
+    assert ("rank 0: did not finish (stage: HangingRank1-tp2[bs=2, rank=0] warmup 1) (waiting in "
+            "torch.distributed all_reduce); stopped") in hung_text  # the decoder's first all-reduce
+    # 8 s after the ranks started, plus start-up and stopping: well under the 120 s default.
+    assert hung.duration < 8 + 30, hung.duration
+    pids = distributed.spawned_pids()[first:]
+    assert len(pids) == 4
+    assert_gone(pids)
+
+
+XDIST_TESTS = '''
+import pytest
+
+from pytest_graphcapture.decode_model import TinyDecodeRunner
+
+
+def runner_a(ctx):
+    runner = TinyDecodeRunner((1,), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
+    runner.runner_name = "ModelA"
+    return runner
+
+
+def runner_b(ctx):
+    runner = TinyDecodeRunner((2,), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
+    runner.runner_name = "ModelB"
+    return runner
+
+
+@pytest.mark.graph_capture_ranks(2)
+@pytest.mark.parametrize("factory", [runner_a, runner_b], ids=["a", "b"])
+def test_model(graph_capture, golden, factory):
+    golden.check(graph_capture(factory))
+'''
+
+
+def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install pytest-xdist")
+    pytester.makepyfile(test_x=XDIST_TESTS)
+    started = time.monotonic()
+    done = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", "--update-golden",
+                                         "--graph-capture-trace", f"--graph-capture-dir={tmp_path}",
+                                         "--graph-capture-merge", timeout=300)
+    done.assert_outcomes(passed=2)
+    assert "cpu: 4 checked, 0 passed, 0 failed, 4 created" in done.stdout.str()
+    folder = pytester.path / "goldens" / "cpu" / "test_x.py"
+    files = sorted(folder.rglob("*.json"))
+    assert [p.name for p in files] == ["ModelA_bs_1_rank0.json", "ModelA_bs_1_rank1.json",
+                                       "ModelB_bs_2_rank0.json", "ModelB_bs_2_rank1.json"]
+    assert len({p.parent for p in files}) == 2 and all(p.parent.name.startswith("test_model_") for p in files)
+    traces = sorted(p.name for p in (tmp_path / "graph_capture_profile").iterdir())
+    assert traces == ["ModelA_bs_1_merged.json.gz", "ModelA_bs_1_rank0.json.gz", "ModelA_bs_1_rank1.json.gz",
+                      "ModelB_bs_2_merged.json.gz", "ModelB_bs_2_rank0.json.gz", "ModelB_bs_2_rank1.json.gz"]
+    again = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", timeout=300)
+    again.assert_outcomes(passed=2)
+    assert time.monotonic() - started < 280
