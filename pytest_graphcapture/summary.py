@@ -803,7 +803,10 @@ def summarize_profile(prof: Any, key: CaptureKey, *, platform: str, level: str =
     if environment is None:
         environment = {"profiler": {flag: bool(getattr(prof, flag, False))
                                     for flag in ("record_shapes", "with_stack", "with_flops", "profile_memory")}}
-    return _build(_scan(_profile_events(prof)), key, platform, level, environment)
+    # Paused GC: summarizing allocates many short-lived dicts, which otherwise set off a full
+    # collection of the whole (torch-sized) heap every few captures.
+    with _gc_paused():
+        return _build(_scan(_profile_events(prof)), key, platform, level, environment)
 
 
 def replay_kernels_from_profile(prof: Any) -> list:
