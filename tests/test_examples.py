@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,13 @@ def run_examples(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProce
 def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Path) -> None:
     done = run_examples("-W", "error", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "cpu: 8 checked, 8 passed, 0 failed" in done.stdout
+    # Every key of every example passes (the examples grow: the count is not pinned here).
+    assert re.search(r"cpu: (\d+) checked, \1 passed, 0 failed", done.stdout), done.stdout[-1500:]
     folder = tmp_path / "graph_capture_profile"
-    names = sorted(p.name for p in folder.iterdir())
+    names = sorted(p.name for p in folder.iterdir() if p.name.startswith("TinyDecodeRunner_"))
     assert names == sorted(f"TinyDecodeRunner_bs_{bs}_rank0.json.gz" for bs in DEFAULT_SIZES)
+    assert sorted(p.name for p in folder.glob("TinyDecodeRunner-tp2_*")) == sorted(
+        f"TinyDecodeRunner-tp2_bs_{bs}_rank{rank}.json.gz" for bs in (1, 2, 4) for rank in (0, 1))
     for bs in DEFAULT_SIZES:
         trace = load_trace(folder / f"TinyDecodeRunner_bs_{bs}_rank0.json.gz")
         ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
