@@ -193,7 +193,8 @@ class GoldenSession:
         target = report_md.with_suffix(".html")
         try:
             page = session_picture(out_dir, self.golden_dir, sorted(f.path for f in self.report.folders),
-                                   level=self.level)
+                                   level=self.level, source=f"obtained summaries in {self.display(out_dir)} "
+                                                           f"against goldens in {self.display(self.golden_dir)}")
             store.write_atomic(target, page)
         except GraphCaptureError as exc:
             warnings.warn(pytest.PytestWarning(f"graph capture picture not written: {exc}"))

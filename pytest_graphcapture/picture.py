@@ -77,10 +77,10 @@ class Table:
         folder = f"{self.folder} — " if self.folder not in ("", ".") else ""
         return f"{folder}{self.runner}{variant} rank {self.rank}, {self.platform}, level {self.level}"
 
-    def counts(self) -> dict[str, int]:
-        """How many kernel rows are added / removed / changed against the goldens."""
+    def counts(self, rows: Optional[Sequence[Row]] = None) -> dict[str, int]:
+        """How many kernel rows (or ``rows``) are added / removed / changed against the goldens."""
         out = {ADDED: 0, REMOVED: 0, CHANGED: 0}
-        for row in self.kernels:
+        for row in self.kernels if rows is None else rows:
             if row.state in out:
                 out[row.state] += 1
         return out
@@ -123,7 +123,8 @@ def _merge_rows(obtained: dict[tuple, dict[int, int]], golden: dict[tuple, dict[
         row = Row(name, kind, dict(obtained.get((name, kind), {})), dict(golden.get((name, kind), {})))
         row.state = _row_state(row, golden_sizes)
         rows.append(row)
-    return rows
+    # Changed rows first (read at a glance), then the rest; by name within each group.
+    return sorted(rows, key=lambda r: (r.state == SAME, r.name, r.kind))
 
 
 def build_tables(obtained: Iterable[tuple[str, object]], goldens: Iterable[tuple[str, object]] = (), *,
@@ -227,8 +228,9 @@ def _table_html(table: Table, compared: bool) -> list[str]:
     head = f"<tr><th>kernel</th><th>kind</th>{''.join(heads)}</tr>"
     out = [f"<h2>{_e(table.title)}</h2>"]
     if compared:
-        c = table.counts()
-        out.append(f'<p class="counts"><b>{len(table.kernels)} kernels</b><span class="added">{c[ADDED]} added'
+        rows, what = (table.kernels, "kernels") if table.kernels else (table.ops, "ops")
+        c = table.counts(rows)
+        out.append(f'<p class="counts"><b>{len(rows)} {what}</b><span class="added">{c[ADDED]} added'
                    f'</span> <span class="removed">{c[REMOVED]} removed</span> '
                    f'<span class="changed">{c[CHANGED]} changed</span></p>')
     for bs, reason in sorted(table.incomplete.items()):
@@ -306,7 +308,7 @@ def picture_from_dirs(directory: PathLike, *, against: Optional[PathLike] = None
 
 
 def session_picture(out_dir: PathLike, golden_dir: PathLike, folders: Iterable[str], *,
-                    level: Optional[str] = None) -> str:
+                    level: Optional[str] = None, source: Optional[str] = None) -> str:
     """The golden gate's picture: obtained summaries in ``out_dir/<folder>`` vs goldens in ``golden_dir/<folder>``.
 
     ``folders`` are the checked tests' golden folders relative to the golden dir
@@ -320,4 +322,5 @@ def session_picture(out_dir: PathLike, golden_dir: PathLike, folders: Iterable[s
                 into += [(folder, s) for _, s in collect(root / folder, recursive=False)]
     tables = build_tables(obtained, goldens, level=level)
     return render_html(tables, title="Graph capture goldens: kernels × batch size",
-                       source=f"obtained summaries in {out_dir} against goldens in {golden_dir}", compared=True)
+                       source=source or f"obtained summaries in {out_dir} against goldens in {golden_dir}",
+                       compared=True)

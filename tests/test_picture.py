@@ -49,13 +49,14 @@ def test_rows_and_cells_against_goldens() -> None:
     assert table.counts() == {"added": 2, "removed": 1, "changed": 1}
 
     page = picture.render_html([table], compared=True)
-    # Row order is by name: gemm, gemv, rms_a, rms_b, rmsnorm_fused; columns bs=1, 8, 16.
+    # Changed rows first, by name (gemm, rms_a, rms_b, rmsnorm_fused), then gemv; columns bs=1, 8, 16.
+    assert [r.name for r in table.kernels] == ["gemm", "rms_a", "rms_b", "rmsnorm_fused", "gemv"]
     assert cells(page) == [
         ("zero", "·"), ("changed", "2→4"), ("", "4"),
-        ("", "2"), ("zero", "·"), ("zero", "·"),
         ("added", "+3"), ("added", "+3"), ("zero", "·"),
         ("added", "+3"), ("added", "+3"), ("zero", "·"),
         ("removed", "<s>3</s>"), ("removed", "<s>3</s>"), ("zero", "·"),
+        ("", "2"), ("zero", "·"), ("zero", "·"),
     ]
     assert '<tr class="removed"><td class="name" title="rmsnorm_fused">− rmsnorm_fused</td>' in page
     assert 'class="nogolden"' in page and "bs=16*" in page
@@ -80,6 +81,7 @@ def test_ops_table_and_cpu_note() -> None:
                                                      "aten::silu": "added"}
     page = picture.render_html([table], compared=True)
     assert "No kernels recorded" in page and "<details open>" in page
+    assert "<b>3 ops</b>" in page and "1 added" in page and "1 removed" in page
 
 
 def test_groups_by_folder_and_variant_and_marks_incomplete() -> None:
