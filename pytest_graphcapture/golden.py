@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from deepdiff import DeepDiff
 
 from .errors import GoldenError, UsageError
+from .gcpause import gc_paused
 from .keys import CaptureKey, safe_name
 
 SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
@@ -235,11 +236,13 @@ class _DuplicateKey(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    obj: dict = {}
-    for name, value in pairs:
-        if name in obj:
-            raise _DuplicateKey(name)
-        obj[name] = value
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # rare: find the name for the message
+        seen: set = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _DuplicateKey(name)
+            seen.add(name)
     return obj
 
 
@@ -250,7 +253,8 @@ def _reject_constant(name: str) -> Any:
 def parse_golden_text(text: str, path: Any) -> dict:
     """Parse golden JSON text: duplicate keys and NaN/Infinity are errors naming ``path``."""
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        with gc_paused():
+            data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except _DuplicateKey as exc:
         raise GoldenError(path, f"duplicate key {exc.args[0]!r}") from None
     except ValueError as exc:
@@ -326,8 +330,11 @@ def validate_sections(data: Mapping[str, Any], path: Any) -> None:
                 f"got {budget!r}")
 
 
-def load_golden_dict(path: Path) -> dict:
-    """Read, parse, migrate and type-check the golden at ``path`` (GoldenError naming it)."""
+def parse_golden_file(path: Path) -> dict:
+    """Read and parse the golden at ``path``: a JSON object, no duplicate keys (GoldenError naming it).
+
+    Not yet migrated or type-checked: see :func:`checked_golden_dict`.
+    """
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -339,9 +346,19 @@ def load_golden_dict(path: Path) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise GoldenError(path, f"not UTF-8 text: {exc}") from None
-    data = migrate(parse_golden_text(text, path), path)
+    return parse_golden_text(text, path)
+
+
+def checked_golden_dict(data: dict, path: Any) -> dict:
+    """Migrate a parsed golden to the current schema and type-check it (GoldenError naming ``path``)."""
+    data = migrate(data, path)
     validate_sections(data, path)
     return data
+
+
+def load_golden_dict(path: Path) -> dict:
+    """Read, parse, migrate and type-check the golden at ``path`` (GoldenError naming it)."""
+    return checked_golden_dict(parse_golden_file(path), path)
 
 
 def summary_from_dict(data: Mapping[str, Any], path: Any) -> Any:
@@ -368,7 +385,7 @@ def read_golden(path: Path) -> Any:
 def same_content(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """True when two golden dicts differ at most in ``environment`` (informational only)."""
     strip = lambda d: {k: v for k, v in d.items() if k != "environment"}  # noqa: E731
-    return dumps(strip(old)) == dumps(strip(new))
+    return strip(old) == strip(new)
 
 
 # --------------------------------------------------------------------------- diff
@@ -746,16 +763,9 @@ def budget_from_option(max_launches: Any, key: CaptureKey) -> Optional[int]:
     return int(max_launches)
 
 
-def peek_launch_budget(path: Path) -> Optional[int]:
-    """The ``launch_budget`` of the golden at ``path``, or None (absent, missing or unreadable file).
-
-    Unreadable goldens are reported by the regular check; this only carries a budget over.
-    """
-    try:
-        data = load_golden_dict(path)
-    except GoldenError:
-        return None
-    budget = data.get(BUDGET_FIELD)
+def launch_budget_of(data: Optional[Mapping[str, Any]]) -> Optional[int]:
+    """The ``launch_budget`` of a loaded golden dict, or None (no golden, or no budget in it)."""
+    budget = data.get(BUDGET_FIELD) if data is not None else None
     return int(budget) if _is_int(budget) else None
 
 
