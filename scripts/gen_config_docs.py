@@ -154,6 +154,24 @@ def _signature(func: Any, *, returns: bool = False) -> str:
     return f"({', '.join(parts)}){tail}"
 
 
+def _usage(name: str, command: argparse.ArgumentParser) -> str:
+    """Usage line built from the actions (argparse's own format differs between Python versions)."""
+    words = [f"graphcapture {name}"]
+    for action in command._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if action.option_strings:
+            metavar = action.metavar or (f"{{{','.join(map(str, action.choices))}}}" if action.choices
+                                         else action.dest.upper())
+            flag = action.option_strings[-1]
+            words.append(f"[{flag}]" if action.nargs == 0 else f"[{flag} {metavar}]")
+    for action in command._actions:
+        if not action.option_strings:
+            metavar = action.metavar or action.dest
+            words.append(f"{metavar} [{metavar} ...]" if action.nargs == "+" else metavar)
+    return " ".join(words)
+
+
 def _cli() -> list[str]:
     from pytest_graphcapture.cli import build_parser
 
@@ -162,7 +180,7 @@ def _cli() -> list[str]:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {choice.dest: choice.help for choice in sub._choices_actions}
     for name, command in sub.choices.items():
-        usage = " ".join(command.format_usage().split()).removeprefix("usage: ")
+        usage = _usage(name, command)
         lines += [f"### `graphcapture {name}`", "", _cell(helps.get(name, "")), "", "```text", usage, "```", ""]
         rows = []
         for action in command._actions:
