@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-import pickle
 import queue as queue_mod
 import re
 import shutil
@@ -152,8 +151,10 @@ def check_picklable(target: Target, *, what: str = "factory") -> None:
         return
     if not callable(target):
         raise UsageError(f"{what} {target!r}: expected a callable or a 'module:function' string")
+    from multiprocessing.reduction import ForkingPickler  # what spawn sends the target with
+
     try:
-        pickle.dumps(target)
+        ForkingPickler.dumps(target)
     except Exception as exc:
         name = getattr(target, "__qualname__", repr(target))
         raise UsageError(
