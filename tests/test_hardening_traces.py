@@ -118,16 +118,19 @@ def test_the_cli_module_prints_no_traceback_for_any_rejected_input(tmp_path: Pat
         assert done.stderr.count("\n") == 1 and path in done.stderr
 
 
-def test_a_bad_trace_in_a_pytest_run_fails_with_one_line(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_a_bad_trace_in_a_pytest_run_fails_with_one_line(pytester: pytest.Pytester, case: str) -> None:
+    data, problem = REJECTED[case]
     bad = pytester.path / "R_bs_2_rank0.json"
-    bad.write_bytes(REJECTED["truncated json"][0])
+    bad.write_bytes(data)
     pytester.makepyfile(f"""
         from pytest_graphcapture.summary import summarize_trace_file
 
         def test_summarize_the_ci_trace():
             summarize_trace_file({str(bad)!r})
     """)
-    result = pytester.runpytest()
+    result = pytester.runpytest("-p", "no:hypothesispytest")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"TraceFormatError: {bad}: truncated JSON*"])
+    failure = [line for line in result.stdout.lines if line.startswith("TraceFormatError: ")]
+    assert len(failure) == 1 and str(bad) in failure[0] and problem in failure[0], result.stdout.str()
     assert "tracefile.py" not in result.stdout.str(), "our internals must not show in the failure"
