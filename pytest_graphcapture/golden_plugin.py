@@ -371,6 +371,10 @@ class GoldenChecker:
         if not items:
             pytest.fail(f"golden.check: the capture result of {getattr(result, 'runner_name', '?')} has no "
                         f"captured keys, nothing to compare", pytrace=False)
+        if getattr(result, "mode", None) == "single" and all(kr.summary is None for kr in items):
+            pytest.fail("golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
+                        "for the whole capture phase and no per-batch-size summaries to compare; golden checks "
+                        "need the per-bs mode (the default, or --graph-capture-trace=per-bs)", pytrace=False)
         share_failures: list[tuple[str, list[str]]] = []
         if share_ranks:
             items, share_failures = self._share_ranks(items, level, ignore_kernels, ignore_ops, sections_t)

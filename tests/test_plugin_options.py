@@ -150,3 +150,16 @@ def test_runner_factory_hook_supplies_the_runner(pytester: pytest.Pytester) -> N
     pytester.makepyfile(CAPTURE_DECODE)
     result = pytester.runpytest("-s", "--graph-capture-batch-sizes=6,7")
     result.stdout.fnmatch_lines(["*KEYS=7,6"])
+
+
+def test_golden_check_after_a_single_trace_capture_says_to_use_per_bs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        from pytest_graphcapture.testing import FakeRunner
+
+        def test_gate(graph_capture, golden):
+            golden.check(graph_capture(FakeRunner([1, 2])))
+    """)
+    result = pytester.runpytest("--graph-capture-trace=single", "--graph-capture-dir=out")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--graph-capture-trace=single*no per-batch-size summaries*per-bs*"])
+    assert (pytester.path / "out" / "graph_capture_profile" / "cuda_graph_capture-FakeRunner-TP-0.json.gz").exists()
