@@ -257,6 +257,8 @@ def parse_golden_text(text: str, path: Any) -> dict:
             data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except _DuplicateKey as exc:
         raise GoldenError(path, f"duplicate key {exc.args[0]!r}") from None
+    except RecursionError:
+        raise GoldenError(path, "nested too deeply to be a golden file") from None
     except ValueError as exc:
         raise GoldenError(path, f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -49,7 +49,7 @@ from . import golden as store
 from .config import Setting, add_setting, ci_environment, declare, resolve, resolve_with_source
 from .errors import GoldenError, GraphCaptureError, UsageError
 from .keys import safe_name
-from .report import KeyRecord, SessionReport
+from .report import FileRecord, KeyRecord, SessionReport
 
 GOLDEN_DIR = declare(Setting(
     "--golden-dir", "GRAPH_CAPTURE_GOLDEN_DIR",
@@ -123,7 +123,8 @@ class GoldenSession:
         self.is_worker = hasattr(config, "workerinput")
         self.report = SessionReport(golden_dir=self.display(self.golden_dir), update_mode=self.update,
                                     obtained_dir=self.display(self.out_dir) if self.out_dir else None)
-        self.failed_nodeids: set[str] = set()
+        #: nodeid -> True when every phase of the test passed, False when any failed.
+        self.test_passed: dict[str, bool] = {}
         self.finalized = False
         self._diff_dir: Optional[Path] = None
 
@@ -148,27 +149,38 @@ class GoldenSession:
         return self._diff_dir
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Remember failed tests (the controller also sees xdist workers' reports)."""
+        """Remember which tests passed every phase (the controller also sees xdist workers' reports)."""
         if report.failed:
-            self.failed_nodeids.add(report.nodeid)
+            self.test_passed[report.nodeid] = False
+        elif report.when == "call":
+            self.test_passed.setdefault(report.nodeid, report.passed)
 
     # ----------------------------------------------------------------- end of session
 
-    def finalize(self) -> None:
-        """Controller only: find unused goldens (delete them under --update-golden), write reports."""
+    def finalize(self, interrupted: bool = False) -> None:
+        """Controller only: find unused goldens (delete them under --update-golden), write reports.
+
+        Only the folders of tests that passed every phase are looked at: a test that
+        failed, errored or never finished may not have checked all of its keys, so its
+        goldens are neither unused nor deleted.  An interrupted session deletes nothing.
+        """
         if self.finalized or self.is_worker:
             return
         self.finalized = True
         used = {(f.platform, f.path) for f in self.report.used}
-        protected = {(r.platform, str(Path(r.golden).parent.as_posix()))
-                     for r in self.report.records if r.nodeid in self.failed_nodeids}
-        for folder in sorted(self.report.folders, key=lambda f: (f.platform, f.path)):
-            for path in store.golden_files(self.golden_dir / folder.path):
+        settled: dict[tuple[str, str], bool] = {}
+        for folder in self.report.folders:
+            place = (folder.platform, folder.path)
+            settled[place] = settled.get(place, True) and self.test_passed.get(folder.nodeid, False)
+        for (platform, folder_path), passed in sorted(settled.items()):
+            if not passed:
+                continue
+            for path in store.golden_files(self.golden_dir / folder_path):
                 rel = self.rel(path)
-                if (folder.platform, rel) in used:
+                if (platform, rel) in used:
                     continue
-                entry = type(folder)(folder.platform, rel)
-                if self.update == "all" and (folder.platform, folder.path) not in protected:
+                entry = FileRecord(platform, rel)
+                if self.update == "all" and not interrupted:
                     try:
                         store.remove_golden(path, self.golden_dir)
                         self.report.deleted.append(entry)
@@ -192,7 +204,7 @@ class GoldenSession:
 
         target = report_md.with_suffix(".html")
         try:
-            page = session_picture(out_dir, self.golden_dir, sorted(f.path for f in self.report.folders),
+            page = session_picture(out_dir, self.golden_dir, sorted({f.path for f in self.report.folders}),
                                    level=self.level, source=f"obtained summaries in {self.display(out_dir)} "
                                                            f"against goldens in {self.display(self.golden_dir)}")
             store.write_atomic(target, page)
@@ -283,14 +295,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.pluginmanager.unregister(session)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     golden_session = session.config.stash.get(_SESSION, None)
     if golden_session is None:
         return
     if golden_session.is_worker:
         session.config.workeroutput[WORKER_OUTPUT_KEY] = golden_session.report.to_dict()  # type: ignore[attr-defined]
         return
-    golden_session.finalize()
+    golden_session.finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -305,7 +317,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     golden_session = config.stash.get(_SESSION, None)
     if golden_session is None or golden_session.is_worker:
         return
-    golden_session.finalize()
+    golden_session.finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if golden_session.report.empty:
         return
     terminalreporter.write_sep("=", "graph capture goldens")
@@ -363,6 +375,8 @@ class GoldenChecker:
                 raise UsageError(f"golden.check(level={level!r}): expected one of {', '.join(levels)}")
             platform = str(result.platform)
             folder = store.golden_folder(s.golden_dir, platform, self._nodeid)
+            # Registered first: whatever fails below, the folder is known to belong to this test.
+            s.report.add_folder(platform, s.rel(folder), self._nodeid)
             option_budgets = {kr.key: store.budget_from_option(max_launches, kr.key) for kr in result}
         except GraphCaptureError as exc:
             pytest.fail(str(exc), pytrace=False)
@@ -378,7 +392,6 @@ class GoldenChecker:
         share_failures: list[tuple[str, list[str]]] = []
         if share_ranks:
             items, share_failures = self._share_ranks(items, level, ignore_kernels, ignore_ops, sections_t)
-        s.report.add_folder(platform, s.rel(folder))
         out_folder = store.golden_folder(s.out_dir, platform, self._nodeid) if s.out_dir else None
         blocks: list[list[str]] = []
         failed: list[str] = []

@@ -65,6 +65,15 @@ class FileRecord:
     path: str
 
 
+@dataclass(frozen=True)
+class FolderRecord:
+    """The golden folder (relative to the golden dir) a test checks on a platform."""
+
+    platform: str
+    path: str
+    nodeid: str
+
+
 def _natural(text: str) -> tuple:
     """Sort key that orders embedded numbers by value (``bs_2`` before ``bs_12``)."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
@@ -77,8 +86,8 @@ class SessionReport:
     golden_dir: str = ""
     records: list[KeyRecord] = field(default_factory=list)
     failures: list[FailureRecord] = field(default_factory=list)
-    #: Folders (relative to the golden dir) of tests that ran a check, per platform.
-    folders: set[FileRecord] = field(default_factory=set)
+    #: Folders (relative to the golden dir) of tests that ran a check, per platform and test.
+    folders: set[FolderRecord] = field(default_factory=set)
     #: Golden files (relative) a check looked at, whatever its outcome.
     used: set[FileRecord] = field(default_factory=set)
     deleted: list[FileRecord] = field(default_factory=list)
@@ -97,8 +106,8 @@ class SessionReport:
     def add_failure(self, nodeid: str, platform: str, text: str) -> None:
         self.failures.append(FailureRecord(nodeid, platform, text))
 
-    def add_folder(self, platform: str, folder: str) -> None:
-        self.folders.add(FileRecord(platform, folder))
+    def add_folder(self, platform: str, folder: str, nodeid: str) -> None:
+        self.folders.add(FolderRecord(platform, folder, nodeid))
 
     def mark_used(self, platform: str, path: str) -> None:
         self.used.add(FileRecord(platform, path))
@@ -117,7 +126,7 @@ class SessionReport:
             "obtained_dir": self.obtained_dir,
             "records": [asdict(r) for r in self._sorted_records()],
             "failures": [asdict(f) for f in sorted(self.failures, key=lambda f: (f.platform, f.nodeid))],
-            "folders": files(self.folders),
+            "folders": [asdict(f) for f in sorted(self.folders, key=lambda f: (f.platform, f.path, f.nodeid))],
             "used": files(self.used),
             "deleted": files(self.deleted),
             "unused": files(self.unused),
@@ -135,7 +144,7 @@ class SessionReport:
             obtained_dir=data.get("obtained_dir"),
             records=[KeyRecord(**r) for r in data.get("records", [])],
             failures=[FailureRecord(**f) for f in data.get("failures", [])],
-            folders={FileRecord(**f) for f in data.get("folders", [])},
+            folders={FolderRecord(**f) for f in data.get("folders", [])},
             used={FileRecord(**f) for f in data.get("used", [])},
             deleted=[FileRecord(**f) for f in data.get("deleted", [])],
             unused=[FileRecord(**f) for f in data.get("unused", [])],

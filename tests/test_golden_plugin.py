@@ -153,7 +153,7 @@ def test_first_run_fails_then_update_creates_then_passes_byte_identically(gate: 
     assert golden_tree(gate.path) == tree
 
 
-def test_changed_model_fails_with_a_diff_and_dropped_size_is_unused_then_removed(
+def test_changed_model_fails_with_a_diff_and_dropped_size_is_removed_once_the_test_passes(
         gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     run(gate, "--update-golden").assert_outcomes(passed=2)
     monkeypatch.setenv("FAKE_HIDDEN", "512")
@@ -178,10 +178,9 @@ def test_changed_model_fails_with_a_diff_and_dropped_size_is_unused_then_removed
         "*" + lit("~ aten::mm [[4,256],[256,256]] → [[4,512],[512,256]]"),
         "accept them with: pytest test_model.py::test_decode --update-golden",
     ])
-    # Only the folder of the test that ran is inspected: test_other's goldens are not "unused".
-    changed.stdout.fnmatch_lines(["unused: goldens/cpu/test_model.py/test_decode/Fake_bs_1.json "
-                                  "(remove with --update-golden)"])
-    assert data["unused"] == [{"platform": "cpu", "path": "cpu/test_model.py/test_decode/Fake_bs_1.json"}]
+    # The test failed, so it may not have checked every key: nothing in its folder is called unused.
+    assert "unused: " not in changed.stdout.str()
+    assert data["unused"] == []
     assert data["counts"]["cpu"]["failed"] == 2
 
     updated, data = report_json(gate, "test_model.py::test_decode", "--update-golden")
@@ -219,8 +218,7 @@ def test_decode(fake_capture, golden):
     monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
     result, data = report_json(gate, "--update-golden")
     result.assert_outcomes(failed=1)
-    assert data["deleted"] == [] and [f["path"] for f in data["unused"]] == [
-        "cpu/test_model.py/test_decode/Fake_bs_4.json"]
+    assert data["deleted"] == [] and data["unused"] == []  # a failed test's folder is left alone
     monkeypatch.delenv("FAKE_FAIL_AFTER")
     result, data = report_json(gate, "--update-golden")
     assert [f["path"] for f in data["deleted"]] == ["cpu/test_model.py/test_decode/Fake_bs_4.json"]
@@ -494,7 +492,7 @@ def test_many(fake_capture, golden, i):
     monkeypatch.setenv("FAKE_HIDDEN", "512")
     result, data = report_json(gate, *xdist)
     result.assert_outcomes(failed=8)
-    assert data["totals"]["failed"] == 16 and data["totals"]["unused"] == 8
+    assert data["totals"]["failed"] == 16 and data["totals"]["unused"] == 0  # failed tests: folders left alone
     result, data = report_json(gate, *xdist, "--update-golden")
     result.assert_outcomes(passed=8)
     assert data["totals"]["updated"] == 16 and data["totals"]["deleted"] == 8

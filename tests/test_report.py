@@ -15,7 +15,7 @@ def worker(records: list[tuple[str, str, str, str]], *, incomplete: str | None =
         golden = f"{platform}/t.py/{nodeid.split('::')[-1]}/Fake_bs_{bs}.json"
         report.add_record(KeyRecord(nodeid, platform, f"bs={bs}", golden, outcome,
                                     incomplete if outcome == "passed" else None))
-        report.add_folder(platform, golden.rsplit("/", 1)[0])
+        report.add_folder(platform, golden.rsplit("/", 1)[0], nodeid)
     return report
 
 
