@@ -57,7 +57,7 @@ def _plain_profile(device: Any, *, flags: frozenset, on_ready: Callable[[Any], N
 
     from torch.profiler import profile, schedule
 
-    from pytest_graphcapture.profiling import profiler_activities
+    from pytest_graphcapture.engine.profiling import profiler_activities
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns about warmup=0; irrelevant here
@@ -77,9 +77,10 @@ def run_variant(variant: str, batch_sizes: Sequence[int], device: str, out_dir: 
     """Seconds for one full capture of a fresh runner in ``variant``."""
     import warnings
 
-    from pytest_graphcapture.backend import make_backend
-    from pytest_graphcapture.capture import CaptureSettings, capture_runner
-    from pytest_graphcapture.decode_model import TinyDecodeRunner
+    from pytest_graphcapture.engine.backend import make_backend
+    from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
+    from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
+    from pytest_graphcapture.naming import trace_file_name
 
     runner = TinyDecodeRunner(batch_sizes, device=device)
     backend = make_backend(device)
@@ -101,7 +102,7 @@ def run_variant(variant: str, batch_sizes: Sequence[int], device: str, out_dir: 
             def on_ready(prof: Any) -> None:
                 key = next(order)
                 if export:
-                    prof.export_chrome_trace(str(out_dir / key.trace_file_name))
+                    prof.export_chrome_trace(str(out_dir / trace_file_name(key)))
 
             stepper = _PlainStepper(_plain_profile(backend.device, flags=flags, on_ready=on_ready))
             started = time.perf_counter()

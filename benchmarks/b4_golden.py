@@ -9,18 +9,14 @@ at ``golden.golden_path``), into a temporary golden dir.
 Timed, interleaved:
 
 * ``read`` — for the 36 files: ``Path.read_bytes`` + ``json.loads``: the floor;
-* ``check`` — for the 36 keys, exactly what the ``golden`` fixture does per key when
-  the golden matches (``GoldenChecker._check_key`` without update/out-dir, no
-  postprocess hook registered): the level check, ``normalized(level)``,
-  ``to_dict()``, the golden path (with its inside-the-dir check), ``exists()``,
-  ``parse_golden_file`` (with duplicate-key detection), the equal-content fast path
-  and the launch budget; a key that differed would go on to ``summary_from_dict``
-  and the deepdiff ``compare`` (here every key matches; the benchmark asserts it).
-  Keep this in step with ``GoldenChecker._check_key``.
+* ``check`` — the golden gate itself, :func:`pytest_graphcapture.golden.gate.check_result`,
+  the function the ``golden`` fixture calls (no update, no out-dir, no postprocess
+  hook): per key the level check, ``normalized(level)``, ``to_dict()``, the golden
+  path, ``parse_golden_file`` (with duplicate-key detection), the equal-content fast
+  path and the launch budget (every key matches; the benchmark asserts it).
 
-Going through golden.py's public functions rather than a pytester run keeps
-pytest's own start-up and collection (hundreds of ms, very noisy on 2 cores)
-out of a measurement of a few ms.
+Calling the gate rather than a pytester run keeps pytest's own start-up and
+collection (hundreds of ms, very noisy on 2 cores) out of a measurement of a few ms.
 """
 
 from __future__ import annotations
@@ -38,12 +34,12 @@ NODEID = "tests/test_decode.py::test_decode_graphs"
 LEVEL = "name"  # the default of --golden-level
 
 
-def build_goldens(batch_sizes: Sequence[int], golden_dir: Path, work_dir: Path) -> list[tuple[Any, Path]]:
-    """Capture the runner at ``batch_sizes`` and write each key's golden; return (summary, path) pairs."""
-    from pytest_graphcapture import golden as store
-    from pytest_graphcapture.backend import make_backend
-    from pytest_graphcapture.capture import CaptureSettings, capture_runner
-    from pytest_graphcapture.decode_model import TinyDecodeRunner
+def build_goldens(batch_sizes: Sequence[int], golden_dir: Path, work_dir: Path) -> tuple[Any, list[Path]]:
+    """Capture the runner at ``batch_sizes`` and write each key's golden; return the result and the paths."""
+    from pytest_graphcapture.engine.backend import make_backend
+    from pytest_graphcapture.golden import store
+    from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
+    from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
     if golden_dir.exists():
         shutil.rmtree(golden_dir)
@@ -52,13 +48,13 @@ def build_goldens(batch_sizes: Sequence[int], golden_dir: Path, work_dir: Path) 
         warnings.simplefilter("ignore")
         result = capture_runner(runner, make_backend("cpu"),
                                 CaptureSettings(trace="off", summarize=True, platform="cpu", level="exact"))
-    pairs = []
+    paths = []
     for key_result in result:
         summary = key_result.summary
         path = store.golden_path(golden_dir, "cpu", NODEID, summary.key)
         store.write_golden(path, summary.normalized(LEVEL).to_dict())
-        pairs.append((summary, path))
-    return pairs
+        paths.append(path)
+    return result, paths
 
 
 def time_read(paths: Sequence[Path]) -> float:
@@ -69,31 +65,18 @@ def time_read(paths: Sequence[Path]) -> float:
     return time.perf_counter() - started
 
 
-def time_check(pairs: Sequence[tuple[Any, Path]], golden_dir: Path) -> float:
-    """Seconds for the fixture's per-key check of every key against its matching golden."""
-    from pytest_graphcapture import golden as store
+def time_check(result: Any, golden_dir: Path) -> float:
+    """Seconds for the golden gate to check every key against its matching golden."""
+    from pytest_graphcapture.golden.gate import CheckOptions, check_result
+    from pytest_graphcapture.golden.store import golden_folder
 
     started = time.perf_counter()
-    folder = store.golden_folder(golden_dir, "cpu", NODEID)
-    for summary, _ in pairs:
-        key = summary.key
-        path = folder / store.golden_file_name(key)
-        if path.is_symlink():
-            store.ensure_inside(golden_dir, path)
-        # No postprocess hook is registered here, so the fixture uses the summary as it is.
-        store._check_level(LEVEL, summary, "the captured summary", f"summary of {key}")
-        actual = summary.normalized(LEVEL)
-        data = actual.to_dict()
-        if not path.exists():
-            raise RuntimeError(f"B4: golden {path} vanished")
-        old = store.parse_golden_file(path)
-        if store.same_content(old, data):
-            store.launch_budget_of(old)
-            continue  # the fixture's fast path: identical to the golden
-        expected = store.summary_from_dict(store.checked_golden_dict(old, path), path)
-        diff = store.compare(expected, actual, level=LEVEL, golden=str(path))
-        raise RuntimeError(f"B4: {key} does not match its own golden: {diff.render()}")
-    return time.perf_counter() - started
+    outcome = check_result(result, golden_dir=golden_dir, folder=golden_folder(golden_dir, "cpu", NODEID),
+                           options=CheckOptions(level=LEVEL))
+    seconds = time.perf_counter() - started
+    if outcome.failed:
+        raise RuntimeError(f"B4: keys do not match their own goldens: {[k.lines for k in outcome.failed]}")
+    return seconds
 
 
 def run(*, rounds: int, batch_sizes: Sequence[int], work_dir: Path) -> Section:
@@ -101,15 +84,14 @@ def run(*, rounds: int, batch_sizes: Sequence[int], work_dir: Path) -> Section:
     section = Section()
     golden_dir = work_dir / "b4_goldens"
     progress(f"B4: capturing the embedded runner at {len(batch_sizes)} batch sizes and writing goldens")
-    pairs = build_goldens(batch_sizes, golden_dir, work_dir)
-    paths = [p for _, p in pairs]
+    result, paths = build_goldens(batch_sizes, golden_dir, work_dir)
     total_bytes = sum(p.stat().st_size for p in paths)
     time_read(paths)
-    time_check(pairs, golden_dir)  # warm imports and caches once
+    time_check(result, golden_dir)  # warm imports and caches once
     times: dict[str, list[float]] = {"read": [], "check": []}
     for r in range(rounds):
         for variant in rotated(("read", "check"), r):
-            times[variant].append(time_read(paths) if variant == "read" else time_check(pairs, golden_dir))
+            times[variant].append(time_read(paths) if variant == "read" else time_check(result, golden_dir))
     read_s, check_s = median(times["read"]), median(times["check"])
     progress(f"B4: read {fmt_seconds(read_s)}, check {fmt_seconds(check_s)} (medians of {rounds})")
     shutil.rmtree(golden_dir, ignore_errors=True)

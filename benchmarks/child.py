@@ -54,7 +54,7 @@ def _floor(path: str) -> int:
 
 def _ours(path: str) -> int:
     from pytest_graphcapture.keys import CaptureKey
-    from pytest_graphcapture.summary import summarize_trace_file
+    from pytest_graphcapture.summary.files import summarize_trace_file
 
     summary = summarize_trace_file(path, key=CaptureKey("bench", 1))
     return summary.op_count() + summary.kernel_count()

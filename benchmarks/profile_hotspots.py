@@ -50,7 +50,7 @@ def profile_capture(top: int) -> None:
     import torch
 
     import b1_capture
-    from pytest_graphcapture.runner import default_batch_sizes
+    from pytest_graphcapture.engine.runner import default_batch_sizes
 
     torch.set_num_threads(1)
     sizes = default_batch_sizes(32)
@@ -65,7 +65,7 @@ def profile_capture(top: int) -> None:
 
 def profile_summarize(top: int) -> None:
     from pytest_graphcapture.keys import CaptureKey
-    from pytest_graphcapture.summary import summarize_trace_file
+    from pytest_graphcapture.summary.files import summarize_trace_file
 
     for path in sorted(real_traces_dir().glob("*.json.gz")):
         _profile(f"summarize_{path.name.split('__')[0]}",
@@ -74,7 +74,7 @@ def profile_summarize(top: int) -> None:
 
 def profile_golden(top: int) -> None:
     import b4_golden
-    from pytest_graphcapture.runner import default_batch_sizes
+    from pytest_graphcapture.engine.runner import default_batch_sizes
 
     work = REPO / "bench_out"
     golden_dir = work / "b4_profile_goldens"

@@ -82,7 +82,7 @@ def _load() -> str:
 
 def run_b1(args: argparse.Namespace, device: str) -> Section:
     import b1_capture
-    from pytest_graphcapture.runner import default_batch_sizes
+    from pytest_graphcapture.engine.runner import default_batch_sizes
 
     sizes = [1, 2, 4] if args.quick else default_batch_sizes(32)
     rounds = args.rounds or (1 if args.quick else 11)
@@ -137,7 +137,7 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
 
 def run_b4(args: argparse.Namespace) -> Section:
     import b4_golden
-    from pytest_graphcapture.runner import default_batch_sizes
+    from pytest_graphcapture.engine.runner import default_batch_sizes
 
     sizes = default_batch_sizes(24 if args.quick else 256)
     return b4_golden.run(rounds=3 if args.quick else 30, batch_sizes=sizes, work_dir=args.work_dir)

@@ -10,7 +10,7 @@ Chrome trace holding both ranks (``TinyDecodeRunner-tp2_bs_<bs>_merged.json.gz``
 
 import pytest
 
-from pytest_graphcapture.decode_model import TinyDecodeRunner
+from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
 
 def tp_decode_runner(ctx):

@@ -16,22 +16,21 @@ class UsageError(GraphCaptureError):
     """An option, ini key or environment variable has a value we cannot use."""
 
 
-class TraceFormatError(GraphCaptureError):
+class FileError(GraphCaptureError):
+    """A file cannot be read or written; ``path`` names it and ``problem`` says what is wrong."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class TraceFormatError(FileError):
     """A trace file cannot be read as a Kineto/Chrome trace."""
 
-    def __init__(self, path: object, problem: str) -> None:
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
 
-
-class GoldenError(GraphCaptureError):
+class GoldenError(FileError):
     """A golden file cannot be read or written."""
-
-    def __init__(self, path: object, problem: str) -> None:
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
 
 
 class CaptureError(GraphCaptureError):
@@ -39,7 +38,7 @@ class CaptureError(GraphCaptureError):
 
     ``key`` is the failing :class:`~pytest_graphcapture.keys.CaptureKey`, ``stage``
     where it failed (``warmup 1``, ``warmup 2``, ``capture``, ``trace export``,
-    ``replay``) and ``partial`` the :class:`~pytest_graphcapture.result.CaptureResult`
+    ``replay``) and ``partial`` the :class:`~pytest_graphcapture.engine.result.CaptureResult`
     of the keys that completed.
     """
 

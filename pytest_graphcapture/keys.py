@@ -1,9 +1,9 @@
 """Capture keys and the file-name-safe spelling of user supplied names.
 
 A capture key identifies one captured graph: (runner, batch size, variant, rank).
-Every file the plugin writes for a graph is named from its key, never from a
-position in a list, so two variants of one batch size or a failed capture can
-never shift names.
+Every file the plugin writes for a graph is named from its key (see
+:mod:`pytest_graphcapture.naming`), never from a position in a list, so two
+variants of one batch size or a failed capture can never shift names.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ def safe_name(raw: str, *, max_length: int = MAX_NAME_LENGTH) -> str:
     return cleaned
 
 
+def is_int(value: object) -> bool:
+    """A JSON integer: ``int`` but not ``bool``."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True, order=True)
 class CaptureKey:
     """One captured graph: which runner, batch size, variant and rank."""
@@ -55,19 +60,6 @@ class CaptureKey:
         if not isinstance(self.rank, int) or self.rank < 0:
             raise ValueError(f"rank must be a non-negative integer, got {self.rank!r}")
 
-    @property
-    def stem(self) -> str:
-        """File stem without the rank: ``{runner}_bs_{bs}[_{variant}]``."""
-        parts = [safe_name(self.runner), "bs", str(self.batch_size)]
-        if self.variant is not None:
-            parts.append(safe_name(self.variant))
-        return "_".join(parts)
-
-    @property
-    def trace_file_name(self) -> str:
-        """Per-bs trace file name: ``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz``."""
-        return f"{self.stem}_rank{self.rank}.json.gz"
-
     def to_dict(self) -> dict:
         return {"runner": self.runner, "batch_size": self.batch_size, "variant": self.variant, "rank": self.rank}
 
@@ -78,6 +70,16 @@ class CaptureKey:
     def __str__(self) -> str:
         variant = f", variant={self.variant}" if self.variant is not None else ""
         return f"{self.runner}[bs={self.batch_size}{variant}, rank={self.rank}]"
+
+
+def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
+    """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``."""
+    label = f"bs={key.batch_size}"
+    if key.variant is not None:
+        label += f" variant={key.variant}"
+    if key.rank or explicit_rank:
+        label += f" rank={key.rank}"
+    return label
 
 
 def capture_order(keys: Iterable[CaptureKey]) -> list[CaptureKey]:

@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from .backend import Backend, CaptureProgress, Forward, Steppable
+from .engine.backend import Backend, CaptureProgress, Forward, Steppable
+from .engine.runner import GraphRunner
 from .keys import CaptureKey
-from .runner import GraphRunner
 
 SYNCHRONIZE, BARRIER, FORWARD, STEP, HOOK, GRAPH_ENTER, GRAPH_EXIT, REPLAY = (
     "synchronize", "barrier", "forward", "profiler.step", "hook", "graph.enter", "graph.exit", "replay")

@@ -10,7 +10,7 @@ Everything is read from the installed plugin, never listed by hand:
 * markers — the lines ``pytest --markers`` prints with the plugin loaded and not
   without it;
 * fixtures — pytest fixture definitions in the package's modules, with docstrings;
-* hooks — the hookspecs in ``pytest_graphcapture.hookspecs`` with signatures;
+* hooks — the hookspecs in ``pytest_graphcapture.plugin.hookspecs`` with signatures;
 * ``golden.check`` / ``graph_capture`` keyword arguments — their signatures;
 * the ``graphcapture`` command line — its argparse parser, subcommand by subcommand.
 
@@ -48,13 +48,14 @@ OTHER_ENV = {
 def _modules() -> list[Any]:
     import pytest_graphcapture
 
-    names = sorted(m.name for m in pkgutil.iter_modules(pytest_graphcapture.__path__) if m.name != "__main__")
-    return [importlib.import_module(f"pytest_graphcapture.{name}") for name in names]
+    names = sorted(m.name for m in pkgutil.walk_packages(pytest_graphcapture.__path__, "pytest_graphcapture.")
+                   if not m.name.endswith("__main__"))
+    return [importlib.import_module(name) for name in names]
 
 
 def _settings() -> list[Any]:
     _modules()
-    from pytest_graphcapture.config import SETTINGS
+    from pytest_graphcapture.plugin.settings import SETTINGS
 
     return sorted(SETTINGS.values(), key=lambda s: s.option)
 
@@ -63,7 +64,7 @@ def _env_in_source() -> set[str]:
     import pytest_graphcapture
 
     found: set[str] = set()
-    for path in Path(pytest_graphcapture.__file__).parent.glob("*.py"):
+    for path in Path(pytest_graphcapture.__file__).parent.rglob("*.py"):
         found |= set(re.findall(r"\bGRAPH_CAPTURE_[A-Z0-9_]+\b", path.read_text(encoding="utf-8")))
     return found
 
@@ -116,7 +117,7 @@ def _fixtures() -> list[tuple[str, str, str]]:
 
 
 def _hooks() -> list[tuple[str, str, bool, str]]:
-    from pytest_graphcapture import hookspecs
+    from pytest_graphcapture.plugin import hookspecs
 
     out = []
     for name, func in sorted(vars(hookspecs).items()):
@@ -173,7 +174,7 @@ def _usage(name: str, command: argparse.ArgumentParser) -> str:
 
 
 def _cli() -> list[str]:
-    from pytest_graphcapture.cli import build_parser
+    from pytest_graphcapture.tools.cli import build_parser
 
     parser = build_parser()
     lines: list[str] = []
@@ -196,8 +197,7 @@ def _cli() -> list[str]:
 
 def render() -> str:
     """The full text of docs/configuration.md."""
-    from pytest_graphcapture.golden_plugin import GoldenChecker
-    from pytest_graphcapture.plugin import GraphCapture
+    from pytest_graphcapture.plugin.fixtures import GoldenChecker, GraphCapture
 
     out = [
         "# Configuration reference",

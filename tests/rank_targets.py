@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from pytest_graphcapture.decode_model import TinyDecodeRunner
+from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
 
 def tp_decode_logits(ctx, tp_size: int) -> dict:

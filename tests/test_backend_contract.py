@@ -6,8 +6,18 @@ import pytest
 
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.testing import (
-    FORWARD, GRAPH_ENTER, GRAPH_EXIT, HOOK, STEP, CallLog, FakeBackend, FakeRunner, RecordingProfiler,
-    assert_call_sequence, expected_key_sequence)
+    FORWARD,
+    GRAPH_ENTER,
+    GRAPH_EXIT,
+    HOOK,
+    STEP,
+    CallLog,
+    FakeBackend,
+    FakeRunner,
+    RecordingProfiler,
+    assert_call_sequence,
+    expected_key_sequence,
+)
 
 KEY = CaptureKey("FakeRunner", 4)
 

@@ -6,14 +6,13 @@ import gc
 from pathlib import Path
 
 import pytest
+from helpers import cpu_op_names, load_trace
 
-from pytest_graphcapture.capture import CaptureSettings, capture_runner
+from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.profiling import trace_dir
+from pytest_graphcapture.naming import trace_dir
 from pytest_graphcapture.testing import STEP, CallLog, FakeBackend, FakeRunner, InjectedFault
-
-from helpers import cpu_op_names, load_trace
 
 
 def per_bs(out: Path, **kwargs) -> CaptureSettings:

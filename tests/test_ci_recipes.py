@@ -21,8 +21,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extras: pip install -e '.[test]'")
 
-from pytest_graphcapture.cli import build_parser  # noqa: E402
-from pytest_graphcapture.config import SETTINGS  # noqa: E402
+from pytest_graphcapture.plugin.settings import SETTINGS
+from pytest_graphcapture.tools.cli import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = {"cpu.yml": "ubuntu-latest", "nvidia.yml": "nvidia", "rocm.yml": "rocm"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_graphcapture.backend import make_backend
-from pytest_graphcapture.capture import CaptureSettings, capture_runner
-from pytest_graphcapture.decode_model import DecoderConfig, TinyDecodeRunner
-from pytest_graphcapture.runner import default_batch_sizes
+from pytest_graphcapture.engine.backend import make_backend
+from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
+from pytest_graphcapture.engine.decode_model import DecoderConfig, TinyDecodeRunner
+from pytest_graphcapture.engine.runner import default_batch_sizes
 
 CAPTURED = [1, 2, 4, 8]
 

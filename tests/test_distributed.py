@@ -8,12 +8,18 @@ import time
 import pytest
 import torch
 
-from pytest_graphcapture import golden as store
-from pytest_graphcapture.decode_model import DecoderConfig, TinyDecodeRunner, check_tensor_parallel
-from pytest_graphcapture.distributed import (RankError, check_picklable, free_port, resolve_target, run_on_ranks,
-                                             spawned_pids)
+from pytest_graphcapture.engine.decode_model import DecoderConfig, TinyDecodeRunner, check_tensor_parallel
+from pytest_graphcapture.engine.ranks.diagnose import RankError
+from pytest_graphcapture.engine.ranks.supervisor import (
+    check_picklable,
+    free_port,
+    resolve_target,
+    run_on_ranks,
+    spawned_pids,
+)
 from pytest_graphcapture.errors import UsageError
-from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.keys import CaptureKey, key_label
+from pytest_graphcapture.naming import golden_file_name
 
 
 def assert_gone(pids: list[int]) -> None:
@@ -87,7 +93,7 @@ def test_factories_must_reach_the_rank_processes() -> None:
 
 def test_multi_rank_goldens_name_every_rank_and_single_rank_names_are_unchanged() -> None:
     key0, key1 = CaptureKey("R", 4, None, 0), CaptureKey("R", 4, None, 1)
-    assert store.golden_file_name(key0) == "R_bs_4.json"  # single rank: as before
-    assert store.golden_file_name(key1) == "R_bs_4_rank1.json"
-    assert store.golden_file_name(key0, explicit_rank=True) == "R_bs_4_rank0.json"
-    assert store.key_label(key0, explicit_rank=True) == "bs=4 rank=0" and store.key_label(key0) == "bs=4"
+    assert golden_file_name(key0) == "R_bs_4.json"  # single rank: as before
+    assert golden_file_name(key1) == "R_bs_4_rank1.json"
+    assert golden_file_name(key0, explicit_rank=True) == "R_bs_4_rank0.json"
+    assert key_label(key0, explicit_rank=True) == "bs=4 rank=0" and key_label(key0) == "bs=4"

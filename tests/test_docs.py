@@ -192,8 +192,9 @@ def test_configuration_reference_is_up_to_date() -> None:
 
 
 def test_configuration_reference_covers_every_setting() -> None:
-    from pytest_graphcapture.config import SETTINGS
     import gen_config_docs
+
+    from pytest_graphcapture.plugin.settings import SETTINGS
 
     gen_config_docs._modules()  # every module that declares settings is imported
     text = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")

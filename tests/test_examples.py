@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO_ROOT, cpu_op_names, load_trace
 
 EXAMPLES = REPO_ROOT / "examples"

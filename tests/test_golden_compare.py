@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from pytest_graphcapture import golden
 from pytest_graphcapture.errors import GoldenError, UsageError
-from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary import Summary
+from pytest_graphcapture.golden import diff as golden
+from pytest_graphcapture.keys import CaptureKey, key_label
+from pytest_graphcapture.summary.model import Summary
 
 
 def make(bs: int = 8, *, hidden: int = 256, kernels=None, ops=None, launches=None, complete: bool = True,
@@ -169,7 +169,7 @@ def test_sections_select_what_is_compared() -> None:
 def test_render_names_the_batch_size_and_golden() -> None:
     diff = golden.compare(make(4), make(4, hidden=512), golden="goldens/cpu/t.py/test_a/Fake_bs_4.json")
     assert diff.render()[0] == "bs=4 (goldens/cpu/t.py/test_a/Fake_bs_4.json):"
-    assert golden.key_label(CaptureKey("R", 2, "prefill", 1)) == "bs=2 variant=prefill rank=1"
+    assert key_label(CaptureKey("R", 2, "prefill", 1)) == "bs=2 variant=prefill rank=1"
 
 
 def test_long_kernel_names_are_shortened_in_messages_only() -> None:

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from test_golden_plugin import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, run
 
 FAULTS = '''

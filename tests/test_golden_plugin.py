@@ -13,28 +13,29 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphcapture import golden as store
-from pytest_graphcapture.config import ci_environment
-from pytest_graphcapture.golden_plugin import pin_worker_gpu
+from pytest_graphcapture.golden import store
+from pytest_graphcapture.golden.diff import MAX_DIFF_LINES
+from pytest_graphcapture.plugin.settings import ci_environment
+from pytest_graphcapture.plugin.xdist import pin_worker_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 CI_VARS = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "CIRCLECI", "TRAVIS",
            "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE")
-PLUGIN = ("-p", "pytest_graphcapture.golden_plugin")
+PLUGIN: tuple[str, ...] = ()  # the installed plugin (entry point) is what users run
 QUIET = ("-p", "no:randomly", "-p", "no:hypothesispytest")
 
 FAKE_CONFTEST = '''
 import os
 import pytest
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.result import CaptureResult, KeyResult
+from pytest_graphcapture.engine.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary
 
 
 def pytest_addhooks(pluginmanager):
     caller = getattr(pluginmanager.hook, "pytest_graphcapture_postprocess_summary", None)
     if caller is None or caller.spec is None:
-        from pytest_graphcapture import hookspecs
+        from pytest_graphcapture.plugin import hookspecs
         pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -307,7 +308,7 @@ def test_long_diff_is_cut_with_the_full_diff_in_a_file(gate: pytest.Pytester, mo
     full = path.read_text()
     last = "aten::op039 [[4,40]]"
     assert last in full and last not in text
-    assert len(full.splitlines()) > store.MAX_DIFF_LINES
+    assert len(full.splitlines()) > MAX_DIFF_LINES
     # With --golden-out the full diff sits next to the obtained files.
     result = run(gate, "test_model.py::test_decode", "--golden-out", "out")
     assert (gate.path / "out/cpu/test_model.py/test_decode/diff.txt").exists()
@@ -474,9 +475,8 @@ import pytest
 def test_many(fake_capture, golden, i):
     golden.check(fake_capture())
 ''')
-    # The engine plugin (entry point "graphcapture") imports torch in every worker; the gate does not
-    # need it, and leaving it out keeps four workers on two cores at a few seconds per run.
-    xdist = ("-n", "4", "-p", "no:graphcapture")
+    # Loading the plugin imports no torch, so four workers on two cores stay at a few seconds per run.
+    xdist = ("-n", "4")
     result, data = report_json(gate, *xdist, "--update-golden")
     result.assert_outcomes(passed=8)
     assert data["totals"] == {"checked": 24, "passed": 0, "failed": 0, "created": 24, "updated": 0,
@@ -511,7 +511,7 @@ def test_env(i, worker_id):
     with open(f"seen_{worker_id}_{i}.txt", "w") as fh:
         fh.write(os.environ["CUDA_VISIBLE_DEVICES"])
 ''')
-    run(gate, "-n", "2", "-p", "no:graphcapture", "--graph-capture-xdist-gpu").assert_outcomes(passed=4)
+    run(gate, "-n", "2", "--graph-capture-xdist-gpu").assert_outcomes(passed=4)
     seen = {p.name.split("_")[1]: p.read_text() for p in gate.path.glob("seen_*.txt")}
     assert seen == {"gw0": "5", "gw1": "7"}
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import cpu_op_names, load_trace
 
-import pytest_graphcapture.summary as summary_module
-from pytest_graphcapture.capture import CaptureSettings, capture_runner
+import pytest_graphcapture.engine.capture as summary_module
+from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.profiling import trace_dir
+from pytest_graphcapture.naming import trace_dir, trace_file_name
 from pytest_graphcapture.testing import FakeBackend, FakeRunner
-
-from helpers import cpu_op_names, load_trace
 
 SIZES = [1, 2, 4]
 FAILING = CaptureKey("FakeRunner", 2)
@@ -58,7 +57,7 @@ def test_an_error_at_each_stage_keeps_the_other_keys_intact(tmp_path: Path, stag
         assert files == ["graph_capture_profile/FakeRunner_bs_4_rank0.json.gz"]
     for key, key_result in kept.items():
         assert key_result.summary.key == key
-        assert key_result.trace_path.name == key.trace_file_name
+        assert key_result.trace_path.name == trace_file_name(key)
         mm = [e for e in load_trace(key_result.trace_path)["traceEvents"] if e.get("name") == "aten::mm"]
         assert mm[0]["args"]["Input Dims"][0] == [key.batch_size, 8], "a trace holds its own key's capture"
     assert_profiler_reusable(tmp_path)

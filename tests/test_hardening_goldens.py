@@ -16,7 +16,7 @@ CONFTEST = """
 import errno, os
 import pytest
 from pytest_graphcapture.testing import FakeRunner
-import pytest_graphcapture.golden as golden_store
+import pytest_graphcapture._io as golden_store
 
 @pytest.fixture
 def decode_runner():

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphcapture.cli import main as cli_main
 from pytest_graphcapture.errors import TraceFormatError
-from pytest_graphcapture.summary import summarize_trace_file
+from pytest_graphcapture.summary.files import summarize_trace_file
+from pytest_graphcapture.tools.cli import main as cli_main
 
 OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1,
       "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_graphcapture.keys import MAX_NAME_LENGTH, CaptureKey, capture_order, safe_name
+from pytest_graphcapture.naming import trace_file_name
 
 
 @pytest.mark.parametrize("raw", ["..", "../../etc/passwd", "a/b", "a\\b", "nul\x00byte", ".hidden", "", "/",
@@ -49,5 +50,5 @@ def test_batch_size_must_be_a_positive_integer(bs: object) -> None:
 
 
 def test_trace_file_names() -> None:
-    assert CaptureKey("R", 8).trace_file_name == "R_bs_8_rank0.json.gz"
-    assert CaptureKey("R", 8, "draft", 2).trace_file_name == "R_bs_8_draft_rank2.json.gz"
+    assert trace_file_name(CaptureKey("R", 8)) == "R_bs_8_rank0.json.gz"
+    assert trace_file_name(CaptureKey("R", 8, "draft", 2)) == "R_bs_8_draft_rank2.json.gz"

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphcapture import golden as store
 from pytest_graphcapture.errors import GoldenError, UsageError
+from pytest_graphcapture.golden import budget as store
+from pytest_graphcapture.golden.store import checked_golden_dict
 from pytest_graphcapture.keys import CaptureKey
 
 CONFTEST = '''
 import os
 import pytest
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.result import CaptureResult, KeyResult
+from pytest_graphcapture.engine.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary
 
 
@@ -163,4 +164,4 @@ def test_budget_helpers() -> None:
         "bs=8: 212 kernel launches > budget 200 (x)"]
     assert store.launch_budget_violations(key, 200, [(200, "x")]) == []
     with pytest.raises(GoldenError, match="launch_budget"):
-        store.validate_sections({"kernels": [], "ops": [], "launches": {"total": 0}, "launch_budget": True}, "g.json")
+        checked_golden_dict({"schema_version": 1, "launch_budget": True}, "g.json")

@@ -7,13 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from pytest_graphcapture.cli import main
-from pytest_graphcapture.errors import TraceFormatError
-from pytest_graphcapture.merge import (ID_STRIDE, PID_STRIDE, merge_rank_traces, merge_trace_files,
-                                       parse_rank_trace)
-
 from helpers import load_trace
+
+from pytest_graphcapture.errors import TraceFormatError
+from pytest_graphcapture.naming import parse_rank_trace
+from pytest_graphcapture.tools.cli import main
+from pytest_graphcapture.tools.merge import ID_STRIDE, PID_STRIDE, merge_rank_traces, merge_trace_files
 
 
 def rank_trace(rank: int, base_ns: int, ts0: float) -> dict:

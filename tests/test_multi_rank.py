@@ -8,11 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pytest_graphcapture import distributed
-
 from helpers import load_trace
 from test_distributed import assert_gone
+
+from pytest_graphcapture.engine.ranks import supervisor as distributed
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly", "--graph-capture-device=cpu")
 
@@ -22,7 +21,7 @@ import time
 
 import pytest
 
-from pytest_graphcapture.decode_model import DecoderConfig, TinyDecodeRunner
+from pytest_graphcapture.engine.decode_model import DecoderConfig, TinyDecodeRunner
 
 
 def tp_runner(ctx):
@@ -54,7 +53,7 @@ import time
 
 import pytest
 
-from pytest_graphcapture.decode_model import TinyDecodeRunner
+from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
 
 class BrokenRank1(TinyDecodeRunner):
@@ -181,7 +180,7 @@ def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_le
 XDIST_TESTS = '''
 import pytest
 
-from pytest_graphcapture.decode_model import TinyDecodeRunner
+from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
 
 def runner_a(ctx):

@@ -7,13 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_graphcapture.errors import UsageError
-from pytest_graphcapture.normalize import (
+from pytest_graphcapture.summary.demangle import demangle, mangled_base_name
+from pytest_graphcapture.summary.normalize import (
     GEMM_FAMILY,
     LEVELS,
     check_level,
     compile_patterns,
-    demangle,
-    mangled_base_name,
     matches_any,
     normalize_kernel_name,
 )

@@ -9,7 +9,6 @@ import ast
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "pytest_graphcapture"

@@ -7,11 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-
 from helpers import real_traces_dir
-from pytest_graphcapture import cli, picture
+
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary import Summary
+from pytest_graphcapture.naming import key_stem
+from pytest_graphcapture.summary.model import Summary
+from pytest_graphcapture.tools import cli, matrix, picture
 
 
 def summary(bs: int, kernels: dict[str, int], *, runner: str = "R", variant: str | None = None,
@@ -26,7 +27,7 @@ def summary(bs: int, kernels: dict[str, int], *, runner: str = "R", variant: str
 
 def write(folder: Path, s: Summary) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{s.key.stem}.json").write_text(json.dumps(s.to_dict()))
+    (folder / f"{key_stem(s.key)}.json").write_text(json.dumps(s.to_dict()))
 
 
 def cells(page: str) -> list[tuple[str, str]]:
@@ -127,7 +128,7 @@ def test_real_mi300x_capture_renders_its_kernels(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
     folder.mkdir()
     (folder / trace.name).symlink_to(trace)
-    s = cli.load_any(folder / trace.name)
+    s = matrix.load_any(folder / trace.name)
     page = picture.picture_from_dirs(folder)
     (table,) = picture.build_tables([("", s)])
     assert table.batch_sizes == [32]
@@ -140,7 +141,7 @@ SESSION_CONFTEST = '''
 import os
 import pytest
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.result import CaptureResult, KeyResult
+from pytest_graphcapture.engine.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary
 
 

@@ -7,11 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pytest_graphcapture import platform as plat
-from pytest_graphcapture.platform import (
+from pytest_graphcapture.engine.device import detect_platform, environment_from_device
+from pytest_graphcapture.summary import platform as plat
+from pytest_graphcapture.summary.platform import (
     ROCM_COMPUTE_TO_GFX,
-    detect_platform,
-    environment_from_device,
     environment_from_trace,
     gfx_key,
     platform_from_trace,

@@ -38,12 +38,20 @@ def test_command_line_beats_environment_beats_ini(pytester: pytest.Pytester, mon
     result.stdout.fnmatch_lines([f"*OUT_DIR={pytester.path / 'from_cli'}", "SIZES=[2, 8]"])
 
 
-def test_single_wins_over_per_bs_with_a_warning(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_command_line_beats_environment_and_ini_for_the_trace_mode(pytester: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented precedence holds for the trace mode too: command line > environment > ini."""
     pytester.makepyfile(SHOW_SETTINGS)
+    pytester.makeini("[pytest]\ngraph_capture_trace = single\n")
+    result = pytester.runpytest("-s", "--graph-capture-trace=per-bs")
+    result.stdout.fnmatch_lines(["*TRACE=per-bs"])
+    result.assert_outcomes(passed=1)
     monkeypatch.setenv("GRAPH_CAPTURE_TRACE", "single")
     result = pytester.runpytest("-s", "--graph-capture-trace")
-    result.stdout.fnmatch_lines(["*TRACE=single", "*trace modes conflict*single wins*"])
-    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*TRACE=per-bs"])
+    result = pytester.runpytest("-s")
+    result.stdout.fnmatch_lines(["*TRACE=single"])  # the environment beats the ini key
+    result.assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -6,14 +6,15 @@ import json
 import random
 
 import pytest
+from helpers import real_traces_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.normalize import LEVELS, normalize_kernel_name
-from pytest_graphcapture.summary import Summary, summarize_events, summarize_trace_file
-
-from helpers import real_traces_dir
+from pytest_graphcapture.summary.files import summarize_trace_file
+from pytest_graphcapture.summary.model import Summary
+from pytest_graphcapture.summary.normalize import LEVELS, normalize_kernel_name
+from pytest_graphcapture.summary.scan import summarize_events
 
 KEY = CaptureKey("Prop", 8)
 OP_NAMES = st.sampled_from(["aten::mm", "aten::add", "aten::copy_", "aten::softmax", "c10d::allreduce_"])
@@ -72,7 +73,7 @@ def test_shuffling_a_real_capture_trace_keeps_its_summary(tmp_path) -> None:
     source = real_traces_dir() / "tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
     if not source.exists():
         pytest.skip(f"real traces not found at {source.parent}; set GRAPH_CAPTURE_REAL_TRACES to their folder")
-    from pytest_graphcapture.tracefile import load_trace
+    from pytest_graphcapture.summary.tracefile import load_trace
 
     trace = load_trace(source)
     expected = summarize_trace_file(source)

@@ -16,16 +16,12 @@ import pytest
 from helpers import load_trace, real_traces_dir
 
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.normalize import normalize_kernel_name
-from pytest_graphcapture.platform import platform_from_trace
-from pytest_graphcapture.summary import (
-    KernelEvidenceWarning,
-    replay_kernels_from_events,
-    summarize_events,
-    summarize_trace_file,
-    with_replay,
-)
-from pytest_graphcapture.tracefile import load_trace as safe_load_trace
+from pytest_graphcapture.summary.files import summarize_trace_file
+from pytest_graphcapture.summary.normalize import normalize_kernel_name
+from pytest_graphcapture.summary.platform import platform_from_trace
+from pytest_graphcapture.summary.replay import KernelEvidenceWarning, with_replay
+from pytest_graphcapture.summary.scan import replay_kernels_from_events, summarize_events
+from pytest_graphcapture.summary.tracefile import load_trace as safe_load_trace
 
 SGLANG_CAPTURE = "tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
 SGLANG_REPLAY = "tracelens_sglang_decode__sglang_Qwen3-8B_decode.json.gz"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_graphcapture.report import COUNT_NAMES, FileRecord, KeyRecord, SessionReport
+from pytest_graphcapture.golden.report import COUNT_NAMES, FileRecord, KeyRecord, SessionReport
 
 
 def worker(records: list[tuple[str, str, str, str]], *, incomplete: str | None = None) -> SessionReport:

@@ -10,13 +10,10 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary import (
-    replay_kernels_from_profile,
-    summarize_profile,
-    summarize_trace_file,
-)
 from pytest_graphcapture.errors import GraphCaptureError
+from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.summary.files import summarize_trace_file
+from pytest_graphcapture.summary.live import replay_kernels_from_profile, summarize_profile
 
 KEY = CaptureKey("toy", 3)
 

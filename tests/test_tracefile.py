@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from pytest_graphcapture.errors import TraceFormatError, UsageError
-from pytest_graphcapture.tracefile import (
+from pytest_graphcapture.naming import trace_stem
+from pytest_graphcapture.summary.tracefile import (
     DEFAULT_MAX_TRACE_BYTES,
     MAX_TRACE_BYTES_ENV,
     load_trace,
     parse_size,
     resolve_max_bytes,
-    trace_stem,
 )
 
 GOOD = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 2}]}

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from pytest_graphcapture import CaptureKey, GraphRunner
-from pytest_graphcapture.runner import Forward
+from pytest_graphcapture.engine.runner import Forward
 
 from mini_engine import MiniEngineGraphRunner
 

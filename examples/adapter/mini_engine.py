@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from pytest_graphcapture.decode_model import DecoderConfig, TinyDecoder
+from pytest_graphcapture.engine.decode_model import DecoderConfig, TinyDecoder
 
 CAPTURE_BATCH_SIZES = (1, 2, 4, 8)
 VARIANTS: tuple[Optional[str], ...] = (None, "logprobs")

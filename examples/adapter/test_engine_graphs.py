@@ -19,7 +19,7 @@ def test_plugin_captures_in_the_engines_order(decode_runner):
     # A recording backend shows what the plugin would do with real graphs: the engine's own
     # order (largest batch size first, every variant of a size together), two warmups each.
     from pytest_graphcapture import capture_runner
-    from pytest_graphcapture.capture import CaptureSettings
+    from pytest_graphcapture.engine.capture import CaptureSettings
 
     log = CallLog()
     result = capture_runner(decode_runner, FakeBackend(log), CaptureSettings(summarize=False))

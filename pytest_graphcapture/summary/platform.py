@@ -17,7 +17,8 @@ derived from the gfx name, so it is mapped back with :data:`ROCM_COMPUTE_TO_GFX`
 That mapping is lossy where AMD reuses a capability (gfx908 and gfx90a both report
 9.0; gfx1100/1101/1102 all report 11.0): the table picks the datacenter / first
 part, and a ``gcnArchName`` present in the trace always wins.  The override of a
-detected key (option and hook) lives in the plugin, not here.
+detected key (option and hook) lives in the plugin, and the key of a live torch
+device in :mod:`pytest_graphcapture.engine.device`: this module imports no torch.
 """
 
 from __future__ import annotations
@@ -61,36 +62,6 @@ def rocm_gfx_from_compute(major: int, minor: int) -> str:
     return ROCM_COMPUTE_TO_GFX.get((int(major), int(minor)), f"gfx{int(major)}{int(minor)}0")
 
 
-def _device_index(device: Any) -> Optional[int]:
-    """CUDA device index for ``device`` (None for CPU)."""
-    import torch
-
-    if device is None:
-        return torch.cuda.current_device() if torch.cuda.is_available() else None
-    if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return None
-    return dev.index if dev.index is not None else torch.cuda.current_device()
-
-
-def detect_platform(device: Any = None) -> str:
-    """Platform key of a live torch device (``"cuda:0"``, ``torch.device``, index, or None = current)."""
-    import torch
-
-    index = _device_index(device)
-    if index is None:
-        return CPU
-    props = torch.cuda.get_device_properties(index)
-    if getattr(torch.version, "hip", None):
-        arch = getattr(props, "gcnArchName", "") or ""
-        if arch:
-            return gfx_key(arch)
-        return f"rocm-{rocm_gfx_from_compute(props.major, props.minor)}"
-    return cuda_key(props.major, props.minor)
-
-
 def _first_device(trace: dict) -> Optional[dict]:
     props = trace.get("deviceProperties")
     if not isinstance(props, list):
@@ -122,7 +93,7 @@ def platform_from_trace(trace: dict) -> str:
     return cuda_key(major, minor)
 
 
-_PROFILER_FLAGS = ("record_shapes", "with_stack", "with_flops", "profile_memory", "with_modules")
+PROFILER_FLAGS = ("record_shapes", "with_stack", "with_flops", "profile_memory", "with_modules")
 
 
 def _flag(value: Any) -> bool:
@@ -148,42 +119,9 @@ def environment_from_trace(trace: dict) -> dict:
     ):
         if key in trace and isinstance(trace[key], (int, float, str)):
             env[key] = trace[key]
-    flags = {flag: _flag(trace.get(flag)) for flag in _PROFILER_FLAGS}
+    flags = {flag: _flag(trace.get(flag)) for flag in PROFILER_FLAGS}
     env["profiler"] = flags
     dist = trace.get("distributedInfo")
     if isinstance(dist, dict):
         env["distributed"] = {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}
-    return env
-
-
-def environment_from_device(device: Any = None, *, profiler: Any = None) -> dict:
-    """Informational environment of a live device: name, torch/CUDA/HIP versions, driver.
-
-    ``profiler`` (a ``torch.profiler.profile``) adds its flags (record_shapes, with_stack, ...).
-    """
-    import torch
-
-    env: dict[str, Any] = {"torch_version": str(torch.__version__)}
-    index = _device_index(device)
-    if index is None:
-        env["device_name"] = "cpu"
-    else:
-        props = torch.cuda.get_device_properties(index)
-        env["device_name"] = props.name or None
-        env["device_count"] = torch.cuda.device_count()
-        if getattr(torch.version, "hip", None):
-            env["hip_runtime_version"] = str(torch.version.hip)
-            arch = getattr(props, "gcnArchName", None)
-            if arch:
-                env["gcn_arch_name"] = arch
-        else:
-            env["cuda_runtime_version"] = str(torch.version.cuda)
-        try:
-            driver = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
-        except Exception:  # informational only: a missing driver query must not fail a capture
-            driver = None
-        if driver is not None:
-            env["driver_version"] = driver
-    if profiler is not None:
-        env["profiler"] = {flag: bool(getattr(profiler, flag, False)) for flag in _PROFILER_FLAGS}
     return env

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 
-from .keys import CaptureKey
+from ..keys import CaptureKey
 
 Forward = Callable[[], Any]
 
@@ -34,10 +34,20 @@ class Steppable(Protocol):
 
 @dataclass
 class CaptureProgress:
-    """Where :meth:`Backend.capture_one` is, so a failure can name its stage."""
+    """Where :meth:`Backend.capture_one` is, so a failure can name its stage.
+
+    ``on_stage(key, stage)`` is told of every stage change (a rank process forwards
+    them to its parent, which names the stage of a rank that hangs).
+    """
 
     key: Optional[CaptureKey] = None
     stage: str = "not started"
+    on_stage: Optional[Callable[[Optional[CaptureKey], str], None]] = None
+
+    def enter(self, stage: str) -> None:
+        self.stage = stage
+        if self.on_stage is not None:
+            self.on_stage(self.key, stage)
 
 
 def distributed_barrier() -> None:
@@ -131,7 +141,7 @@ class Backend:
 
     def enter_stage(self, progress: CaptureProgress, stage: str) -> None:
         """Mark that the sequence enters ``stage`` (fakes inject faults here)."""
-        progress.stage = stage
+        progress.enter(stage)
 
     def release(self) -> None:
         """Free what the backend holds (memory pools, streams)."""

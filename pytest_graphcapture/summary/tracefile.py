@@ -27,18 +27,16 @@ Decisions, documented because callers rely on them:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import zlib
-from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
-from .errors import TraceFormatError, UsageError
+from .._io import JSONProblem, loads_strict
+from ..errors import TraceFormatError, UsageError
 
 DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
 MAX_TRACE_BYTES_ENV = "GRAPH_CAPTURE_MAX_TRACE_BYTES"
-TRACE_SUFFIXES = (".json", ".json.gz")
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -77,10 +75,6 @@ def _too_big(limit: int) -> str:
         f"trace is larger than {limit} bytes after decompression; raise the limit with "
         f"{MAX_TRACE_BYTES_ENV}=<bytes> (e.g. 8G) or the max_bytes argument"
     )
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name} (NaN/Infinity are not allowed)")
 
 
 def _gunzip(path: Union[str, "os.PathLike[str]"], compressed: bytes, limit: int) -> bytes:
@@ -146,16 +140,9 @@ def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trac
     if first not in ("{", "["):
         raise TraceFormatError(path, "not a gzip or JSON file (content does not start with '{')")
     try:
-        trace = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        if isinstance(exc, json.JSONDecodeError):
-            # A string still open at the end of the text is a truncation too (the cut fell inside a name).
-            if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
-                raise TraceFormatError(path, "truncated JSON (the content ends before the trace is complete)") from None
-            raise TraceFormatError(path, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-        raise TraceFormatError(path, f"invalid JSON: {exc}") from None
-    except RecursionError:
-        raise TraceFormatError(path, "invalid JSON: nesting too deep") from None
+        trace = loads_strict(text)
+    except JSONProblem as exc:
+        raise TraceFormatError(path, str(exc)) from None
     if not isinstance(trace, dict):
         raise TraceFormatError(
             path, f"top level is a JSON {type(trace).__name__}, expected an object with a traceEvents list"
@@ -180,18 +167,3 @@ def load_trace(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int]
     still loads.  ``max_bytes`` caps the decompressed size (see module docstring).
     """
     return parse_trace_bytes(read_trace_bytes(path, max_bytes=max_bytes), path)
-
-
-def is_trace_path(path: Union[str, "os.PathLike[str]"]) -> bool:
-    """Whether ``path`` is named like a trace file (``.json`` or ``.json.gz``)."""
-    name = Path(path).name
-    return name.endswith(TRACE_SUFFIXES)
-
-
-def trace_stem(path: Union[str, "os.PathLike[str]"]) -> str:
-    """File name without ``.json.gz`` / ``.json`` / ``.gz``."""
-    name = Path(path).name
-    for suffix in (".json.gz", ".json", ".gz"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name

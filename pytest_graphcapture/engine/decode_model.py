@@ -30,8 +30,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..keys import CaptureKey
 from .backend import Backend
-from .keys import CaptureKey
 from .runner import Forward, GraphRunner, default_batch_sizes
 
 

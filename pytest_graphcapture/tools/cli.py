@@ -21,14 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
-from .errors import GraphCaptureError, TraceFormatError, UsageError
-from .normalize import LEVELS, check_level, is_coarser_or_equal
-from .summary import Summary, summarize_trace_file
-from .tracefile import parse_trace_bytes, read_trace_bytes
+from .._io import write_atomic
+from ..errors import GraphCaptureError, UsageError
+from ..golden.diff import compare_dicts
+from ..summary.files import summarize_trace_file
+from ..summary.model import Summary
+from ..summary.normalize import LEVELS, check_level
+from .matrix import coarsest, collect_dir, kernel_matrix, load_any, render_matrix_text
 
 PROG = "graphcapture"
 
@@ -36,139 +38,10 @@ PROG = "graphcapture"
 # --------------------------------------------------------------------------- loading
 
 
-def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
-    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``)."""
-    path = Path(path)
-    if not path.exists():
-        raise TraceFormatError(path, "no such file")
-    if path.is_dir():
-        raise TraceFormatError(path, "is a directory, expected a summary JSON or trace file")
-    data = read_trace_bytes(path)
-    if data[:2] != b"\x1f\x8b":
-        try:
-            obj = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            obj = None  # let the trace parser produce the precise error
-        if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
-            summary = Summary.from_dict(obj, source=str(path))
-            if level is not None and summary.level != level:
-                summary = summary.normalized(level)
-            return summary
-        if obj is not None:
-            parse_trace_bytes(data, path)  # validates the trace shape with a clear error
-    return summarize_trace_file(path, level=level or "name")
-
-
-def _coarsest(levels: Iterable[str]) -> str:
-    result = LEVELS[0]
-    for level in levels:
-        if is_coarser_or_equal(level, result):
-            result = level
-    return result
-
-
 # --------------------------------------------------------------------------- diff
 
 
-def _kernel_label(entry: dict) -> str:
-    parts = [entry["name"]]
-    if entry.get("kind", "kernel") != "kernel":
-        parts.append(f"[{entry['kind']}]")
-    if "grid" in entry or "block" in entry:
-        parts.append(f"grid={entry.get('grid')} block={entry.get('block')}")
-    return " ".join(parts)
-
-
-def _op_label(entry: dict) -> str:
-    return f"{entry['name']} dims={json.dumps(entry['input_dims'])} types={json.dumps(entry['input_types'])}"
-
-
-def _count_diff(what: str, expected: Counter, actual: Counter) -> list[str]:
-    lines = []
-    for label in sorted(set(expected) | set(actual)):
-        e, a = expected.get(label, 0), actual.get(label, 0)
-        if e == a:
-            continue
-        if e == 0:
-            lines.append(f"+ {what} {label} (x{a}, not expected)")
-        elif a == 0:
-            lines.append(f"- {what} {label} (x{e} expected, missing)")
-        else:
-            lines.append(f"~ {what} {label}: count {e} -> {a}")
-    return lines
-
-
-def _describe_differences(expected: Summary, actual: Summary) -> list[str]:
-    """Readable lines describing how ``actual`` differs from ``expected`` (empty when equal)."""
-    lines: list[str] = []
-    for name in ("schema_version", "platform", "level"):
-        e, a = getattr(expected, name), getattr(actual, name)
-        if e != a:
-            lines.append(f"~ {name}: {e} -> {a}")
-    if expected.key != actual.key:
-        lines.append(f"~ key: {expected.key} -> {actual.key}")
-    if (expected.complete, expected.incomplete_reason) != (actual.complete, actual.incomplete_reason):
-        lines.append(f"~ complete: {expected.complete} ({expected.incomplete_reason}) -> "
-                     f"{actual.complete} ({actual.incomplete_reason})")
-    if expected.launches["total"] != actual.launches["total"]:
-        lines.append(f"~ launches total: {expected.launches['total']} -> {actual.launches['total']}")
-    lines += _count_diff("launch API", Counter(expected.launches["by_api"]), Counter(actual.launches["by_api"]))
-    lines += _count_diff("kernel", Counter({_kernel_label(k): k["count"] for k in expected.kernels}),
-                         Counter({_kernel_label(k): k["count"] for k in actual.kernels}))
-    lines += _count_diff("op", Counter({_op_label(o): o["count"] for o in expected.ops}),
-                         Counter({_op_label(o): o["count"] for o in actual.ops}))
-    if not lines and expected != actual:  # safety net: never report "equal" for unequal summaries
-        lines.append("~ summaries differ (see their JSON)")
-    return lines
-
-
 # --------------------------------------------------------------------------- show
-
-
-def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
-    """Kernel × batch-size table data for summaries of one runner/variant/rank.
-
-    Returns ``(batch_sizes, rows)``: batch sizes ascending, and one row per kernel
-    ``{"name", "kind", "counts": {batch_size: count}}`` (grid/block variants summed),
-    sorted by name then kind.  Two summaries for one batch size are a usage error.
-    """
-    by_bs: dict[int, Summary] = {}
-    for summary in summaries:
-        bs = summary.key.batch_size
-        if bs in by_bs:
-            raise UsageError(f"two summaries for batch size {bs}: {by_bs[bs].key} and {summary.key}")
-        by_bs[bs] = summary
-    batch_sizes = sorted(by_bs)
-    rows: dict[tuple, dict] = {}
-    for bs in batch_sizes:
-        for entry in by_bs[bs].kernels:
-            kind = entry.get("kind", "kernel")
-            row = rows.setdefault((entry["name"], kind), {"name": entry["name"], "kind": kind, "counts": {}})
-            row["counts"][bs] = row["counts"].get(bs, 0) + entry["count"]
-    return batch_sizes, [rows[k] for k in sorted(rows)]
-
-
-def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[dict]) -> list[str]:
-    """Plain-text rendering of :func:`kernel_matrix` output (counts first, names last)."""
-    headers = [f"bs={bs}" for bs in batch_sizes]
-    widths = [max(len(h), *(len(str(r["counts"].get(bs, "-"))) for r in rows)) if rows else len(h)
-              for h, bs in zip(headers, batch_sizes)]
-    lines = [title, "  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "  kind    kernel"]
-    for row in rows:
-        cells = [str(row["counts"].get(bs, "-")).rjust(w) for bs, w in zip(batch_sizes, widths)]
-        lines.append("  ".join(cells) + f"  {row['kind']:<6}  {row['name']}")
-    return lines
-
-
-def _collect_dir(directory: Path, level: Optional[str]) -> list[Summary]:
-    if not directory.is_dir():
-        raise TraceFormatError(directory, "is not a directory")
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
-    if not files:
-        raise TraceFormatError(directory, "contains no summary JSON or trace files (*.json, *.json.gz)")
-    summaries = [load_any(p, level=None) for p in files]
-    target = level or _coarsest(s.level for s in summaries)
-    return [s if s.level == target else s.normalized(target) for s in summaries]
 
 
 # --------------------------------------------------------------------------- commands
@@ -190,16 +63,30 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     return 0
 
 
+def describe_differences(expected: Summary, actual: Summary) -> list[str]:
+    """Lines saying how ``actual`` differs from ``expected``: identity fields, then the golden diff's changes."""
+    lines = [f"~ {name}: {getattr(expected, name)} → {getattr(actual, name)}"
+             for name in ("schema_version", "platform", "level") if getattr(expected, name) != getattr(actual, name)]
+    if expected.key != actual.key:
+        lines.append(f"~ key: {expected.key} → {actual.key}")
+    if (expected.complete, expected.incomplete_reason) != (actual.complete, actual.incomplete_reason):
+        lines.append(f"~ complete: {expected.complete} ({expected.incomplete_reason}) → "
+                     f"{actual.complete} ({actual.incomplete_reason})")
+    diff = compare_dicts(expected.to_dict(), actual.to_dict(), actual.key)
+    lines += [line.strip() for line in diff.render(width=None)[1:]]
+    return lines
+
+
 def _cmd_diff(args: argparse.Namespace) -> int:
     expected = load_any(args.expected)
     actual = load_any(args.actual)
-    target = _coarsest([expected.level, actual.level] + ([args.level] if args.level else []))
+    target = coarsest([expected.level, actual.level] + ([args.level] if args.level else []))
     expected, actual = expected.normalized(target), actual.normalized(target)
     if expected == actual:
         print(f"equal (level {target})")
         return 0
     print(f"{args.expected} -> {args.actual} (level {target}):")
-    for line in _describe_differences(expected, actual):
+    for line in describe_differences(expected, actual):
         print(f"  {line}")
     return 1
 
@@ -208,7 +95,6 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if args.against and not args.html:
         raise UsageError("--against compares in the HTML picture; give --html OUT.html with it")
     if args.html:
-        from .golden import write_atomic
         from .picture import picture_from_dirs
 
         page = picture_from_dirs(args.directory, against=args.against, level=args.level)
@@ -218,7 +104,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             raise UsageError(f"--html {args.html}: {getattr(exc, 'problem', exc)}") from None
         print(f"wrote {args.html}")
         return 0
-    summaries = _collect_dir(Path(args.directory), args.level)
+    summaries = collect_dir(Path(args.directory), args.level)
     groups: dict[tuple, list[Summary]] = {}
     for s in summaries:
         groups.setdefault((s.key.runner, s.key.variant or "", s.key.rank, s.platform), []).append(s)

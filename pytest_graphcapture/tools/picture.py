@@ -7,7 +7,7 @@ changed (amber).  The page has no scripts, fonts or images from the network, so 
 opens from a CI artifact as is.
 
 * :func:`build_tables` groups summaries (and their goldens) into tables, one per
-  folder / runner / variant / rank / platform, reusing :func:`cli.kernel_matrix`;
+  folder / runner / variant / rank / platform, reusing :func:`.matrix.kernel_matrix`;
 * :func:`render_html` renders tables into the page;
 * :func:`picture_from_dirs` is what ``graphcapture show DIR --html OUT.html
   [--against GOLDEN_DIR]`` calls: summary JSON and trace files under ``DIR``
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
-from .errors import TraceFormatError
+from ..errors import TraceFormatError
+from .matrix import coarsest, kernel_matrix, load_any
 
 PathLike = Union[str, Path]
 
@@ -87,8 +88,6 @@ class Table:
 
 
 def _matrix(summaries: Sequence) -> tuple[list[int], list[dict]]:
-    from .cli import kernel_matrix
-
     return kernel_matrix(summaries)
 
 
@@ -134,10 +133,8 @@ def build_tables(obtained: Iterable[tuple[str, object]], goldens: Iterable[tuple
     All summaries are normalized to ``level`` (default: the coarsest level among
     them, so traces at ``exact`` and goldens at ``name`` meet at ``name``).
     """
-    from .cli import _coarsest
-
     obtained, goldens = list(obtained), list(goldens)
-    target = level or _coarsest(s.level for _, s in obtained + goldens)
+    target = level or coarsest(s.level for _, s in obtained + goldens)
     obtained = [(f, s if s.level == target else s.normalized(target)) for f, s in obtained]
     goldens = [(f, s if s.level == target else s.normalized(target)) for f, s in goldens]
 
@@ -279,8 +276,6 @@ def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
 
 def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object]]:
     """``(folder relative to root, Summary)`` for each summary JSON / trace file under ``root``."""
-    from .cli import load_any
-
     root = Path(root)
     if not root.is_dir():
         raise TraceFormatError(root, "is not a directory")

@@ -1,21 +1,25 @@
-"""Settings that can come from the command line, the environment or the ini file.
+"""Every setting of the plugin: command line, environment variable and ini key, declared once.
 
-Each setting is declared once as a :class:`Setting`; the declaration adds the
-command-line option and the ini key, and :func:`resolve` reads the value with the
-documented precedence **command line > environment variable > ini key > default**.
-The registry :data:`SETTINGS` is what the configuration reference in ``docs/`` is
-checked against.
+Each setting is a :class:`Setting`; the declaration adds the command-line option
+and the ini key, and :func:`resolve` reads the value with the documented
+precedence **command line > environment variable > ini key > default**.
+:func:`resolve_path` is the one rule for relative paths: relative to the
+invocation directory when the value comes from the command line or the
+environment, to the ini file's directory when it comes from the ini file, and to
+the rootdir for the default.  The registry :data:`SETTINGS` is what the
+configuration reference in ``docs/`` is generated from.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -129,18 +133,45 @@ def parse_profiler_flags(text: str, where: str) -> frozenset[str]:
     return flags
 
 
+#: Environment variables by which CI services announce themselves (the tests' isolation uses this list too).
+CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "CIRCLECI", "TRAVIS",
+                "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE")
+
+
 def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
     """Name of the CI environment variable that is set, or None when not on CI."""
     environ = os.environ if environ is None else environ
-    for name in ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD",
-                 "CIRCLECI", "TRAVIS", "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE"):
+    for name in CI_VARIABLES:
         value = environ.get(name, "")
         if value and value.lower() not in ("0", "false", "no"):
             return name
     return None
 
 
-# The settings of the capture engine; the golden gate declares its own in golden_plugin.
+def resolve_path(config: pytest.Config, setting: Setting) -> Optional[Path]:
+    """The absolute path a path setting names (see the module docstring for relative paths), or None."""
+    value, source = resolve_with_source(config, setting)
+    if value is None:
+        return None
+    path = Path(os.path.expanduser(value))
+    if path.is_absolute():
+        return Path(os.path.abspath(path))
+    if source == "default":
+        base = Path(config.rootpath)
+    elif source.startswith("ini"):
+        base = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+    else:
+        base = Path(config.invocation_params.dir)
+    return Path(os.path.abspath(base / path))
+
+
+def where(setting: Setting, source: str) -> str:
+    """How an error names the place a value came from: the option, or the variable / ini key."""
+    return setting.option if source == "option" else source
+
+
+# --------------------------------------------------------------------------- the capture engine
+
 TRACE = declare(Setting(
     "--graph-capture-trace", "GRAPH_CAPTURE_TRACE",
     "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture phase)",
@@ -155,3 +186,54 @@ DEVICE = declare(Setting(
     "--graph-capture-device", "GRAPH_CAPTURE_DEVICE",
     "device to capture on: auto (GPU when present), cpu or cuda", default="auto",
     choices=("auto", "cpu", "cuda"), metavar="DEVICE"))
+PLATFORM = declare(Setting(
+    "--graph-capture-platform", "GRAPH_CAPTURE_PLATFORM",
+    "platform key goldens are stored under, instead of the detected one (e.g. cuda-sm90)", metavar="KEY"))
+PROFILER_FLAGS_SETTING = declare(Setting(
+    "--graph-capture-profiler-flags", "GRAPH_CAPTURE_PROFILER_FLAGS",
+    "extra recording in exported traces: any of stack,flops,memory, or all / none",
+    default="all", metavar="FLAGS"))
+REPLAY = declare(Setting(
+    "--graph-capture-replay", "GRAPH_CAPTURE_REPLAY",
+    "replay each captured graph once under the profiler to read its kernels (auto = on GPU graphs)",
+    default="auto", choices=("auto", "on", "off"), metavar="WHEN"))
+RANK_TIMEOUT = declare(Setting(
+    "--graph-capture-rank-timeout", "GRAPH_CAPTURE_RANK_TIMEOUT",
+    "seconds a multi-rank capture (graph_capture_ranks marker) may take once its rank processes have started; "
+    "a rank that hangs longer fails the test and every rank process is stopped",
+    default="120", metavar="SECONDS"))
+MERGE = declare(Setting(
+    "--graph-capture-merge", "GRAPH_CAPTURE_MERGE",
+    "at session end, merge each multi-rank capture's per-rank traces into one Chrome trace per batch size "
+    "({runner}_bs_{bs}_merged.json.gz, pids labelled [TP00], [TP01], ...); needs --graph-capture-trace",
+    default="off", choices=("on", "off"), const="on", metavar="on|off"))
+
+# --------------------------------------------------------------------------- the golden gate
+
+GOLDEN_DIR = declare(Setting(
+    "--golden-dir", "GRAPH_CAPTURE_GOLDEN_DIR",
+    "directory of golden files (relative: to the rootdir by default and for the ini key, "
+    "to the invocation dir on the command line / in the environment)", default="goldens", metavar="DIR"))
+UPDATE_GOLDEN = declare(Setting(
+    "--update-golden", "GRAPH_CAPTURE_UPDATE_GOLDEN",
+    "write goldens: all (bare flag: create, rewrite changed, delete unused ones) or new (only create missing); "
+    "refused on CI", choices=("all", "new"), const="all", metavar="MODE"))
+GOLDEN_OUT = declare(Setting(
+    "--golden-out", "GRAPH_CAPTURE_GOLDEN_OUT",
+    "also write the obtained summaries under DIR in the golden layout, goldens untouched (allowed on CI)",
+    metavar="DIR"))
+GOLDEN_LEVEL = declare(Setting(
+    "--golden-level", "GRAPH_CAPTURE_GOLDEN_LEVEL",
+    "kernel-name normalization level of golden checks", default="name",
+    choices=("exact", "name", "family"), metavar="LEVEL"))
+REPORT_MD = declare(Setting(
+    "--graph-capture-report", "GRAPH_CAPTURE_REPORT",
+    "write the golden session report as Markdown (with the diffs) to FILE, e.g. for CI job summaries",
+    metavar="FILE"))
+REPORT_JSON = declare(Setting(
+    "--graph-capture-json", "GRAPH_CAPTURE_JSON",
+    "write the golden session report as JSON to FILE", metavar="FILE"))
+XDIST_GPU = declare(Setting(
+    "--graph-capture-xdist-gpu", "GRAPH_CAPTURE_XDIST_GPU",
+    "under pytest-xdist, pin worker gwN to visible GPU N mod count", default="off",
+    choices=("on", "off"), const="on", metavar="on|off"))

@@ -1,22 +1,13 @@
-"""Run a graph capture on N ranks: spawned processes with ``torch.distributed`` initialized.
+"""Run a function on N ranks: spawned processes with ``torch.distributed`` initialized, supervised.
 
 Tensor-parallel decode captures one graph set per rank, and a regression often
 shows on one rank's collective or shard shapes only, so the gate has to capture
-every rank (issue #9).  This module is the engine behind the
-``graph_capture_ranks(n)`` marker and ``graph_capture(..., ranks=n)``:
-
-* :func:`run_on_ranks` spawns ``world_size`` processes (``spawn`` start method:
-  safe with CUDA and threads), each initializes the default process group
-  (``gloo`` on CPU, ``nccl`` on CUDA — RCCL on ROCm builds — unless told
-  otherwise) over a free loopback port, calls a picklable target with a
-  :class:`RankContext` and sends its plain-data return value back through a queue.
-* :func:`capture_on_ranks` is that with the capture engine as the target: each
-  rank builds its runner from a *factory* (a module-level callable or a
-  ``"module:function"`` string — the test function itself cannot be sent to
-  another process), runs :func:`~pytest_graphcapture.capture.capture_runner`
-  and returns its summaries (``Summary.to_dict()``) and trace paths.  The parent
-  gets one :class:`MultiRankCaptureResult` holding the keys of **all** ranks, so
-  ``golden.check(result)`` checks every rank.
+every rank.  :func:`run_on_ranks` spawns ``world_size`` processes (``spawn``
+start method: safe with CUDA and threads), each initializes the default process
+group (``gloo`` on CPU, ``nccl`` on CUDA — RCCL on ROCm builds — unless told
+otherwise) over a free loopback port, calls a picklable target with a
+:class:`RankContext` and sends its plain-data return value back through a queue.
+:mod:`.capture` runs the capture engine this way.
 
 Failure handling, the part that makes it usable as a gate:
 
@@ -36,11 +27,9 @@ Failure handling, the part that makes it usable as a gate:
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import queue as queue_mod
-import re
 import shutil
 import signal
 import socket
@@ -49,44 +38,22 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from .errors import GraphCaptureError, UsageError
-from .keys import CaptureKey, capture_order
-from .result import CaptureResult, KeyResult
+from ...errors import UsageError
+from .diagnose import STARTUP_ALLOWANCE, RankError, RankState, dump_stacks, failure
 
 DEFAULT_TIMEOUT = 120.0
-#: Interpreter start and ``import torch`` in every rank may take at least this long (slow CI disks).
-STARTUP_ALLOWANCE = 60.0
 #: After the first rank fails, how long the others may take to report their own errors.
 ERROR_GRACE = 3.0
 #: Extra time the process group's own timeout gets over ours, so the parent reports a hang, not gloo.
 PG_TIMEOUT_MARGIN = 30.0
 #: Spawns retried when the chosen port was taken between choosing and binding it.
 PORT_RETRIES = 3
-DEFAULT_FACTORY = "pytest_graphcapture.distributed:tensor_parallel_decode_runner"
 
 Target = Union[str, Callable[..., Any]]
-
-
-class RankError(GraphCaptureError):
-    """A multi-rank run failed: a rank raised, died or did not finish in time.
-
-    ``ranks`` maps each failed or unfinished rank to a one-line description,
-    ``primary`` is the rank whose failure is reported first (the first to fail,
-    or the hung one), ``pids`` the child processes (all gone when this is raised).
-    """
-
-    def __init__(self, message: str, *, ranks: dict[int, str], primary: Optional[int], pids: Sequence[int],
-                 timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.ranks = ranks
-        self.primary = primary
-        self.pids = list(pids)
-        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)
@@ -200,6 +167,11 @@ def report_stage(text: str) -> None:
         _CHANNEL.stage(text)
 
 
+def progress_to_parent() -> Optional[Callable[[str], None]]:
+    """A progress-line callback that reaches the parent, or None outside a rank."""
+    return _CHANNEL.progress if _CHANNEL is not None else None
+
+
 def _watch_parent(parent_pid: int) -> None:
     """Exit this rank when the parent process is gone (no orphans even if pytest is killed)."""
 
@@ -265,21 +237,7 @@ def _rank_main(rank: int, world_size: int, port: int, device_type: str, backend:
 # --------------------------------------------------------------------------- the parent side
 
 
-@dataclass
-class _RankState:
-    rank: int
-    pid: Optional[int] = None
-    main_thread: Optional[int] = None
-    ready: bool = False
-    stage: str = "starting"
-    status: str = "running"  # running | ok | error | died
-    value: Any = None
-    error: Optional[str] = None
-    traceback: Optional[str] = None
-    failed_at: Optional[float] = None
-    exited_at: Optional[float] = None
-
-
+#: Every rank process this process spawned (tests check none is left running).
 _SPAWNED: list[int] = []
 
 
@@ -306,120 +264,6 @@ def _stop_all(procs: Sequence[Any]) -> None:
             pass
 
 
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
-
-
-def _main_thread_frames(text: str, ident: Optional[int]) -> list[tuple[str, int, str]]:
-    """Frames (innermost first) of the thread ``ident`` in a faulthandler dump."""
-    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text)
-    wanted = f"0x{ident:016x}" if ident is not None else None
-    for block in blocks:
-        head = block.strip().splitlines()[0] if block.strip() else ""
-        if wanted is None or wanted in head:
-            return [(m["file"], int(m["line"]), m["func"]) for m in map(_FRAME.match, block.splitlines()) if m]
-    return []
-
-
-def _where(frames: list[tuple[str, int, str]]) -> tuple[bool, str]:
-    """(waiting in torch.distributed?, where: the collective, or the innermost frame outside our machinery)."""
-    if not frames:
-        return False, ""
-    in_dist = any("torch/distributed" in f.replace("\\", "/") for f, _, _ in frames[:3])
-    if in_dist:
-        calls = [func for file, _, func in frames if "torch/distributed" in file.replace("\\", "/")
-                 and func not in ("wrapper", "<module>")]
-        return True, f"torch.distributed {calls[0]}" if calls else "torch.distributed"
-    ours = (os.path.join("pytest_graphcapture", ""), "multiprocessing")
-    for file, line, func in frames:
-        norm = file.replace("\\", "/")
-        if "torch/" in norm or any(part in file for part in ours):
-            continue
-        return in_dist, f"{file}:{line} in {func}"
-    file, line, func = frames[0]
-    return in_dist, f"{file}:{line} in {func}"
-
-
-def _dump_stacks(procs: dict[int, Any], states: dict[int, _RankState], dump_dir: str) -> dict[int, str]:
-    """Ask unfinished ranks for a faulthandler dump; return ``{rank: text}``."""
-    if not hasattr(signal, "SIGUSR1"):
-        return {}
-    asked = []
-    for rank, proc in procs.items():
-        if states[rank].status == "running" and states[rank].ready and proc.is_alive():
-            try:
-                os.kill(proc.pid, signal.SIGUSR1)
-                asked.append(rank)
-            except OSError:
-                pass
-    if not asked:
-        return {}
-    time.sleep(0.5)
-    dumps = {}
-    for rank in asked:
-        try:
-            dumps[rank] = Path(dump_dir, f"rank{rank}.txt").read_text(errors="replace")
-        except OSError:
-            pass
-    return dumps
-
-
-_PEER_LOST = re.compile(r"connection (closed|reset)|broken pipe|econnreset|connection refused|socket closed|"
-                        r"remote (process|peer)|peer .*(closed|disconnect)", re.IGNORECASE)
-
-
-def _lost_peer(error: str) -> bool:
-    """Whether a rank's error says another rank went away (a consequence, not the cause)."""
-    return bool(_PEER_LOST.search(error))
-
-
-def _tail(text: str, lines: int = 12) -> str:
-    kept = text.rstrip().splitlines()
-    return "\n".join(kept[-lines:])
-
-
-def _failure(states: dict[int, _RankState], timeout: float, timed_out: bool, startup: bool,
-             dumps: dict[int, str], pids: list[int]) -> RankError:
-    ranks: dict[int, str] = {}
-    # The cause first: a rank that died or raised on its own comes before ranks that only
-    # lost their peer (their collectives fail *because* the first rank went away).
-    failed = sorted((s for s in states.values() if s.status in ("error", "died")),
-                    key=lambda s: (_lost_peer(s.error or ""), s.failed_at or 0.0, s.rank))
-    unfinished = [s for s in states.values() if s.status == "running"]
-    lines: list[str] = []
-    primary: Optional[int] = None
-    if failed:
-        first = failed[0]
-        primary = first.rank
-        lines.append(f"rank {first.rank} of {len(states)} failed during {first.stage}: {first.error}")
-        if first.traceback:
-            lines.append(f"rank {first.rank} traceback (last lines):")
-            lines.extend("  " + line for line in _tail(first.traceback).splitlines())
-        for state in failed:
-            ranks[state.rank] = f"failed during {state.stage}: {state.error}"
-        for state in failed[1:]:
-            lines.append(f"rank {state.rank} also failed (during {state.stage}): {state.error}")
-    waiting_ranks = []
-    for state in unfinished:
-        in_dist, where = _where(_main_thread_frames(dumps.get(state.rank, ""), state.main_thread))
-        if in_dist:
-            waiting_ranks.append(state.rank)
-        at = (f" (waiting in {where})" if in_dist else f" at {where}") if where else ""
-        ranks[state.rank] = f"did not finish (stage: {state.stage}){at}"
-    if unfinished:
-        hung = [s.rank for s in unfinished if s.rank not in waiting_ranks] or [s.rank for s in unfinished]
-        if primary is None:
-            primary = hung[0]
-            phase = "start up" if startup else "finish"
-            limit = max(timeout, STARTUP_ALLOWANCE) if startup else timeout
-            names = ", ".join(str(r) for r in hung)
-            lines.insert(0, f"rank{'s' if len(hung) > 1 else ''} {names} of {len(states)} did not {phase} "
-                            f"within {limit:g}s (--graph-capture-rank-timeout)")
-        for state in sorted(unfinished, key=lambda s: s.rank):
-            lines.append(f"rank {state.rank}: {ranks[state.rank]}; stopped")
-    lines.append(f"all {len(pids)} rank processes were stopped")
-    return RankError("\n".join(lines), ranks=ranks, primary=primary, pids=pids, timed_out=timed_out)
-
-
 def _run_once(target: Target, world_size: int, args: tuple, device_type: str, backend: str, timeout: float,
               on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
     import multiprocessing
@@ -428,7 +272,7 @@ def _run_once(target: Target, world_size: int, args: tuple, device_type: str, ba
     queue = ctx.Queue()
     port = free_port()
     dump_dir = tempfile.mkdtemp(prefix="graphcapture-ranks-")
-    states = {rank: _RankState(rank) for rank in range(world_size)}
+    states = {rank: RankState(rank) for rank in range(world_size)}
     procs: dict[int, Any] = {}
     pids: list[int] = []
     timed_out = startup = False
@@ -492,13 +336,13 @@ def _run_once(target: Target, world_size: int, args: tuple, device_type: str, ba
         if all(s.status == "ok" for s in states.values()):
             return [states[rank].value for rank in range(world_size)]
         if any(s.status == "running" for s in states.values()):
-            dumps = _dump_stacks(procs, states, dump_dir)
+            dumps = dump_stacks(procs, states, dump_dir)
     finally:
         _stop_all(list(procs.values()))
         queue.close()
         queue.cancel_join_thread()
         shutil.rmtree(dump_dir, ignore_errors=True)
-    raise _failure(states, timeout, timed_out, startup, dumps, pids)
+    raise failure(states, timeout, timed_out, startup, dumps, pids)
 
 
 def run_on_ranks(target: Target, world_size: int, *, args: tuple = (), device_type: str = "cpu",
@@ -532,130 +376,3 @@ def run_on_ranks(target: Target, world_size: int, *, args: tuple = (), device_ty
 
 
 # --------------------------------------------------------------------------- capture on ranks
-
-
-@dataclass
-class MultiRankCaptureResult(CaptureResult):
-    """A :class:`CaptureResult` over all ranks: ``keys`` holds every rank's keys.
-
-    ``world_size`` is the number of ranks, ``per_rank[r]`` rank ``r``'s own
-    result, ``single_trace_paths`` the per-rank single traces (``trace="single"``).
-    Graphs stay in the rank processes (``KeyResult.graph`` is None).
-    """
-
-    world_size: int = 1
-    per_rank: dict[int, CaptureResult] = field(default_factory=dict)
-    single_trace_paths: dict[int, Path] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def for_rank(self, rank: int) -> CaptureResult:
-        """Rank ``rank``'s result; KeyError naming the ranks when absent."""
-        if rank not in self.per_rank:
-            raise KeyError(f"no rank {rank}; ranks: {sorted(self.per_rank)}")
-        return self.per_rank[rank]
-
-
-def _settings_dict(settings: Any) -> dict:
-    data = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name != "progress"}
-    data["out_dir"] = str(data["out_dir"])
-    data["profiler_flags"] = sorted(data["profiler_flags"])
-    data["environment"] = dict(data["environment"])
-    return data
-
-
-def _capture_target(ctx: RankContext, factory: Target, settings: dict, graphs: bool) -> dict:
-    """Rank side of :func:`capture_on_ranks`: build the runner, capture it, return plain data."""
-    from .backend import make_backend
-    from .capture import CaptureSettings, capture_runner
-
-    report_stage("building the runner")
-    runner = resolve_target(factory)(ctx)
-    if not callable(getattr(runner, "capture_keys", None)):
-        raise UsageError(f"runner factory {factory!r} returned {type(runner).__name__}, not a GraphRunner")
-    backend = make_backend(getattr(runner, "device", None) or ctx.device, graphs=graphs)
-    plain_enter = backend.enter_stage
-
-    def enter_stage(progress: Any, stage: str) -> None:  # every stage change reaches the parent
-        report_stage(f"{progress.key} {stage}")
-        plain_enter(progress, stage)
-
-    backend.enter_stage = enter_stage  # type: ignore[method-assign]
-    values = dict(settings)
-    values["profiler_flags"] = frozenset(values["profiler_flags"])
-    values["progress"] = _CHANNEL.progress if _CHANNEL is not None else None
-    result = capture_runner(runner, backend, CaptureSettings(**values), rank=ctx.rank)
-    report_stage("returning the summaries")
-    return {
-        "runner_name": result.runner_name,
-        "platform": result.platform,
-        "mode": result.mode,
-        "single_trace_path": str(result.single_trace_path) if result.single_trace_path else None,
-        "keys": [{"key": kr.key.to_dict(),
-                  "summary": kr.summary.to_dict() if kr.summary is not None else None,
-                  "trace_path": str(kr.trace_path) if kr.trace_path else None,
-                  "seconds": kr.seconds} for kr in result],
-    }
-
-
-def capture_on_ranks(factory: Target, world_size: int, settings: Any = None, *, device_type: str = "cpu",
-                     backend: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
-                     batch_sizes: Optional[Sequence[int]] = None, graphs: bool = True,
-                     progress: Optional[Callable[[str], None]] = None) -> MultiRankCaptureResult:
-    """Capture the runner ``factory(ctx)`` builds on each of ``world_size`` ranks.
-
-    ``settings`` is the :class:`~pytest_graphcapture.capture.CaptureSettings` of
-    every rank (sent as a plain dict; its ``progress`` callback stays here and
-    receives the ranks' progress lines).  Each rank's keys carry its rank, so
-    trace files get the ``_rank<r>`` / ``-TP-<r>`` suffix and goldens their
-    per-rank names.  Raises :class:`RankError` as :func:`run_on_ranks` does.
-    """
-    from .capture import CaptureSettings
-    from .summary import Summary
-
-    settings = settings or CaptureSettings()
-    check_picklable(factory)
-    backend = backend or default_backend(device_type)
-    values = _settings_dict(settings)
-    values["environment"]["distributed"] = {"backend": backend, "world_size": world_size}
-    report = progress or settings.progress
-
-    def on_progress(rank: int, line: str) -> None:
-        if report is not None:
-            report(line)
-
-    started = time.perf_counter()
-    outputs = run_on_ranks(_capture_target, world_size, args=(factory, values, graphs), device_type=device_type,
-                           backend=backend, timeout=timeout, batch_sizes=batch_sizes, on_progress=on_progress)
-    names = {out["runner_name"] for out in outputs}
-    if len(names) != 1:
-        raise UsageError(f"the ranks built differently named runners: {sorted(names)}; a runner factory must name "
-                         f"its runner the same on every rank")
-    first = outputs[0]
-    merged = MultiRankCaptureResult(runner_name=first["runner_name"], platform=first["platform"], rank=0,
-                                    mode=first["mode"], world_size=world_size)
-    for rank, out in enumerate(outputs):
-        own = CaptureResult(runner_name=out["runner_name"], platform=out["platform"], rank=rank, mode=out["mode"])
-        for item in out["keys"]:
-            key = CaptureKey.from_dict(item["key"])
-            summary = Summary.from_dict(item["summary"], source=f"rank {rank} summary of {key}") \
-                if item["summary"] is not None else None
-            own.keys[key] = KeyResult(key, trace_path=Path(item["trace_path"]) if item["trace_path"] else None,
-                                      summary=summary, seconds=float(item["seconds"]))
-        if out["single_trace_path"]:
-            own.single_trace_path = Path(out["single_trace_path"])
-            merged.single_trace_paths[rank] = own.single_trace_path
-        merged.per_rank[rank] = own
-    for rank in sorted(merged.per_rank):  # rank by rank, each in capture order
-        own_keys = merged.per_rank[rank].keys
-        for key in capture_order(own_keys):
-            merged.keys[key] = own_keys[key]
-    merged.single_trace_path = merged.single_trace_paths.get(0)
-    merged.seconds = time.perf_counter() - started
-    return merged
-
-
-def tensor_parallel_decode_runner(ctx: RankContext) -> Any:
-    """Default runner factory of multi-rank captures: rank ``ctx.rank``'s shard of the embedded decoder."""
-    from .decode_model import TinyDecodeRunner
-
-    return TinyDecodeRunner(ctx.batch_sizes, device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)

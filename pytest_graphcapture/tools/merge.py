@@ -1,4 +1,4 @@
-"""Merge per-rank capture traces into one Chrome trace per batch size (issue #9).
+"""Merge per-rank capture traces into one Chrome trace per batch size.
 
 A multi-rank capture writes one trace per rank and key
 (``{runner}_bs_{bs}[_{variant}]_rank{r}.json.gz``, or
@@ -27,59 +27,17 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from .errors import TraceFormatError
-from .tracefile import load_trace
+from .._io import write_atomic
+from ..errors import TraceFormatError
+from ..naming import RankTrace, group_rank_traces
+from ..summary.tracefile import load_trace
 
 PID_STRIDE = 1000
 #: Flow/async ids of rank r are offset by r * ID_STRIDE (ints) or prefixed ``TP<r>:`` (strings).
 ID_STRIDE = 1 << 40
-MERGED_SUFFIX = "_merged.json.gz"
-
-_PER_BS = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?:\.gz)?$")
-_SINGLE = re.compile(r"^(?P<stem>.+)-TP-(?P<rank>\d+)\.json(?:\.gz)?$")
-
-
-@dataclass(frozen=True)
-class RankTrace:
-    """One per-rank trace file: its group stem, rank and path."""
-
-    stem: str
-    rank: int
-    path: Path
-    single: bool = False
-
-    @property
-    def merged_name(self) -> str:
-        return f"{self.stem}-merged.json.gz" if self.single else f"{self.stem}{MERGED_SUFFIX}"
-
-
-def parse_rank_trace(path: Union[str, Path]) -> Optional[RankTrace]:
-    """The :class:`RankTrace` of a per-rank trace file name, or None for other files."""
-    path = Path(path)
-    if path.name.startswith("."):
-        return None  # a partial file being written
-    for pattern, single in ((_PER_BS, False), (_SINGLE, True)):
-        match = pattern.match(path.name)
-        if match:
-            return RankTrace(match["stem"], int(match["rank"]), path, single)
-    return None
-
-
-def group_rank_traces(paths: Iterable[Union[str, Path]]) -> dict[tuple[str, bool], dict[int, Path]]:
-    """``{(stem, single): {rank: path}}`` of the per-rank trace files among ``paths``."""
-    groups: dict[tuple[str, bool], dict[int, Path]] = {}
-    for path in paths:
-        parsed = parse_rank_trace(path)
-        if parsed is not None:
-            groups.setdefault((parsed.stem, parsed.single), {})[parsed.rank] = parsed.path
-    return groups
-
-
 def rank_label(rank: int) -> str:
     """``[TP00]``, ``[TP01]``, …: how merged traces name a rank's processes."""
     return f"[TP{rank:02d}]"
@@ -174,9 +132,7 @@ def merge_trace_files(paths: dict[int, Path], out_path: Union[str, Path]) -> Pat
     out_path = Path(out_path)
     if out_path.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    from .profiling import write_atomically
-
-    write_atomically(out_path, lambda tmp: Path(tmp).write_bytes(data))
+    write_atomic(out_path, data, error=TraceFormatError)
     return out_path
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from .keys import CaptureKey, capture_order
+from ..keys import CaptureKey, capture_order
 
 Forward = Callable[[], Any]
 

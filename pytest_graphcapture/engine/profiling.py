@@ -10,13 +10,12 @@ variants and failed captures cannot shift names.
 :class:`SingleTraceProfiler` is the older behaviour: one unscheduled profiler
 around the whole capture phase, exported once.
 
-:func:`trace_dir` is the single source of truth for where traces go.
+Where traces go and how they are named is :mod:`pytest_graphcapture.naming`'s.
 """
 
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -26,25 +25,9 @@ from typing import Any, Callable, Optional
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from .keys import CaptureKey, safe_name
-
-TRACE_SUBDIR = "graph_capture_profile"
-from .config import PROFILER_FLAGS, parse_profiler_flags  # noqa: F401  (re-exported)
-
-
-def trace_dir(base_dir: os.PathLike | str) -> Path:
-    """``<graph-capture-dir>/graph_capture_profile/``: where every trace is written."""
-    return Path(base_dir) / TRACE_SUBDIR
-
-
-def per_bs_trace_path(base_dir: os.PathLike | str, key: CaptureKey) -> Path:
-    """``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz`` under :func:`trace_dir`."""
-    return trace_dir(base_dir) / key.trace_file_name
-
-
-def single_trace_path(base_dir: os.PathLike | str, runner: str, rank: int) -> Path:
-    """``cuda_graph_capture-{runner}-TP-{rank}.json.gz`` under :func:`trace_dir`."""
-    return trace_dir(base_dir) / f"cuda_graph_capture-{safe_name(runner)}-TP-{rank}.json.gz"
+from .._io import write_via
+from ..keys import CaptureKey
+from ..naming import per_bs_trace_path, single_trace_path
 
 
 def profiler_activities(device: torch.device) -> list[ProfilerActivity]:
@@ -68,26 +51,6 @@ def capture_schedule() -> Callable[[int], Any]:
         return schedule(wait=2, warmup=0, active=1, repeat=0)
 
 
-def write_atomically(path: Path, export: Callable[[str], None]) -> None:
-    """Run ``export(tmp_path)`` then rename onto ``path``; no partial file is ever left."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The temporary name keeps the final suffix, so exporters that look at it behave the same.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial{''.join(path.suffixes)}")
-    try:
-        export(str(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-
-
 def export_trace(prof: profile, path: Path) -> None:
     """Export ``prof``'s cycle to ``path`` (gzipped for ``.gz``), atomically.
 
@@ -96,19 +59,19 @@ def export_trace(prof: profile, path: Path) -> None:
     large blocks at level 6: about a fifth of the time, files ~10% larger.
     """
     if not path.name.endswith(".gz"):
-        write_atomically(path, prof.export_chrome_trace)
+        write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
         return
-    plain = path.with_name(f".{path.name}.{os.getpid()}.partial.json")
 
-    def export_gzipped(tmp: str) -> None:
+    def export_gzipped(tmp: Path) -> None:
+        plain = tmp.with_name(tmp.name[: -len(".gz")])  # a dot-file beside it: readers skip it
         try:
             prof.export_chrome_trace(str(plain))
             with open(plain, "rb") as source, gzip.open(tmp, "wb", compresslevel=6) as target:
                 shutil.copyfileobj(source, target, 1 << 20)
         finally:
-            _remove(plain)
+            plain.unlink(missing_ok=True)
 
-    write_atomically(path, export_gzipped)
+    write_via(path, export_gzipped)
 
 
 @dataclass

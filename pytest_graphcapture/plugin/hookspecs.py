@@ -50,6 +50,6 @@ def pytest_graphcapture_make_runner(config: pytest.Config, device: Any, batch_si
     """Return the runner the ``decode_runner`` fixture provides.
 
     Called when the default ``decode_runner`` fixture is used; return ``None`` to
-    get the embedded :class:`~pytest_graphcapture.decode_model.TinyDecodeRunner`.
+    get the embedded :class:`~pytest_graphcapture.engine.decode_model.TinyDecodeRunner`.
     Overriding the ``decode_runner`` fixture in a ``conftest.py`` also works.
     """

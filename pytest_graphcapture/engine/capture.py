@@ -2,7 +2,7 @@
 
 It ties the stages together — runner (forward per key) → backend (warmups and
 capture) → profiler schedule (one cycle per key) → summary — and returns a
-:class:`~pytest_graphcapture.result.CaptureResult`.  It is what the
+:class:`~pytest_graphcapture.engine.result.CaptureResult`.  It is what the
 ``graph_capture`` fixture calls, and what a user's own start-up code can call.
 """
 
@@ -15,9 +15,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..errors import CaptureError
+from ..keys import CaptureKey
+from ..summary.live import replay_kernels_from_profile, summarize_profile
+from ..summary.replay import with_replay
 from .backend import Backend, CaptureProgress
-from .errors import CaptureError
-from .keys import CaptureKey
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyResult
 from .runner import GraphRunner
@@ -47,6 +49,8 @@ class CaptureSettings:
     profiler_flags: frozenset = frozenset({"stack", "flops", "memory"})
     environment: dict = field(default_factory=dict)
     progress: Optional[Callable[[str], None]] = None
+    #: Told of every stage change of every key (see :class:`~.backend.CaptureProgress`).
+    on_stage: Optional[Callable[[Optional[CaptureKey], str], None]] = None
 
     def __post_init__(self) -> None:
         if self.trace not in TRACE_MODES:
@@ -63,8 +67,6 @@ def current_rank() -> int:
 
 
 def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey], Any]:
-    from .summary import summarize_profile
-
     def summarize(prof: Any, key: CaptureKey) -> Any:
         return summarize_profile(prof, key, platform=settings.platform, level=settings.level,
                                  environment=settings.environment)
@@ -98,13 +100,14 @@ def capture_runner(runner: GraphRunner, backend: Backend, settings: Optional[Cap
     elif settings.trace == "single":
         profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner.name, rank)
 
-    progress = CaptureProgress()
+    progress = CaptureProgress(on_stage=settings.on_stage)
     try:
         if profiler is not None:
             profiler.__enter__()
         for key in keys:
             started = time.perf_counter()
-            progress.key, progress.stage = key, "setup"
+            progress.key = key
+            progress.enter("setup")
             if per_bs:
                 profiler.begin_key(key)
             graph = backend.capture_one(
@@ -122,7 +125,8 @@ def capture_runner(runner: GraphRunner, backend: Backend, settings: Optional[Cap
                 settings.progress(f"graph-capture: {key.runner} bs={key.batch_size}{variant} rank={key.rank} "
                                   f"captured in {seconds:.3f}s")
         if profiler is not None:
-            progress.key, progress.stage = None, "trace export"
+            progress.key = None
+            progress.enter("trace export")
             profiler.__exit__(None, None, None)
             if isinstance(profiler, SingleTraceProfiler):
                 result.single_trace_path = profiler.trace_path
@@ -163,15 +167,15 @@ def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: Ca
     from torch.profiler import profile
 
     from .profiling import profiler_activities
-    from .summary import replay_kernels_from_profile, with_replay
 
     for key, key_result in result.keys.items():
         if key_result.summary is None:
             continue
-        progress.key, progress.stage = key, "replay"
+        progress.key = key
+        progress.enter("replay")
         backend.synchronize()
         with profile(activities=profiler_activities(backend.device)) as prof:
             backend.replay(key_result.graph)
             backend.synchronize()
         key_result.summary = with_replay(key_result.summary, replay_kernels_from_profile(prof))
-    progress.stage = "done"
+    progress.enter("done")

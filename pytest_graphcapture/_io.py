@@ -1,0 +1,144 @@
+"""File plumbing shared by every layer: atomic writes, a paused GC, strict JSON.
+
+* :func:`write_atomic` / :func:`write_via` — nothing half-written is ever visible:
+  the content goes to a dot-file in the target's folder (readers skip dot-files),
+  is fsynced and renamed over the target; on any failure the previous file is left
+  intact and the temp file removed.
+* :func:`gc_paused` — parsing a trace or a golden, or summarizing a profile,
+  allocates many containers in bursts; each burst makes the cyclic collector
+  re-traverse everything already built (with torch loaded, a large heap), although
+  JSON data cannot form cycles.  Pausing it for the duration is a large saving.
+* :func:`loads_strict` — JSON as goldens and traces must be: no NaN/Infinity,
+  optionally no duplicate keys, and a message a person can act on for each fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator, Union
+
+from .errors import FileError
+
+PARTIAL_MARK = ".partial"
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Disable the cyclic GC inside the block; the previous state is always restored."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def write_via(path: Union[str, Path], export: Callable[[Path], None], *,
+              error: type[FileError] = FileError) -> None:
+    """Run ``export(tmp)`` on a temp path beside ``path``, fsync it and rename it onto ``path``.
+
+    The temp name is a dot-file that keeps the final suffixes (exporters that look at
+    the suffix behave the same).  An ``OSError`` becomes ``error(path, problem)``;
+    any other exception (Ctrl-C included) propagates after the temp file is removed.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{PARTIAL_MARK}{''.join(path.suffixes)}",
+                                    dir=path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise error(path, f"cannot write: {exc.strerror or exc}") from None
+    tmp = Path(name)
+    try:
+        export(tmp)
+        fd = os.open(tmp, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise error(path, f"cannot write: {exc.strerror or exc}") from None
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_atomic(path: Union[str, Path], data: Union[str, bytes], *, error: type[FileError] = FileError) -> None:
+    """Write ``data`` (text is UTF-8 encoded) to ``path`` atomically (see :func:`write_via`)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+
+    def write(tmp: Path) -> None:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
+            handle.write(raw)
+
+    write_via(path, write, error=error)
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename durable on POSIX; not possible (nor needed) on Windows.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- strict JSON
+
+
+class JSONProblem(ValueError):
+    """Why a text is not the JSON we accept; ``str()`` is a phrase for an error message."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise JSONProblem(f"invalid JSON: non-standard constant {name} (NaN/Infinity are not allowed)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # rare: find the name for the message
+        seen: set = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise JSONProblem(f"duplicate key {name!r}")
+            seen.add(name)
+    return obj
+
+
+def loads_strict(text: str, *, unique_keys: bool = False) -> Any:
+    """``json.loads`` refusing NaN/Infinity (and duplicate keys with ``unique_keys``); JSONProblem says why."""
+    try:
+        with gc_paused():
+            return json.loads(text, parse_constant=_reject_constant,
+                              object_pairs_hook=_unique_keys if unique_keys else None)
+    except JSONProblem:
+        raise
+    except json.JSONDecodeError as exc:
+        # A string still open at the end of the text is a truncation too (the cut fell inside a name).
+        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
+            raise JSONProblem("truncated JSON (the content ends before it is complete)") from None
+        raise JSONProblem(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise JSONProblem("invalid JSON: nesting too deep") from None
+    except ValueError as exc:
+        raise JSONProblem(f"invalid JSON: {exc}") from None

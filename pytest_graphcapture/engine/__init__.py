@@ -1,0 +1,1 @@
+"""The capture engine: runner → backend → profiler schedule → per-key results (imports torch, never pytest)."""

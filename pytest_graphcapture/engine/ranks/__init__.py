@@ -1,0 +1,1 @@
+"""Capture on several ranks: a supervisor for spawned rank processes, and the capture run on each."""

@@ -1,0 +1,347 @@
+"""The one comparison of two summaries: what changed, as lines a reviewer reads.
+
+Summaries are compared through views keyed by kernel label and op name (deepdiff
+over those views), so each change is one readable line per item; the golden gate,
+the CLI's ``diff``, the HTML picture and the share-ranks check all use
+:func:`compare_dicts` (or :func:`diff_dicts`) from here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from deepdiff import DeepDiff
+
+from ..errors import GoldenError, UsageError
+from ..keys import CaptureKey, key_label
+from ..summary.model import count_changes, kernel_view
+from ..summary.normalize import LEVELS
+
+SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
+
+
+#: Failure messages are cut after this many lines; the full diff goes to a file.
+MAX_DIFF_LINES = 60
+
+
+#: Kernel names longer than this are shortened (in the middle) in failure messages.
+MAX_NAME_WIDTH = 120
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _shorten(name: str, width: Optional[int]) -> str:
+    if width is None or len(name) <= width:
+        return name
+    keep = width - 1
+    return f"{name[: keep * 2 // 3]}…{name[-(keep - keep * 2 // 3):]}"
+
+
+def _op_signature(item: Mapping[str, Any]) -> str:
+    return _compact([item.get("input_dims", []), item.get("input_types", [])])
+
+
+def op_view(ops: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """``{op name: {signature: count}}`` where a signature is ``[input_dims, input_types]``."""
+    view: dict[str, dict[str, int]] = {}
+    for item in ops:
+        shapes = view.setdefault(item["name"], {})
+        sig = _op_signature(item)
+        shapes[sig] = shapes.get(sig, 0) + int(item["count"])
+    return view
+
+
+def launch_view(launches: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"total": n, "by_api": {api: n}}``."""
+    return {"total": int(launches.get("total", 0)), "by_api": dict(launches.get("by_api", {}))}
+
+
+@dataclass
+class Change:
+    """One difference: ``section`` (kernels/ops/launches), ``kind`` (added/removed/changed)."""
+
+    section: str
+    kind: str
+    subject: str
+    old: Any = None
+    new: Any = None
+    detail: str = ""
+
+    def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
+        marker = {"added": "+", "removed": "-", "changed": "~"}[self.kind]
+        return f"{marker} {_shorten(self.subject, width)}{self.detail}"
+
+    def to_dict(self) -> dict:
+        return {"section": self.section, "kind": self.kind, "subject": self.subject,
+                "old": self.old, "new": self.new, "text": self.render(None)}
+
+
+def _deepdiff(expected: Any, actual: Any) -> DeepDiff:
+    try:
+        # Report per-item changes even when most items of a dict changed (deepdiff >= 8).
+        return DeepDiff(expected, actual, view="tree", verbose_level=2, threshold_to_diff_deeper=0)
+    except (TypeError, ValueError):
+        return DeepDiff(expected, actual, view="tree", verbose_level=2)
+
+
+def _expand(path: list, old: Any, new: Any, out: dict[str, list[tuple[list, Any, Any]]]) -> None:
+    """Split a wholesale dict replacement (older deepdiff) into per-key changes."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        out.setdefault("values_changed", []).append((path, old, new))
+        return
+    for name in sorted(set(old) | set(new), key=str):
+        if name not in old:
+            out.setdefault("dictionary_item_added", []).append((path + [name], None, new[name]))
+        elif name not in new:
+            out.setdefault("dictionary_item_removed", []).append((path + [name], old[name], None))
+        elif old[name] != new[name]:
+            _expand(path + [name], old[name], new[name], out)
+
+
+def _tree(expected: Any, actual: Any) -> dict[str, list[tuple[list, Any, Any]]]:
+    """DeepDiff tree view flattened to ``{report type: [(path list, old, new)]}``.
+
+    Paths always reach the changed leaf (or the added/removed key), whatever
+    threshold deepdiff uses to report a mostly-changed dict as one replacement.
+    """
+    out: dict[str, list[tuple[list, Any, Any]]] = {}
+    for report_type, levels in _deepdiff(expected, actual).items():
+        for level in levels:
+            old = None if type(level.t1).__name__ == "NotPresent" else level.t1
+            new = None if type(level.t2).__name__ == "NotPresent" else level.t2
+            path = level.path(output_format="list")
+            if report_type == "values_changed" and isinstance(old, dict) and isinstance(new, dict):
+                _expand(path, old, new, out)
+            else:
+                out.setdefault(report_type, []).append((path, old, new))
+    for entries in out.values():
+        entries.sort(key=lambda e: [str(p) for p in e[0]])
+    return out
+
+
+def _kernel_changes(expected: list, actual: list) -> list[Change]:
+    changes = []
+    for label, old, new in count_changes(kernel_view(expected), kernel_view(actual)):
+        if not old:
+            changes.append(Change("kernels", "added", label, None, new, f" ×{new}"))
+        elif not new:
+            changes.append(Change("kernels", "removed", label, old, None, f" ×{old}"))
+        else:
+            changes.append(Change("kernels", "changed", label, old, new, f" ×{old} → ×{new}"))
+    return sorted(changes, key=lambda c: (c.subject, c.kind))
+
+
+def _sig_text(sig: str, show_types: bool) -> str:
+    dims, types = json.loads(sig)
+    text = _compact(dims)
+    if show_types and types:
+        text += f" ({', '.join(str(t) for t in types)})"
+    return text
+
+
+def _op_changes(expected: list, actual: list) -> list[Change]:
+    exp, act = op_view(expected), op_view(actual)
+    tree = _tree(exp, act)
+    changes: list[Change] = []
+    for path, _, new in tree.get("dictionary_item_added", []):
+        if len(path) == 1:
+            for sig, count in sorted(new.items()):
+                changes.append(Change("ops", "added", path[0], None, sig, f" {_sig_text(sig, False)} ×{count}"))
+    for path, old, _ in tree.get("dictionary_item_removed", []):
+        if len(path) == 1:
+            for sig, count in sorted(old.items()):
+                changes.append(Change("ops", "removed", path[0], sig, None, f" {_sig_text(sig, False)} ×{count}"))
+    # Ops present on both sides: per-op shape sets (matched by name).
+    touched = sorted({p[0] for entries in tree.values() for p, _, _ in entries if p[0] in exp and p[0] in act})
+    for name in touched:
+        old_shapes, new_shapes = exp[name], act[name]
+        removed = sorted(s for s in old_shapes if s not in new_shapes)
+        added = sorted(s for s in new_shapes if s not in old_shapes)
+        for sig in sorted(s for s in old_shapes if s in new_shapes and old_shapes[s] != new_shapes[s]):
+            changes.append(Change("ops", "changed", name, old_shapes[sig], new_shapes[sig],
+                                  f" {_sig_text(sig, False)} ×{old_shapes[sig]} → ×{new_shapes[sig]}"))
+        if removed or added:
+            old_dims = {json.dumps(json.loads(s)[0]) for s in removed}
+            new_dims = {json.dumps(json.loads(s)[0]) for s in added}
+            show_types = old_dims == new_dims  # only the dtypes changed: say so
+            old_text = ", ".join(_sig_text(s, show_types) for s in removed) or "(none)"
+            new_text = ", ".join(_sig_text(s, show_types) for s in added) or "(none)"
+            old_counts = [old_shapes[s] for s in removed]
+            new_counts = [new_shapes[s] for s in added]
+            counts = ""
+            if sum(old_counts) != sum(new_counts):
+                counts = f" (×{sum(old_counts)} → ×{sum(new_counts)})"
+            changes.append(Change("ops", "changed", name, removed, added, f" {old_text} → {new_text}{counts}"))
+    order = {"removed": 0, "added": 1, "changed": 2}
+    return sorted(changes, key=lambda c: (c.subject, order[c.kind]))
+
+
+def _launch_changes(expected: Mapping, actual: Mapping) -> list[Change]:
+    tree = _tree(launch_view(expected), launch_view(actual))
+    changes = []
+    for path, old, new in tree.get("values_changed", []) + tree.get("type_changes", []):
+        subject = "total launches" if path == ["total"] else str(path[-1])
+        changes.append(Change("launches", "changed", subject, old, new, f" {old} → {new}"))
+    for path, _, new in tree.get("dictionary_item_added", []):
+        changes.append(Change("launches", "added", str(path[-1]), None, new, f" {new} (was 0)"))
+    for path, old, _ in tree.get("dictionary_item_removed", []):
+        changes.append(Change("launches", "removed", str(path[-1]), old, None, f" {old} (now 0)"))
+    return sorted(changes, key=lambda c: (c.subject != "total launches", c.subject))
+
+
+def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in env.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+def environment_note(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6) -> Optional[str]:
+    """One line saying how the golden's environment differs from the current one, or None.
+
+    Informational only: the environment never decides pass or fail.
+    """
+    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
+    names = sorted(n for n in set(old) | set(new) if old.get(n, "(absent)") != new.get(n, "(absent)"))
+    if not names:
+        return None
+    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
+    if len(names) > limit:
+        items.append(f"… {len(names) - limit} more")
+    return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
+
+
+@dataclass
+class KeyDiff:
+    """The differences of one capture key against its golden, plus explanatory notes."""
+
+    key: CaptureKey
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    incomplete: Optional[str] = None
+    golden: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.changes
+
+    def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> list[str]:
+        """Human-readable lines: a heading per key, then per section, then notes."""
+        where = f" ({self.golden})" if self.golden else ""
+        lines = [f"{key_label(self.key)}{where}:"]
+        for section in SECTIONS:
+            items = [c for c in self.changes if c.section == section]
+            if not items:
+                continue
+            counts = {k: sum(1 for c in items if c.kind == k) for k in ("added", "removed", "changed")}
+            summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+            lines.append(f"  {section}: {summary}")
+            lines.extend(f"    {c.render(width)}" for c in items)
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return lines
+
+    def to_dict(self) -> dict:
+        return {"key": self.key.to_dict(), "golden": self.golden, "incomplete": self.incomplete,
+                "notes": list(self.notes), "changes": [c.to_dict() for c in self.changes]}
+
+
+def _check_sections(sections: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(sections, str):
+        sections = (sections,)
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown or not sections:
+        raise UsageError(f"sections={tuple(sections)!r}: expected a non-empty subset of {SECTIONS}")
+    return tuple(s for s in SECTIONS if s in sections)
+
+
+def _check_level(level: str, summary: Any, what: str, path: Any) -> None:
+    levels = LEVELS
+    if level not in levels:
+        raise UsageError(f"level={level!r}: expected one of {', '.join(levels)}")
+    own = getattr(summary, "level", levels[0])
+    if own in levels and levels.index(level) < levels.index(own):
+        raise GoldenError(path, f"{what} is at level {own!r}, cannot compare at the finer level {level!r}; "
+                                f"check at level {own!r} or re-create it with --update-golden")
+
+
+def diff_dicts(expected: Mapping[str, Any], actual: Mapping[str, Any], *,
+               sections: Sequence[str] = SECTIONS) -> list[Change]:
+    """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``."""
+    changes: list[Change] = []
+    sections = _check_sections(sections)
+    if "kernels" in sections:
+        changes += _kernel_changes(expected.get("kernels", []), actual.get("kernels", []))
+    if "ops" in sections:
+        changes += _op_changes(expected.get("ops", []), actual.get("ops", []))
+    if "launches" in sections:
+        changes += _launch_changes(expected.get("launches", {}), actual.get("launches", {}))
+    return changes
+
+
+def _complete(data: Mapping[str, Any]) -> tuple[bool, Optional[str]]:
+    value = data.get("complete", {"value": True})
+    if isinstance(value, Mapping):
+        return bool(value.get("value", True)), value.get("reason")
+    return bool(value), data.get("incomplete_reason")
+
+
+def compare_dicts(expected: Mapping[str, Any], actual: Mapping[str, Any], key: CaptureKey, *,
+                  sections: Sequence[str] = SECTIONS, golden: Optional[str] = None) -> KeyDiff:
+    """:class:`KeyDiff` of two already-normalized summary dicts.
+
+    An incomplete actual summary (or golden) skips the kernel section: missing kernel
+    evidence is not a regression; ops and launches are still compared.  The
+    environment is only mentioned when there are differences.
+    """
+    sections = _check_sections(sections)
+    result = KeyDiff(key=key, golden=golden)
+    act_ok, act_reason = _complete(actual)
+    exp_ok, exp_reason = _complete(expected)
+    if not act_ok:
+        result.incomplete = act_reason or "no reason given"
+        if "kernels" in sections:
+            result.notes.append(f"incomplete: {result.incomplete} (kernels not compared)")
+            sections = tuple(s for s in sections if s != "kernels")
+    elif not exp_ok and "kernels" in sections:
+        result.notes.append(f"golden was written from an incomplete capture ({exp_reason or 'no reason given'}); "
+                            "kernels not compared, refresh it with --update-golden")
+        sections = tuple(s for s in sections if s != "kernels")
+    if sections:
+        result.changes = diff_dicts(expected, actual, sections=sections)
+    if result.changes:
+        note = environment_note(expected.get("environment", {}), actual.get("environment", {}))
+        if note:
+            result.notes.append(note)
+    return result
+
+
+def compare(expected: Any, actual: Any, *, level: str = "name", ignore_kernels: Sequence[str] = (),
+            ignore_ops: Sequence[str] = (), sections: Sequence[str] = SECTIONS,
+            golden: Optional[str] = None) -> KeyDiff:
+    """Compare golden ``expected`` with ``actual`` (both Summary objects) at ``level``.
+
+    Both sides are normalized to ``level`` and stripped of kernels/ops matching the
+    ``ignore_*`` regexes first.  ``golden`` is the golden's display path, used in
+    error messages and in the rendered heading.
+    """
+    _check_level(level, actual, "the captured summary", golden or "<actual>")
+    _check_level(level, expected, "the golden", golden or "<golden>")
+    exp = expected.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops))
+    act = actual.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops))
+    return compare_dicts(exp.to_dict(), act.to_dict(), actual.key, sections=sections, golden=golden)
+
+
+def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MAX_DIFF_LINES) -> list[str]:
+    """``lines`` cut to ``max_lines``, ending with where the full diff is when cut."""
+    if len(lines) <= max_lines:
+        return list(lines)
+    hidden = len(lines) - (max_lines - 1)
+    where = f"; full diff in {full_path}" if full_path else ""
+    return lines[: max_lines - 1] + [f"… {hidden} more lines{where}"]

@@ -1,0 +1,202 @@
+"""Golden files on disk: where they live, how they are written, read and migrated.
+
+Layout (:func:`golden_folder`, names from :mod:`pytest_graphcapture.naming`)::
+
+    <golden dir>/<platform>/<test module path>/<class>.../<test name>/<runner>_bs_<bs>[_<variant>][_rank<r>].json
+
+Every component that comes from users goes through :func:`keys.safe_name`, and
+the final path is checked to resolve inside the golden dir.  Files are JSON with
+sorted keys, 2-space indent and a trailing newline, written atomically; a file is
+only rewritten when its bytes change, so re-running on unchanged code leaves
+goldens byte-identical.  Older schema versions are brought up to date by
+:data:`MIGRATIONS` when read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .._io import JSONProblem, loads_strict, write_atomic
+from ..errors import GoldenError
+from ..keys import CaptureKey, is_int, safe_name
+from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
+from ..summary.model import SCHEMA_VERSION, Summary
+from ..summary.model import summary_from_dict as model_summary_from_dict
+from .budget import launch_budget_of
+
+#: Migrations of golden dicts from schema version ``n`` to ``n + 1``.  Schema 1 is the
+#: first released format, so there is nothing to migrate yet; a future schema bump adds
+#: its step here and old goldens keep working.
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+def current_schema_version() -> int:
+    """Schema version this plugin writes (:data:`summary.model.SCHEMA_VERSION`)."""
+    return SCHEMA_VERSION
+
+
+def ensure_inside(root: Path, path: Path) -> Path:
+    """Return ``path`` if it resolves inside ``root``; GoldenError otherwise.
+
+    Resolving follows symlinks, so a link inside the golden dir that points elsewhere
+    is refused as well.
+    """
+    root_resolved = Path(root).resolve()
+    resolved = Path(path).resolve()
+    if resolved != root_resolved and root_resolved not in resolved.parents:
+        raise GoldenError(path, f"refusing to use a path outside the golden dir {root_resolved}")
+    return Path(path)
+
+
+def golden_folder(golden_dir: Path, platform: str, nodeid: str) -> Path:
+    """Folder holding the goldens of test ``nodeid`` on ``platform``."""
+    folder = Path(golden_dir).joinpath(safe_name(platform), *nodeid_components(nodeid))
+    return ensure_inside(golden_dir, folder)
+
+
+def golden_path(golden_dir: Path, platform: str, nodeid: str, key: CaptureKey) -> Path:
+    """The golden file of ``key`` for test ``nodeid`` on ``platform`` (checked to stay inside)."""
+    path = golden_folder(golden_dir, platform, nodeid) / golden_file_name(key)
+    return ensure_inside(golden_dir, path)
+
+
+def golden_files(folder: Path) -> list[Path]:
+    """Golden files directly in ``folder`` (not recursive: sub-folders belong to other tests)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p for p in folder.iterdir()
+        if p.is_file() and p.name.endswith(GOLDEN_SUFFIX) and not p.name.startswith(".")
+    )
+
+
+def remove_golden(path: Path, root: Path) -> None:
+    """Delete golden ``path`` and the folders above it that became empty, up to ``root``."""
+    ensure_inside(root, path)
+    try:
+        Path(path).unlink()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise GoldenError(path, f"cannot delete: {exc.strerror or exc}") from None
+    root_resolved = Path(root).resolve()
+    parent = Path(path).resolve().parent
+    while parent != root_resolved and root_resolved in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    """The canonical text of a golden: sorted keys, 2-space indent, trailing newline."""
+    try:
+        return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as exc:
+        raise GoldenError("<summary>", f"cannot be written as JSON: {exc}") from None
+
+
+def write_golden(path: Path, data: Mapping[str, Any]) -> str:
+    """Write summary dict ``data`` to ``path`` unless the bytes are already there.
+
+    Returns ``"created"``, ``"updated"`` or ``"unchanged"``.
+    """
+    path = Path(path)
+    text = dumps(data)
+    try:
+        old = path.read_bytes()
+    except FileNotFoundError:
+        old = None
+    except OSError as exc:
+        raise GoldenError(path, f"cannot read: {exc.strerror or exc}") from None
+    if old == text.encode("utf-8"):
+        return "unchanged"
+    write_atomic(path, text, error=GoldenError)
+    return "created" if old is None else "updated"
+
+
+def parse_golden_text(text: str, path: Any) -> dict:
+    """Parse golden JSON text: duplicate keys, NaN/Infinity and absurd nesting are errors naming ``path``."""
+    try:
+        data = loads_strict(text, unique_keys=True)
+    except JSONProblem as exc:
+        raise GoldenError(path, str(exc)) from None
+    if not isinstance(data, dict):
+        raise GoldenError(path, f"expected a JSON object at the top level, got {type(data).__name__}")
+    return data
+
+
+def migrate(data: dict, path: Any) -> dict:
+    """Bring a golden dict to the current schema version (see :data:`MIGRATIONS`)."""
+    current = current_schema_version()
+    if "schema_version" not in data:
+        raise GoldenError(path, "no schema_version: not a pytest-graphcapture golden file")
+    version = data["schema_version"]
+    if not is_int(version):
+        raise GoldenError(path, f"schema_version must be an integer, got {version!r}")
+    if version > current:
+        raise GoldenError(path, f"schema_version {version} is newer than this pytest-graphcapture reads "
+                                f"({current}); upgrade the plugin (pip install -U pytest-graphcapture)")
+    while version < current:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise GoldenError(path, f"schema_version {version} is too old to read (no migration to "
+                                    f"{version + 1}); re-create it with --update-golden")
+        data = step(dict(data))
+        version += 1
+        data["schema_version"] = version
+    return data
+
+
+def parse_golden_file(path: Path) -> dict:
+    """Read and parse the golden at ``path``: a JSON object, no duplicate keys (GoldenError naming it).
+
+    Not yet migrated or type-checked: see :func:`checked_golden_dict`.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise GoldenError(path, "does not exist") from None
+    except OSError as exc:
+        raise GoldenError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GoldenError(path, f"not UTF-8 text: {exc}") from None
+    return parse_golden_text(text, path)
+
+
+def checked_golden_dict(data: dict, path: Any) -> dict:
+    """Migrate a parsed golden to the current schema and check its launch budget field (GoldenError naming ``path``).
+
+    The summary fields are checked where the golden becomes a Summary (:func:`summary_from_dict`).
+    """
+    data = migrate(data, path)
+    launch_budget_of(data, path)
+    return data
+
+
+def load_golden_dict(path: Path) -> dict:
+    """Read, parse and migrate the golden at ``path`` (GoldenError naming it)."""
+    return checked_golden_dict(parse_golden_file(path), path)
+
+
+def summary_from_dict(data: Mapping[str, Any], path: Any) -> Summary:
+    """The Summary of a golden dict; any fault is a GoldenError naming ``path`` and the field."""
+    return model_summary_from_dict(dict(data), str(path), error=GoldenError)
+
+
+def read_golden(path: Path) -> Summary:
+    """The :class:`~pytest_graphcapture.summary.model.Summary` stored at ``path``."""
+    return summary_from_dict(load_golden_dict(path), path)
+
+
+def same_content(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when two golden dicts differ at most in ``environment`` (informational only)."""
+    strip = lambda d: {k: v for k, v in d.items() if k != "environment"}  # noqa: E731
+    return strip(old) == strip(new)

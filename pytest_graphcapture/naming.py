@@ -1,0 +1,204 @@
+"""Every file name the plugin writes or reads back: per-bs traces, single traces, merged traces, goldens.
+
+One module owns the conventions so that a writer and its reader can never drift:
+
+* per-bs trace ``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz`` (:func:`trace_file_name`),
+  read back by :func:`key_from_trace_name`;
+* single trace ``cuda_graph_capture-{runner}-TP-{rank}.json.gz`` (:func:`single_trace_name`);
+* merged trace ``{stem}_merged.json.gz`` / ``{stem}-merged.json.gz`` (:func:`parse_rank_trace`);
+* golden ``{runner}_bs_{bs}[_{variant}][_rank{r}].json`` in the folder
+  ``<platform>/<module path>/<class>.../<test>/`` (:func:`golden_file_name`,
+  :func:`nodeid_components`);
+* all of them under ``<graph-capture-dir>/graph_capture_profile/`` (:func:`trace_dir`).
+
+Every user-supplied part goes through :func:`keys.safe_name`.  Files whose name
+starts with a dot are ours in progress (atomic writes): :func:`is_hidden` tells
+readers to skip them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence, Union
+
+from .errors import TraceFormatError
+from .keys import CaptureKey, is_int, safe_name
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+TRACE_SUBDIR = "graph_capture_profile"
+TRACE_SUFFIXES = (".json", ".json.gz")
+GOLDEN_SUFFIX = ".json"
+MERGED_SUFFIX = "_merged.json.gz"
+
+
+def is_hidden(path: PathLike) -> bool:
+    """Dot-files: temp files of atomic writes, never inputs."""
+    return Path(path).name.startswith(".")
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def trace_dir(base_dir: PathLike) -> Path:
+    """``<graph-capture-dir>/graph_capture_profile/``: where every trace is written."""
+    return Path(base_dir) / TRACE_SUBDIR
+
+
+def key_stem(key: CaptureKey) -> str:
+    """File stem of a key without the rank: ``{runner}_bs_{bs}[_{variant}]``."""
+    parts = [safe_name(key.runner), "bs", str(key.batch_size)]
+    if key.variant is not None:
+        parts.append(safe_name(key.variant))
+    return "_".join(parts)
+
+
+def trace_file_name(key: CaptureKey) -> str:
+    """Per-bs trace file name: ``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz``."""
+    return f"{key_stem(key)}_rank{key.rank}.json.gz"
+
+
+def per_bs_trace_path(base_dir: PathLike, key: CaptureKey) -> Path:
+    """:func:`trace_file_name` under :func:`trace_dir`."""
+    return trace_dir(base_dir) / trace_file_name(key)
+
+
+def single_trace_name(runner: str, rank: int) -> str:
+    """``cuda_graph_capture-{runner}-TP-{rank}.json.gz``: the one trace of a single-mode capture."""
+    return f"cuda_graph_capture-{safe_name(runner)}-TP-{rank}.json.gz"
+
+
+def single_trace_path(base_dir: PathLike, runner: str, rank: int) -> Path:
+    """:func:`single_trace_name` under :func:`trace_dir`."""
+    return trace_dir(base_dir) / single_trace_name(runner, rank)
+
+
+def is_trace_path(path: PathLike) -> bool:
+    """Whether ``path`` is named like a trace file (``.json`` or ``.json.gz``)."""
+    return Path(path).name.endswith(TRACE_SUFFIXES)
+
+
+def trace_stem(path: PathLike) -> str:
+    """File name without ``.json.gz`` / ``.json`` / ``.gz``."""
+    name = Path(path).name
+    for suffix in (".json.gz", ".json", ".gz"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+_KEY_NAME = re.compile(r"^(?P<runner>.+?)_bs_(?P<bs>\d+)(?:_(?P<variant>.+?))?_rank(?P<rank>\d+)$")
+_BS_TOKEN = re.compile(r"(?:^|[^A-Za-z0-9])bs[_=](\d+)(?![0-9])")
+_BS_ANNOTATION = re.compile(r"(?:^|[^A-Za-z0-9])bs\s*[=_:]\s*(\d+)(?![0-9])|^capture_(\d+)(?:_|$)")
+_RANK_TOKEN = re.compile(r"(?:^|[^A-Za-z0-9])rank_?(\d+)(?![0-9])")
+
+
+
+def key_from_trace_name(path: PathLike, annotations: Sequence[str] = (), trace: Optional[dict] = None) -> CaptureKey:
+    """Capture key from a trace file name (``{runner}_bs_{bs}[_{variant}]_rank{r}.json.gz``).
+
+    Other names: runner = file stem; batch size from a ``bs_N``/``bs=N`` token in the
+    name, else from annotations such as ``step[DECODE bs=32]`` or ``capture_32_DECODE``;
+    rank from a ``rankN`` token or the trace's ``distributedInfo``, else 0.
+    """
+    stem = trace_stem(path)
+    match = _KEY_NAME.match(stem)
+    if match:
+        return CaptureKey(match.group("runner"), int(match.group("bs")), match.group("variant"),
+                          int(match.group("rank")))
+    token = _BS_TOKEN.search(stem)
+    batch: Optional[int] = int(token.group(1)) if token else None
+    if batch is None:
+        found = set()
+        for name in annotations:
+            for m in _BS_ANNOTATION.finditer(name):
+                found.add(int(m.group(1) or m.group(2)))
+        if len(found) > 1:
+            raise TraceFormatError(path, f"annotations name several batch sizes {sorted(found)}; pass the key explicitly")
+        batch = found.pop() if found else None
+    if batch is None or batch < 1:
+        raise TraceFormatError(
+            path, "cannot tell the batch size: name the file {runner}_bs_{bs}_rank{r}.json.gz "
+                  "or record an annotation like 'bs=32'"
+        )
+    rank_match = _RANK_TOKEN.search(stem)
+    rank = int(rank_match.group(1)) if rank_match else None
+    if rank is None and trace is not None and isinstance(trace.get("distributedInfo"), dict):
+        dist_rank = trace["distributedInfo"].get("rank")
+        rank = dist_rank if is_int(dist_rank) and dist_rank >= 0 else None
+    return CaptureKey(stem, batch, None, rank or 0)
+
+
+# --------------------------------------------------------------------------- per-rank traces and merging
+
+_PER_RANK = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?:\.gz)?$")
+_SINGLE_RANK = re.compile(r"^(?P<stem>.+)-TP-(?P<rank>\d+)\.json(?:\.gz)?$")
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """One per-rank trace file: its group stem, rank and path."""
+
+    stem: str
+    rank: int
+    path: Path
+    single: bool = False
+
+    @property
+    def merged_name(self) -> str:
+        return f"{self.stem}-merged.json.gz" if self.single else f"{self.stem}{MERGED_SUFFIX}"
+
+
+def parse_rank_trace(path: PathLike) -> Optional[RankTrace]:
+    """The :class:`RankTrace` of a per-rank trace file name, or None for other files."""
+    path = Path(path)
+    if is_hidden(path):
+        return None
+    for pattern, single in ((_PER_RANK, False), (_SINGLE_RANK, True)):
+        match = pattern.match(path.name)
+        if match:
+            return RankTrace(match["stem"], int(match["rank"]), path, single)
+    return None
+
+
+def group_rank_traces(paths: Iterable[PathLike]) -> dict[tuple[str, bool], dict[int, Path]]:
+    """``{(stem, single): {rank: path}}`` of the per-rank trace files among ``paths``."""
+    groups: dict[tuple[str, bool], dict[int, Path]] = {}
+    for path in paths:
+        parsed = parse_rank_trace(path)
+        if parsed is not None:
+            groups.setdefault((parsed.stem, parsed.single), {})[parsed.rank] = parsed.path
+    return groups
+
+
+# --------------------------------------------------------------------------- goldens
+
+
+def golden_file_name(key: CaptureKey, *, explicit_rank: bool = False) -> str:
+    """``<runner>_bs_<bs>[_<variant>].json``, with ``_rank<r>`` when rank != 0 or ``explicit_rank``."""
+    rank = f"_rank{key.rank}" if key.rank or explicit_rank else ""
+    return f"{key_stem(key)}{rank}{GOLDEN_SUFFIX}"
+
+
+def nodeid_components(nodeid: str) -> list[str]:
+    """Path components of a test ``nodeid`` below the platform folder.
+
+    ``tests/models/test_x.py::TestA::test_b[ü/1]`` → ``["tests", "models", "test_x.py",
+    "TestA", "test_b_u_1-<hash>"]``.  Parametrize ids (which may contain ``::`` or ``/``)
+    stay in the last component.  Every component is :func:`safe_name`'d, so ``..``,
+    absolute paths and separators cannot escape.
+    """
+    module, sep, rest = str(nodeid).partition("::")
+    # A module part with no usable component (only separators or dots) still gets a folder of its own.
+    parts = [safe_name(p) for p in module.replace("\\", "/").split("/") if p not in ("", ".")] or [safe_name(module)]
+    if sep:
+        head, bracket, params = rest.partition("[")
+        names = [n for n in head.split("::") if n]
+        if not names:
+            names = [""]
+        names[-1] = names[-1] + bracket + params
+        parts.extend(safe_name(n) for n in names)
+    return parts

@@ -1,0 +1,142 @@
+"""The pytest plugin: every hook hands off in a line or three to the session objects.
+
+Installing the package activates it (``pytest11`` entry point ``graphcapture``).
+Settings are declared in :mod:`.settings`, session state lives in :mod:`.session`,
+the fixtures (``decode_runner``, ``graph_capture``, ``golden``) in :mod:`.fixtures`,
+the hook specifications in :mod:`.hookspecs`.  Loading the plugin imports no torch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+import pytest
+
+from ..errors import CaptureError, GraphCaptureError, UsageError
+from . import hookspecs
+from .fixtures import CAPTURE, GOLDEN, GoldenChecker, GraphCapture, decode_runner, golden, graph_capture
+from .session import CaptureSession, GoldenSession
+from .settings import SETTINGS, XDIST_GPU, add_setting, resolve
+from .xdist import pin_worker_gpu
+
+WORKER_OUTPUT_KEY = "graphcapture_golden_report"
+_SESSION_PLUGIN = "graphcapture-golden-session"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    caller = getattr(pluginmanager.hook, "pytest_graphcapture_postprocess_summary", None)
+    if caller is None or caller.spec is None:  # another copy of the plugin may have added them
+        pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("graphcapture", "CUDA-graph capture regression gate (pytest-graphcapture)")
+    for setting in SETTINGS.values():
+        add_setting(group, parser, setting)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm GPU; skipped with a reason when none is present")
+    config.addinivalue_line(
+        "markers", "graph_capture_ranks(n, timeout=None): graph_capture() in this test captures on n spawned ranks "
+        "with torch.distributed initialized (gloo on CPU, nccl on GPUs); see docs/multi-rank.md")
+    try:
+        config.stash[CAPTURE] = CaptureSession.from_config(config)
+        golden_session = config.stash[GOLDEN] = GoldenSession(config)
+        pin = resolve(config, XDIST_GPU) == "on"
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if pin and golden_session.is_worker and pin_worker_gpu(config.workerinput.get("workerid", "")) is None:
+        warnings.warn(pytest.PytestWarning("--graph-capture-xdist-gpu: no visible GPU devices, worker not pinned"),
+                      stacklevel=1)
+    # The session is also a plugin (it hears test reports); per config, so nested in-process runs stay apart.
+    config.pluginmanager.register(_ReportListener(golden_session), _SESSION_PLUGIN)
+
+
+class _ReportListener:
+    """Feeds every test report to the golden session (the controller also hears xdist workers' reports)."""
+
+    def __init__(self, session: GoldenSession) -> None:
+        self.session = session
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.session.note_test(report)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    listener = config.pluginmanager.get_plugin(_SESSION_PLUGIN)
+    if listener is not None:
+        config.pluginmanager.unregister(listener)
+
+
+def graph_capture_config(config: pytest.Config) -> CaptureSession:
+    """The session's resolved capture settings (for other plugins and conftest code)."""
+    return config.stash[CAPTURE]
+
+
+def _gpu_missing_reason() -> Optional[str]:
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    build = "ROCm" if getattr(torch.version, "hip", None) else ("CUDA" if torch.version.cuda else "CPU-only")
+    return (f"needs a CUDA or ROCm GPU: torch.cuda.is_available() is False (torch {torch.__version__}, "
+            f"{build} build); run on a GPU runner to include this test")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None:
+        reason = _gpu_missing_reason()
+        if reason:
+            pytest.skip(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """Show errors a user caused (bad trace, bad golden, bad option) as one line, not our traceback.
+
+    A :class:`~pytest_graphcapture.errors.CaptureError` keeps its traceback: its
+    cause is in the user's own forward, where the traceback is what helps.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    excinfo = call.excinfo
+    if report.failed and excinfo is not None and excinfo.errisinstance(GraphCaptureError) \
+            and not excinfo.errisinstance(CaptureError):
+        report.longrepr = f"{excinfo.typename}: {excinfo.value}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[CAPTURE].merge_rank_traces()
+    golden_session = session.config.stash[GOLDEN]
+    if golden_session.is_worker:
+        session.config.workeroutput[WORKER_OUTPUT_KEY] = golden_session.report.to_dict()  # type: ignore[attr-defined]
+    else:
+        golden_session.finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: merge a finished worker's report."""
+    data = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    if data is not None:
+        node.config.stash[GOLDEN].report.merge(data)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    for line in config.stash[CAPTURE].terminal_lines():
+        terminalreporter.write_line(line)
+    golden_session = config.stash[GOLDEN]
+    if golden_session.is_worker:
+        return
+    golden_session.finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    if not golden_session.report.empty:
+        terminalreporter.write_sep("=", "graph capture goldens")
+        for line in golden_session.terminal_lines():
+            terminalreporter.write_line(line)
+
+
+__all__ = ["GoldenChecker", "GraphCapture", "CaptureSession", "GoldenSession", "graph_capture_config", "SETTINGS",
+           "decode_runner", "golden", "graph_capture"]

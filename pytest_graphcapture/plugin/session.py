@@ -1,0 +1,248 @@
+"""The plugin's per-session state: resolved capture settings, and the golden session with its report.
+
+One :class:`CaptureSession` and one :class:`GoldenSession` live in each pytest
+process (controller or xdist worker), stored in ``config.stash``; the hooks in
+:mod:`pytest_graphcapture.plugin` hand off to them.  Nothing here compares
+summaries: that is :mod:`pytest_graphcapture.golden.gate`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+from .._io import write_atomic
+from ..errors import FileError, GoldenError, GraphCaptureError, UsageError
+from ..golden import store
+from ..golden.gate import unused_goldens
+from ..golden.report import FileRecord, SessionReport
+from . import settings as s
+
+
+@dataclass
+class CaptureSession:
+    """The session's resolved capture settings and what its multi-rank captures wrote."""
+
+    config: pytest.Config
+    trace: str
+    out_dir: Path
+    batch_sizes: Optional[list[int]]
+    device_choice: str
+    platform_override: Optional[str]
+    profiler_flags: frozenset
+    replay: Optional[bool]
+    rank_timeout: float = 120.0
+    merge: bool = False
+    #: Per-rank trace files of this process's multi-rank captures, merged at session end with --graph-capture-merge.
+    rank_traces: list = field(default_factory=list)
+    merged: list = field(default_factory=list)
+    _device: Any = field(default=None, init=False)
+    _platform: Optional[str] = field(default=None, init=False)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "CaptureSession":
+        """Resolve every capture setting (UsageError naming the option or variable on a bad value)."""
+        sizes_text, sizes_source = s.resolve_with_source(config, s.BATCH_SIZES)
+        batch_sizes = s.parse_batch_sizes(sizes_text, s.where(s.BATCH_SIZES, sizes_source)) if sizes_text else None
+        flags_text, flags_source = s.resolve_with_source(config, s.PROFILER_FLAGS_SETTING)
+        flags = s.parse_profiler_flags(flags_text, s.where(s.PROFILER_FLAGS_SETTING, flags_source))
+        replay = {"auto": None, "on": True, "off": False}[s.resolve(config, s.REPLAY) or "auto"]
+        return cls(config=config, trace=s.resolve(config, s.TRACE) or "off",
+                   out_dir=s.resolve_path(config, s.DIR) or Path(config.rootpath), batch_sizes=batch_sizes,
+                   device_choice=s.resolve(config, s.DEVICE) or "auto",
+                   platform_override=s.resolve(config, s.PLATFORM), profiler_flags=flags, replay=replay,
+                   rank_timeout=_rank_timeout(config), merge=s.resolve(config, s.MERGE) == "on")
+
+    @property
+    def device(self) -> Any:
+        """The capture device: ``auto`` picks the GPU when torch sees one."""
+        if self._device is None:
+            import torch
+
+            if self.device_choice == "cpu":
+                self._device = torch.device("cpu")
+            elif self.device_choice == "cuda":
+                if not torch.cuda.is_available():
+                    raise UsageError("--graph-capture-device=cuda, but torch.cuda.is_available() is False "
+                                     f"(torch {torch.__version__}); use auto or cpu on this machine")
+                self._device = torch.device("cuda", torch.cuda.current_device())
+            else:
+                self._device = (torch.device("cuda", torch.cuda.current_device())
+                                if torch.cuda.is_available() else torch.device("cpu"))
+        return self._device
+
+    @property
+    def platform(self) -> str:
+        """Platform key: the option, else the platform hook, else the detected device."""
+        if self._platform is None:
+            from ..engine.device import detect_platform
+
+            key = self.platform_override
+            if not key:
+                key = self.config.hook.pytest_graphcapture_platform(config=self.config, device=self.device)
+            self._platform = key or detect_platform(self.device)
+        return self._platform
+
+    def capture_settings(self, *, trace: Optional[str] = None, summarize: bool = True,
+                         progress: Optional[Callable[[str], None]] = None) -> Any:
+        """The engine's :class:`~pytest_graphcapture.engine.capture.CaptureSettings` for one capture."""
+        from ..engine.capture import CaptureSettings
+        from ..engine.device import environment_from_device
+
+        trace = trace or self.trace
+        environment = dict(environment_from_device(self.device))
+        # What the profiler actually recorded: stack/flops/memory only go into exported per-bs traces.
+        environment["profiler_flags"] = ["record_shapes"] + (sorted(self.profiler_flags) if trace == "per-bs" else [])
+        return CaptureSettings(trace=trace, summarize=summarize, out_dir=self.out_dir,
+                               platform=self.platform, level="exact", replay=self.replay,
+                               profiler_flags=self.profiler_flags, environment=environment, progress=progress)
+
+    def merge_rank_traces(self) -> None:
+        """``--graph-capture-merge``: merge the per-rank traces this process's multi-rank captures wrote.
+
+        Each pytest process (an xdist worker too) merges only the files it wrote, so
+        stale traces of earlier runs never join a merged trace.
+        """
+        if not self.merge or not self.rank_traces:
+            return
+        from ..tools.merge import merge_rank_traces
+
+        by_dir: dict = {}
+        for path in dict.fromkeys(self.rank_traces):
+            if path.exists():
+                by_dir.setdefault(path.parent, []).append(path)
+        for folder, files in sorted(by_dir.items()):
+            try:
+                self.merged.extend(merge_rank_traces(folder, only=files))
+            except GraphCaptureError as exc:
+                warnings.warn(pytest.PytestWarning(f"--graph-capture-merge: {exc}"), stacklevel=1)
+
+    def terminal_lines(self) -> list[str]:
+        if not self.merged:
+            return []
+        folders = sorted({str(p.parent) for p in self.merged})
+        return [f"graph-capture: {len(self.merged)} merged multi-rank trace(s) written to {', '.join(folders)}"]
+
+
+def _rank_timeout(config: pytest.Config) -> float:
+    text, source = s.resolve_with_source(config, s.RANK_TIMEOUT)
+    where = s.where(s.RANK_TIMEOUT, source)
+    try:
+        value = float(str(text))
+    except ValueError:
+        raise UsageError(f"{where}: {text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{where}: the rank timeout must be a positive number of seconds, got {text!r}")
+    return value
+
+
+class GoldenSession:
+    """The golden gate's settings and report in one pytest process (controller or xdist worker)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.golden_dir: Path = s.resolve_path(config, s.GOLDEN_DIR)  # type: ignore[assignment]
+        self.update: Optional[str] = s.resolve(config, s.UPDATE_GOLDEN)
+        self.out_dir = s.resolve_path(config, s.GOLDEN_OUT)
+        self.level: str = s.resolve(config, s.GOLDEN_LEVEL) or "name"
+        self.report_md = s.resolve_path(config, s.REPORT_MD)
+        self.report_json = s.resolve_path(config, s.REPORT_JSON)
+        self.is_worker = hasattr(config, "workerinput")
+        self.report = SessionReport(golden_dir=self.display(self.golden_dir), update_mode=self.update,
+                                    obtained_dir=self.display(self.out_dir) if self.out_dir else None)
+        #: nodeid -> True when every phase of the test passed, False when any failed.
+        self.test_passed: dict[str, bool] = {}
+        self.finalized = False
+        self._diff_dir: Optional[Path] = None
+        if self.update:
+            ci_var = s.ci_environment()
+            if ci_var is not None:
+                raise UsageError(
+                    f"--update-golden is refused on CI (environment variable {ci_var} is set): goldens are "
+                    f"reviewed changes; harvest the obtained summaries with --golden-out DIR and commit them instead")
+
+    def display(self, path: Path) -> str:
+        """``path`` relative to the invocation dir when below it, else absolute."""
+        try:
+            return Path(path).relative_to(self.config.invocation_params.dir).as_posix()
+        except ValueError:
+            return str(path)
+
+    def rel(self, path: Path) -> str:
+        return Path(path).relative_to(self.golden_dir).as_posix()
+
+    def diff_dir(self) -> Path:
+        """Where full diffs go when no --golden-out dir is given: the pytest cache, else a temp dir."""
+        if self._diff_dir is None:
+            cache = getattr(self.config, "cache", None)
+            if cache is not None:
+                self._diff_dir = Path(cache.mkdir("graphcapture-diffs"))
+            else:
+                self._diff_dir = Path(tempfile.mkdtemp(prefix="graphcapture-diffs-"))
+        return self._diff_dir
+
+    def note_test(self, report: pytest.TestReport) -> None:
+        """Remember which tests passed every phase (the controller also sees xdist workers' reports)."""
+        if report.failed:
+            self.test_passed[report.nodeid] = False
+        elif report.when == "call":
+            self.test_passed.setdefault(report.nodeid, report.passed)
+
+    def finalize(self, interrupted: bool = False) -> None:
+        """Controller only: find unused goldens (delete them under --update-golden), write reports.
+
+        Only the folders of tests that passed every phase are looked at (see
+        :func:`~pytest_graphcapture.golden.gate.unused_goldens`); an interrupted
+        session deletes nothing.
+        """
+        if self.finalized or self.is_worker:
+            return
+        self.finalized = True
+        used = {(f.platform, f.path) for f in self.report.used}
+        folders = [(f.platform, f.path, self.test_passed.get(f.nodeid, False)) for f in self.report.folders]
+        for platform, path in unused_goldens(self.golden_dir, folders, used):
+            entry = FileRecord(platform, self.rel(path))
+            if self.update == "all" and not interrupted:
+                try:
+                    store.remove_golden(path, self.golden_dir)
+                    self.report.deleted.append(entry)
+                    continue
+                except GoldenError as exc:
+                    warnings.warn(pytest.PytestWarning(str(exc)), stacklevel=1)
+            self.report.unused.append(entry)
+        if self.report_md is not None and self.out_dir is not None and self.report.folders:
+            self._write_picture(self.report_md, self.out_dir)
+        for target, text in ((self.report_md, self.report.markdown()), (self.report_json, self.report.to_json())):
+            if target is not None:
+                try:
+                    write_atomic(target, text)
+                except FileError as exc:
+                    warnings.warn(pytest.PytestWarning(f"graph capture report not written: {exc}"), stacklevel=1)
+
+    def _write_picture(self, report_md: Path, out_dir: Path) -> None:
+        """The HTML kernel × batch-size picture beside the Markdown report, which links it."""
+        from ..tools.picture import session_picture
+
+        target = report_md.with_suffix(".html")
+        try:
+            page = session_picture(out_dir, self.golden_dir, sorted({f.path for f in self.report.folders}),
+                                   level=self.level, source=f"obtained summaries in {self.display(out_dir)} "
+                                                           f"against goldens in {self.display(self.golden_dir)}")
+            write_atomic(target, page)
+        except GraphCaptureError as exc:
+            warnings.warn(pytest.PytestWarning(f"graph capture picture not written: {exc}"), stacklevel=1)
+            return
+        self.report.picture = os.path.relpath(target, report_md.parent).replace(os.sep, "/")
+
+    def terminal_lines(self) -> list[str]:
+        lines = self.report.terminal_lines(verbose=self.config.getoption("verbose", 0) > 0)
+        for target in (self.report_md, self.report_json):
+            if target is not None:
+                lines.append(f"report written to {self.display(target)}")
+        return lines

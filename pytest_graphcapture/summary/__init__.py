@@ -1,0 +1,20 @@
+"""Summaries of captured graphs: built from live profiles or trace files; no torch, no pytest.
+
+The names most callers need are re-exported here; each module's docstring says
+what it does: :mod:`.model` (the Summary and its one validator), :mod:`.scan`
+(events → summary), :mod:`.live` (live profiles), :mod:`.replay` (replay kernels
+and the data-loss check), :mod:`.files` (trace and summary files), :mod:`.normalize`
+and :mod:`.demangle` (kernel-name levels), :mod:`.tracefile` (reading traces),
+:mod:`.platform` (platform keys and environment from a trace).
+"""
+
+from .files import load_summary_file, summarize_trace_file
+from .live import replay_kernels_from_profile, summarize_profile
+from .model import KINDS, SCHEMA_VERSION, Summary
+from .normalize import LEVELS, normalize_kernel_name
+from .replay import KernelEvidenceWarning, with_replay
+from .scan import replay_kernels_from_events, summarize_events
+
+__all__ = ["KINDS", "LEVELS", "SCHEMA_VERSION", "KernelEvidenceWarning", "Summary", "load_summary_file",
+           "normalize_kernel_name", "replay_kernels_from_events", "replay_kernels_from_profile", "summarize_events",
+           "summarize_profile", "summarize_trace_file", "with_replay"]

@@ -1,0 +1,51 @@
+"""Summaries of files on disk: capture traces (with an optional replay trace) and summary JSON files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+from .._io import JSONProblem, gc_paused, loads_strict
+from ..errors import TraceFormatError
+from ..keys import CaptureKey
+from ..naming import key_from_trace_name
+from .model import Summary
+from .normalize import DEFAULT_LEVEL, check_level
+from .platform import environment_from_trace, platform_from_trace
+from .replay import with_replay
+from .scan import _build, _scan
+from .tracefile import load_trace
+
+
+def summarize_trace_file(path: Union[str, Path], *, key: Optional[CaptureKey] = None, level: str = DEFAULT_LEVEL,
+                         replay_path: Union[str, Path, None] = None, max_bytes: Optional[int] = None) -> Summary:
+    """Summarize a ``.json``/``.json.gz`` trace file, optionally with the graph's replay trace."""
+    check_level(level)
+    with gc_paused():
+        trace = load_trace(path, max_bytes=max_bytes)
+        scan = _scan(trace["traceEvents"])
+        if key is None:
+            key = key_from_trace_name(path, scan.annotations, trace)
+        summary = _build(scan, key, platform_from_trace(trace), level, environment_from_trace(trace))
+        del trace, scan
+        replay = None
+        if replay_path is not None:
+            replay_trace = load_trace(replay_path, max_bytes=max_bytes)
+            replay = _scan(replay_trace["traceEvents"]).replay_kernels()
+            del replay_trace
+    if replay is not None:
+        summary = with_replay(summary, replay)
+    return summary
+
+
+def load_summary_file(path: Union[str, Path]) -> Summary:
+    """Read a summary JSON file written by :meth:`Summary.to_json`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(path, f"cannot read summary: {exc}") from None
+    try:
+        data = loads_strict(text)
+    except JSONProblem as exc:
+        raise TraceFormatError(path, str(exc)) from None
+    return Summary.from_dict(data, source=str(path))

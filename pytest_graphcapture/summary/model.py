@@ -1,0 +1,274 @@
+"""The summary of one captured graph — what goldens store — and the one validator of summary dicts.
+
+A :class:`Summary` holds only what must not change silently (kernels, CPU ops with
+shapes, launch counts) and nothing that changes run to run (timestamps, ids,
+correlation ids, streams, durations, pids).  ``environment`` is informational and
+never part of equality.  :func:`summary_from_dict` is the only place a summary dict
+(from a golden, a summary file or a post-processing hook) is checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+from ..errors import FileError, TraceFormatError, UsageError
+from ..keys import CaptureKey, is_int
+from .normalize import (
+    DEFAULT_LEVEL,
+    LEVELS,
+    check_level,
+    compile_patterns,
+    is_coarser_or_equal,
+    matches_any,
+    normalize_kernel_name,
+)
+
+SCHEMA_VERSION = 1
+
+
+KINDS = ("kernel", "memcpy", "memset")
+
+
+def _kernel_sort_key(entry: dict) -> tuple:
+    return (entry["name"], entry.get("kind", "kernel"), entry.get("grid") or [], entry.get("block") or [])
+
+
+def _op_sort_key(entry: dict) -> tuple:
+    # One encoding of [dims, types] orders exactly like (dims, types) encoded apart: a complete
+    # JSON array is never a strict prefix of another, so the dims decide first.  Half the cost.
+    return (entry["name"], json.dumps([entry["input_dims"], entry["input_types"]]))
+
+
+@dataclass(eq=False)
+class Summary:
+    """One captured graph, as goldens store it.  Equality ignores ``environment``."""
+
+    key: CaptureKey
+    platform: str
+    kernels: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+    launches: dict = field(default_factory=lambda: {"total": 0, "by_api": {}})
+    complete: bool = True
+    incomplete_reason: Optional[str] = None
+    environment: dict = field(default_factory=dict)
+    level: str = DEFAULT_LEVEL
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        # Canonical order so that equal content always serializes to equal bytes.
+        self.kernels = sorted(self.kernels, key=_kernel_sort_key)
+        self.ops = sorted(self.ops, key=_op_sort_key)
+        by_api = self.launches.get("by_api", {}) if isinstance(self.launches, dict) else {}
+        self.launches = {"total": int(self.launches.get("total", 0)), "by_api": dict(sorted(by_api.items()))}
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: the layout goldens and summary files store (docs/concepts.md describes it)."""
+        return {
+            "schema_version": self.schema_version,
+            "key": self.key.to_dict(),
+            "platform": self.platform,
+            "level": self.level,
+            "kernels": [dict(k) for k in self.kernels],
+            "ops": [dict(o) for o in self.ops],
+            "launches": {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])},
+            "complete": {"value": self.complete, "reason": self.incomplete_reason},
+            "environment": self.environment,
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON text: sorted keys, indent 2, trailing newline."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+
+    def comparable(self) -> dict:
+        """``to_dict()`` without ``environment``: what equality and goldens compare."""
+        data = self.to_dict()
+        del data["environment"]
+        return data
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Summary):
+            return NotImplemented
+        return self.comparable() == other.comparable()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by content
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<summary>") -> "Summary":
+        """Validate and build a Summary (:func:`summary_from_dict`); TraceFormatError(source, problem) on bad content."""
+        return summary_from_dict(data, source)
+
+    def normalized(self, level: str, *, ignore_kernels: Iterable[str] = (), ignore_ops: Iterable[str] = ()) -> "Summary":
+        """Copy with kernel names at ``level`` (equal names merged) and ignored kernels/ops removed.
+
+        Ignore patterns are regular expressions matched with ``re.search`` against the
+        (normalized) kernel name or the op name.  Going finer than ``self.level`` is an
+        error because the finer information is gone.
+        """
+        check_level(level)
+        if not is_coarser_or_equal(level, self.level):
+            raise UsageError(
+                f"cannot normalize {self.key} from level {self.level!r} to the finer level {level!r}"
+            )
+        kernel_patterns = compile_patterns(ignore_kernels, what="kernel ignore pattern")
+        op_patterns = compile_patterns(ignore_ops, what="op ignore pattern")
+        merged: dict[tuple, dict] = {}
+        for entry in self.kernels:
+            kind = entry.get("kind", "kernel")
+            name = normalize_kernel_name(entry["name"], level) if kind == "kernel" else entry["name"]
+            if kernel_patterns and matches_any(name, kernel_patterns):
+                continue
+            _merge_kernel(merged, name, kind, entry.get("grid"), entry.get("block"), entry["count"])
+        # Filtering keeps the ops in canonical order, so the copy skips __post_init__'s re-sort
+        # (the costliest part of a golden check); only the merged kernels need sorting.
+        normalized = copy.copy(self)
+        normalized.kernels = sorted(merged.values(), key=_kernel_sort_key)
+        normalized.ops = [dict(o) for o in self.ops if not (op_patterns and matches_any(o["name"], op_patterns))]
+        normalized.launches = {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])}
+        normalized.environment = dict(self.environment)
+        normalized.level = level
+        return normalized
+
+    def kernel_count(self) -> int:
+        """Total kernel/memcpy/memset node count."""
+        return sum(k["count"] for k in self.kernels)
+
+    def op_count(self) -> int:
+        """Total CPU op count."""
+        return sum(o["count"] for o in self.ops)
+
+
+def _merge_kernel(merged: dict, name: str, kind: str, grid: Any, block: Any, count: int) -> None:
+    grid_t = tuple(grid) if grid is not None else None
+    block_t = tuple(block) if block is not None else None
+    mkey = (kind, name, grid_t, block_t)
+    entry = merged.get(mkey)
+    if entry is None:
+        entry = {"name": name, "kind": kind, "count": 0}
+        if grid is not None:
+            entry["grid"] = list(grid)
+        if block is not None:
+            entry["block"] = list(block)
+        merged[mkey] = entry
+    entry["count"] += count
+
+
+def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileError] = TraceFormatError) -> Summary:
+    """Check a summary dict field by field and build the :class:`Summary`; ``error(source, problem)`` otherwise.
+
+    The one validator of summary dicts: goldens, summary files and dicts edited by
+    ``pytest_graphcapture_postprocess_summary`` all come through here, so a bad
+    file fails with the field that is wrong, never with a traceback.
+    """
+
+    def expect(cond: bool, problem: str) -> None:
+        if not cond:
+            raise error(source, problem)
+
+    expect(isinstance(data, dict), f"summary must be a JSON object, got {type(data).__name__}")
+    required = ("schema_version", "key", "platform", "kernels", "ops", "launches", "complete")
+    missing = [k for k in required if k not in data]
+    expect(not missing, f"summary is missing {', '.join(missing)}")
+    version = data["schema_version"]
+    expect(is_int(version), f"schema_version must be an integer, got {version!r}")
+    expect(version == SCHEMA_VERSION, f"schema_version {version} is not supported (this version reads {SCHEMA_VERSION})")
+    key_data = data["key"]
+    expect(isinstance(key_data, dict) and isinstance(key_data.get("runner"), str),
+           "key must be an object with runner, batch_size, variant, rank")
+    expect(is_int(key_data.get("batch_size")) and is_int(key_data.get("rank", 0)),
+           "key.batch_size and key.rank must be integers")
+    expect(key_data.get("variant") is None or isinstance(key_data.get("variant"), str),
+           "key.variant must be a string or null")
+    try:
+        key = CaptureKey.from_dict(key_data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise error(source, f"bad key: {exc}") from None
+    expect(isinstance(data["platform"], str) and bool(data["platform"]), "platform must be a non-empty string")
+    level = data.get("level", DEFAULT_LEVEL)
+    expect(level in LEVELS, f"level must be one of {', '.join(LEVELS)}, got {level!r}")
+    kernels = data["kernels"]
+    expect(isinstance(kernels, list), f"kernels must be a list, got {type(kernels).__name__}")
+    clean_kernels = []
+    for i, entry in enumerate(kernels):
+        where = f"kernels[{i}]"
+        expect(isinstance(entry, dict), f"{where} must be an object")
+        expect(isinstance(entry.get("name"), str), f"{where}.name must be a string")
+        expect(is_int(entry.get("count")) and entry["count"] >= 1, f"{where}.count must be an integer of at least 1")
+        kind = entry.get("kind", "kernel")
+        expect(kind in KINDS, f"{where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        item = {"name": entry["name"], "kind": kind, "count": entry["count"]}
+        for dim in ("grid", "block"):
+            if dim in entry:
+                value = entry[dim]
+                expect(isinstance(value, list) and all(is_int(v) for v in value),
+                       f"{where}.{dim} must be a list of integers")
+                item[dim] = list(value)
+        clean_kernels.append(item)
+    ops = data["ops"]
+    expect(isinstance(ops, list), f"ops must be a list, got {type(ops).__name__}")
+    clean_ops = []
+    for i, entry in enumerate(ops):
+        where = f"ops[{i}]"
+        expect(isinstance(entry, dict), f"{where} must be an object")
+        expect(isinstance(entry.get("name"), str), f"{where}.name must be a string")
+        expect(isinstance(entry.get("input_dims", []), list), f"{where}.input_dims must be a list")
+        expect(isinstance(entry.get("input_types", []), list), f"{where}.input_types must be a list")
+        expect(is_int(entry.get("count")) and entry["count"] >= 1, f"{where}.count must be an integer of at least 1")
+        clean_ops.append({"name": entry["name"], "input_dims": entry.get("input_dims", []),
+                          "input_types": entry.get("input_types", []), "count": entry["count"]})
+    launches = data["launches"]
+    expect(isinstance(launches, dict), f"launches must be an object, got {type(launches).__name__}")
+    expect(is_int(launches.get("total")), "launches.total must be an integer")
+    by_api = launches.get("by_api", {})
+    expect(isinstance(by_api, dict) and all(isinstance(k, str) and is_int(v) for k, v in by_api.items()),
+           "launches.by_api must map API names to integers")
+    complete = data["complete"]
+    if isinstance(complete, bool):
+        value, reason = complete, data.get("incomplete_reason")
+    else:
+        expect(isinstance(complete, dict) and isinstance(complete.get("value"), bool),
+               'complete must be {"value": bool, "reason": string or null}')
+        value, reason = complete["value"], complete.get("reason")
+    expect(reason is None or isinstance(reason, str), "complete.reason must be a string or null")
+    environment = data.get("environment")
+    environment = {} if environment is None else environment
+    expect(isinstance(environment, dict), "environment must be an object")
+    return Summary(key=key, platform=data["platform"], kernels=clean_kernels, ops=clean_ops,
+                   launches={"total": launches["total"], "by_api": dict(by_api)}, complete=value,
+                   incomplete_reason=reason, environment=environment, level=level, schema_version=version)
+
+
+# --------------------------------------------------------------------------- views shared by every comparison
+
+
+def kernel_label(entry: Mapping[str, Any]) -> str:
+    """How a kernel entry is named wherever kernels are compared: name, then ``(kind)`` and grid/block if set."""
+    extras = []
+    kind = entry.get("kind")
+    if kind not in (None, "kernel"):
+        extras.append(f"({kind})")
+    for dim in ("grid", "block"):
+        if dim in entry:
+            extras.append(f"{dim}={json.dumps(entry[dim], separators=(',', ':'))}")
+    return " ".join([entry["name"], *extras])
+
+
+def kernel_view(kernels: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """``{kernel label: count}`` of kernel entries."""
+    view: dict[str, int] = {}
+    for item in kernels:
+        label = kernel_label(item)
+        view[label] = view.get(label, 0) + int(item["count"])
+    return view
+
+
+def count_changes(expected: Mapping[str, int], actual: Mapping[str, int]) -> list[tuple[str, int, int]]:
+    """``(label, expected count, actual count)`` for every label whose count differs (0 = absent), sorted.
+
+    The one multiset comparison: the golden diff's kernel section and the replay's
+    data-loss check are both built on it.
+    """
+    return [(label, expected.get(label, 0), actual.get(label, 0)) for label in sorted(set(expected) | set(actual))
+            if expected.get(label, 0) != actual.get(label, 0)]

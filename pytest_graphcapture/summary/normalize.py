@@ -1,0 +1,193 @@
+"""Kernel-name normalization levels and ignore patterns.
+
+Why: the same kernel is spelled differently across driver versions, builds and
+runs (hex addresses, lambda numbering, generated-kernel suffixes, mangled vs.
+demangled), and a golden must only change when the *kernel set* changes.  Three
+levels trade precision against stability:
+
+``exact``
+    the recorded name; a trailing ``.kd`` (ROCm code-object symbol) is removed and
+    an Itanium-mangled name (``_Z…``) is demangled.
+``name`` (default)
+    ``exact`` without the parameter list, with hex addresses (``0x…`` → ``0x_``),
+    lambda / unnamed-type numbering (``{lambda(float)#3}`` → ``{lambda(float)#?}``,
+    ``'lambda2'`` → ``'lambda'``, ``$_12`` → ``$_``), anonymous namespaces
+    (``_GLOBAL__N_1`` / ``{anonymous}`` → ``(anonymous namespace)``) and
+    generated-kernel numeric suffixes (``triton_poi_fused_add_3`` →
+    ``triton_poi_fused_add``) normalized.
+``family``
+    ``name`` without template arguments and without a leading ``void`` return type;
+    vendor GEMM kernels (cuBLAS/cuBLASLt ``sm*_xmma…``, ``…gemm…``, CUTLASS GEMMs,
+    ``nvjet…``, hipBLASLt/Tensile ``Cijk_…``) fold into the single family ``GEMM``
+    (their shapes are visible in the ops).
+
+Demangling is :mod:`.demangle`'s (no dependency, no subprocess).  A name it cannot demangle keeps its mangled
+spelling at the ``exact`` and ``name`` levels, and at ``family`` becomes the
+qualified base name read from the mangled prefix (e.g. ``sgl_hip::activation::
+act_and_mul_kernel``) when that much can be read.  Every level is applied until it
+reaches a fixed point, so normalizing twice equals normalizing once.
+
+Memcpy/memset graph nodes are not kernel symbols; callers leave their names alone.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from ..errors import UsageError
+from .demangle import demangle, mangled_base_name
+
+LEVELS = ("exact", "name", "family")
+DEFAULT_LEVEL = "name"
+GEMM_FAMILY = "GEMM"
+
+_RANK = {level: i for i, level in enumerate(LEVELS)}
+
+
+def check_level(level: str, *, what: str = "level") -> str:
+    """Return ``level`` if valid, else raise UsageError naming the valid choices."""
+    if level not in _RANK:
+        raise UsageError(f"{what}: unknown normalization level {level!r}; use one of {', '.join(LEVELS)}")
+    return level
+
+
+def is_coarser_or_equal(target: str, source: str) -> bool:
+    """True when names at ``source`` level can be normalized to ``target``."""
+    return _RANK[check_level(target)] >= _RANK[check_level(source)]
+
+
+# --------------------------------------------------------------------------- levels
+
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_HASH_NUM = re.compile(r"#\d+\}")
+_QUOTED_LAMBDA = re.compile(r"'(lambda|unnamed)\d+'")
+_DOLLAR = re.compile(r"\$_\d+")
+_ANON = re.compile(r"_GLOBAL__N_\d+|\{anonymous\}|`anonymous namespace'")
+_GENERATED = re.compile(r"^((?:triton|cpp|fused|cutedsl|helion)_\w*?[A-Za-z]\w*?)(?:_\d+)+$")
+_GEMM = re.compile(
+    r"gemm|xmma|^(?:void )?nvjet|^(?:void )?Cijk_|cutlass_\d+_\w*tensorop|cutlass::Kernel\d*<|cublas|hipblaslt|tensile",
+    re.IGNORECASE,
+)
+
+
+def _strip_kd(name: str) -> str:
+    while name.endswith(".kd"):
+        name = name[:-3]
+    return name
+
+
+def _exact_step(name: str) -> str:
+    name = _strip_kd(name.strip())
+    demangled = demangle(name)
+    return demangled if demangled is not None else name
+
+
+def _strip_params(name: str) -> str:
+    """Remove trailing balanced ``(...)`` groups (the parameter list), keeping ``operator()``."""
+    while True:
+        stripped = name.rstrip()
+        if stripped.endswith(" const"):
+            stripped = stripped[: -len(" const")].rstrip()
+        if not stripped.endswith(")"):
+            return name
+        depth = 0
+        for pos in range(len(stripped) - 1, -1, -1):
+            ch = stripped[pos]
+            if ch == ")":
+                depth += 1
+            elif ch == "(":
+                depth -= 1
+                if depth == 0:
+                    break
+        else:
+            return name
+        head = stripped[:pos]
+        if pos == 0 or head.endswith("operator") or not head.strip():
+            return name
+        name = head.rstrip()
+
+
+def _strip_templates(name: str) -> str:
+    """Remove all balanced ``<...>`` groups (template arguments); keep ``operator<``-like names."""
+    out = []
+    depth = 0
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "<":
+            if depth == 0 and name[:i].endswith(("operator", "operator<")):
+                out.append(ch)
+            else:
+                depth += 1
+        elif ch == ">" and depth > 0:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+        i += 1
+    if depth != 0:  # unbalanced: leave the name alone rather than guess
+        return name
+    return "".join(out).strip()
+
+
+def _name_step(name: str) -> str:
+    name = _exact_step(name)
+    if name.startswith("_Z"):  # could not demangle: keep the mangled spelling
+        return name
+    name = _strip_params(name)
+    name = _HEX.sub("0x_", name)
+    name = _HASH_NUM.sub("#?}", name)
+    name = _QUOTED_LAMBDA.sub(r"'\1'", name)
+    name = _DOLLAR.sub("$_", name)
+    name = _ANON.sub("(anonymous namespace)", name)
+    match = _GENERATED.match(name)
+    if match:
+        name = match.group(1)
+    return name
+
+
+def _family_step(name: str) -> str:
+    name = _name_step(name)
+    if name.startswith("_Z"):
+        base = mangled_base_name(name)
+        name = base if base else name
+    if _GEMM.search(name):
+        return GEMM_FAMILY
+    stripped = _strip_templates(name)
+    if stripped.startswith("void "):
+        stripped = stripped[5:].lstrip()
+    return stripped or name
+
+
+_STEPS = {"exact": _exact_step, "name": _name_step, "family": _family_step}
+
+
+def normalize_kernel_name(name: str, level: str = DEFAULT_LEVEL) -> str:
+    """Normalize one kernel name to ``level`` (``exact``, ``name`` or ``family``); idempotent."""
+    step = _STEPS[check_level(level)]
+    current = name
+    for _ in range(16):
+        following = step(current)
+        if following == current:
+            return current
+        current = following
+    return current
+
+
+def compile_patterns(patterns: Iterable[str], *, what: str = "ignore pattern") -> list["re.Pattern[str]"]:
+    """Compile regular expressions; raise UsageError naming the bad pattern."""
+    compiled = []
+    for pattern in patterns:
+        if isinstance(pattern, re.Pattern):
+            compiled.append(pattern)
+            continue
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise UsageError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
+    return compiled
+
+
+def matches_any(name: str, patterns: Sequence["re.Pattern[str]"]) -> bool:
+    """True when any compiled pattern is found (``re.search``) in ``name``."""
+    return any(p.search(name) for p in patterns)

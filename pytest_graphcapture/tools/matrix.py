@@ -1,0 +1,95 @@
+"""The kernel × batch-size matrix, and loading summaries from whatever a user points at.
+
+:func:`load_any` reads a summary JSON file or a trace; :func:`kernel_matrix` turns
+the summaries of one runner/variant/rank into the table that ``graphcapture show``
+prints (:func:`render_matrix_text`) and the HTML picture draws.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Optional, Sequence, Union
+
+from ..errors import TraceFormatError, UsageError
+from ..summary.files import summarize_trace_file
+from ..summary.model import Summary
+from ..summary.normalize import LEVELS, is_coarser_or_equal
+from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
+
+
+def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
+    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``)."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "no such file")
+    if path.is_dir():
+        raise TraceFormatError(path, "is a directory, expected a summary JSON or trace file")
+    data = read_trace_bytes(path)
+    if data[:2] != b"\x1f\x8b":
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            obj = None  # let the trace parser produce the precise error
+        if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
+            summary = Summary.from_dict(obj, source=str(path))
+            if level is not None and summary.level != level:
+                summary = summary.normalized(level)
+            return summary
+        if obj is not None:
+            parse_trace_bytes(data, path)  # validates the trace shape with a clear error
+    return summarize_trace_file(path, level=level or "name")
+
+
+def coarsest(levels: Iterable[str]) -> str:
+    result = LEVELS[0]
+    for level in levels:
+        if is_coarser_or_equal(level, result):
+            result = level
+    return result
+
+
+def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
+    """Kernel × batch-size table data for summaries of one runner/variant/rank.
+
+    Returns ``(batch_sizes, rows)``: batch sizes ascending, and one row per kernel
+    ``{"name", "kind", "counts": {batch_size: count}}`` (grid/block variants summed),
+    sorted by name then kind.  Two summaries for one batch size are a usage error.
+    """
+    by_bs: dict[int, Summary] = {}
+    for summary in summaries:
+        bs = summary.key.batch_size
+        if bs in by_bs:
+            raise UsageError(f"two summaries for batch size {bs}: {by_bs[bs].key} and {summary.key}")
+        by_bs[bs] = summary
+    batch_sizes = sorted(by_bs)
+    rows: dict[tuple, dict] = {}
+    for bs in batch_sizes:
+        for entry in by_bs[bs].kernels:
+            kind = entry.get("kind", "kernel")
+            row = rows.setdefault((entry["name"], kind), {"name": entry["name"], "kind": kind, "counts": {}})
+            row["counts"][bs] = row["counts"].get(bs, 0) + entry["count"]
+    return batch_sizes, [rows[k] for k in sorted(rows)]
+
+
+def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[dict]) -> list[str]:
+    """Plain-text rendering of :func:`kernel_matrix` output (counts first, names last)."""
+    headers = [f"bs={bs}" for bs in batch_sizes]
+    widths = [max(len(h), *(len(str(r["counts"].get(bs, "-"))) for r in rows)) if rows else len(h)
+              for h, bs in zip(headers, batch_sizes)]
+    lines = [title, "  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "  kind    kernel"]
+    for row in rows:
+        cells = [str(row["counts"].get(bs, "-")).rjust(w) for bs, w in zip(batch_sizes, widths)]
+        lines.append("  ".join(cells) + f"  {row['kind']:<6}  {row['name']}")
+    return lines
+
+
+def collect_dir(directory: Path, level: Optional[str]) -> list[Summary]:
+    if not directory.is_dir():
+        raise TraceFormatError(directory, "is not a directory")
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    if not files:
+        raise TraceFormatError(directory, "contains no summary JSON or trace files (*.json, *.json.gz)")
+    summaries = [load_any(p, level=None) for p in files]
+    target = level or coarsest(s.level for s in summaries)
+    return [s if s.level == target else s.normalized(target) for s in summaries]
