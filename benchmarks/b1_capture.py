@@ -62,15 +62,26 @@ def _plain_profile(device: Any, *, flags: frozenset, on_ready: Callable[[Any], N
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns about warmup=0; irrelevant here
         sched = schedule(wait=2, warmup=0, active=1, repeat=0)
-    return profile(activities=profiler_activities(device), schedule=sched, on_trace_ready=on_ready,
-                   record_shapes=True, with_stack="stack" in flags, with_flops="flops" in flags,
-                   profile_memory="memory" in flags)
+    return profile(
+        activities=profiler_activities(device),
+        schedule=sched,
+        on_trace_ready=on_ready,
+        record_shapes=True,
+        with_stack="stack" in flags,
+        with_flops="flops" in flags,
+        profile_memory="memory" in flags,
+    )
 
 
 def _bare_loop(runner: Any, backend: Any, stepper: Optional[_PlainStepper]) -> None:
     for key in runner.capture_keys(0):
-        backend.capture_one(key, runner.forward_for(key), profiler=stepper, profiling=stepper is not None,
-                            post_warmup=runner.post_warmup)
+        backend.capture_one(
+            key,
+            runner.forward_for(key),
+            profiler=stepper,
+            profiling=stepper is not None,
+            post_warmup=runner.post_warmup,
+        )
 
 
 def run_variant(variant: str, batch_sizes: Sequence[int], device: str, out_dir: Path) -> float:
@@ -111,10 +122,12 @@ def run_variant(variant: str, batch_sizes: Sequence[int], device: str, out_dir: 
         else:
             settings = {
                 "ours-summary": CaptureSettings(trace="off", summarize=True, out_dir=out_dir, platform=platform),
-                "ours-export-shapes": CaptureSettings(trace="per-bs", summarize=True, out_dir=out_dir,
-                                                      platform=platform, profiler_flags=frozenset()),
-                "ours-export-all": CaptureSettings(trace="per-bs", summarize=True, out_dir=out_dir,
-                                                   platform=platform, profiler_flags=ALL_FLAGS),
+                "ours-export-shapes": CaptureSettings(
+                    trace="per-bs", summarize=True, out_dir=out_dir, platform=platform, profiler_flags=frozenset()
+                ),
+                "ours-export-all": CaptureSettings(
+                    trace="per-bs", summarize=True, out_dir=out_dir, platform=platform, profiler_flags=ALL_FLAGS
+                ),
             }[variant]
             started = time.perf_counter()
             result = capture_runner(runner, backend, settings)
@@ -126,8 +139,9 @@ def run_variant(variant: str, batch_sizes: Sequence[int], device: str, out_dir: 
     return seconds
 
 
-def run(*, rounds: int, batch_sizes: Sequence[int], device: str, work_dir: Path,
-        threads: Optional[int] = None) -> Section:
+def run(
+    *, rounds: int, batch_sizes: Sequence[int], device: str, work_dir: Path, threads: Optional[int] = None
+) -> Section:
     """Interleaved rounds of every variant; rows with medians and the ratios the issue asks for.
 
     ``threads`` sets ``torch.set_num_threads`` for the run (the embedded model is
@@ -152,36 +166,100 @@ def run(*, rounds: int, batch_sizes: Sequence[int], device: str, work_dir: Path,
     shutil.rmtree(work_dir / "b1", ignore_errors=True)
     med = {v: median(times[v]) for v in VARIANTS}
     sizes = ",".join(str(b) for b in batch_sizes)
-    section.notes.append(f"B1: embedded TinyDecodeRunner, batch sizes {sizes} ({len(batch_sizes)} keys), "
-                         f"device {device}, torch threads {torch.get_num_threads()}, {rounds} interleaved rounds, "
-                         f"medians; Kineto's stderr in {log}")
+    section.notes.append(
+        f"B1: embedded TinyDecodeRunner, batch sizes {sizes} ({len(batch_sizes)} keys), "
+        f"device {device}, torch threads {torch.get_num_threads()}, {rounds} interleaved rounds, "
+        f"medians; Kineto's stderr in {log}"
+    )
 
     def ratio(a: str, b: str) -> Optional[float]:
         return med[a] / med[b] if med[a] and med[b] else None
 
     rows = section.rows
     rows.append(Row("B1", DESCRIPTIONS["bare"], fmt_seconds(med["bare"])))
-    rows.append(Row("B1", DESCRIPTIONS["plain-profiler"], fmt_seconds(med["plain-profiler"]),
-                    "bare loop", ratio("plain-profiler", "bare")))
-    rows.append(Row("B1", DESCRIPTIONS["plain-export-all"], fmt_seconds(med["plain-export-all"]),
-                    "bare loop", ratio("plain-export-all", "bare"), note="reference: ×1.27 (37 s → 47 s)"))
-    rows.append(Row("B1", DESCRIPTIONS["ours-summary"], fmt_seconds(med["ours-summary"]),
-                    "plain scheduled profiler", ratio("ours-summary", "plain-profiler"), 1.10))
-    rows.append(Row("B1", DESCRIPTIONS["ours-export-all"], fmt_seconds(med["ours-export-all"]),
-                    "reference all-flags export", ratio("ours-export-all", "plain-export-all"), 1.0,
-                    note="what users get by default"))
-    rows.append(Row("B1", DESCRIPTIONS["ours-export-shapes"], fmt_seconds(med["ours-export-shapes"]),
-                    "reference all-flags export", ratio("ours-export-shapes", "plain-export-all"), 1.0,
-                    note="with --graph-capture-profiler-flags=none"))
-    rows.append(Row("B1", "ours, per-bs export, all flags ÷ bare loop", fmt_seconds(med["ours-export-all"]),
-                    "bare loop", ratio("ours-export-all", "bare"), note="compare the reference's ×1.27"))
-    rows.append(Row("B1", "ours, summary-only ÷ bare loop", fmt_seconds(med["ours-summary"]),
-                    "bare loop", ratio("ours-summary", "bare")))
+    rows.append(
+        Row(
+            "B1",
+            DESCRIPTIONS["plain-profiler"],
+            fmt_seconds(med["plain-profiler"]),
+            "bare loop",
+            ratio("plain-profiler", "bare"),
+        )
+    )
+    rows.append(
+        Row(
+            "B1",
+            DESCRIPTIONS["plain-export-all"],
+            fmt_seconds(med["plain-export-all"]),
+            "bare loop",
+            ratio("plain-export-all", "bare"),
+            note="reference: ×1.27 (37 s → 47 s)",
+        )
+    )
+    rows.append(
+        Row(
+            "B1",
+            DESCRIPTIONS["ours-summary"],
+            fmt_seconds(med["ours-summary"]),
+            "plain scheduled profiler",
+            ratio("ours-summary", "plain-profiler"),
+            1.10,
+        )
+    )
+    rows.append(
+        Row(
+            "B1",
+            DESCRIPTIONS["ours-export-all"],
+            fmt_seconds(med["ours-export-all"]),
+            "reference all-flags export",
+            ratio("ours-export-all", "plain-export-all"),
+            1.0,
+            note="what users get by default",
+        )
+    )
+    rows.append(
+        Row(
+            "B1",
+            DESCRIPTIONS["ours-export-shapes"],
+            fmt_seconds(med["ours-export-shapes"]),
+            "reference all-flags export",
+            ratio("ours-export-shapes", "plain-export-all"),
+            1.0,
+            note="with --graph-capture-profiler-flags=none",
+        )
+    )
+    rows.append(
+        Row(
+            "B1",
+            "ours, per-bs export, all flags ÷ bare loop",
+            fmt_seconds(med["ours-export-all"]),
+            "bare loop",
+            ratio("ours-export-all", "bare"),
+            note="compare the reference's ×1.27",
+        )
+    )
+    rows.append(
+        Row(
+            "B1",
+            "ours, summary-only ÷ bare loop",
+            fmt_seconds(med["ours-summary"]),
+            "bare loop",
+            ratio("ours-summary", "bare"),
+        )
+    )
     keys = len(batch_sizes)
-    for ours, plain, what in (("ours-summary", "plain-profiler", "summary-only vs plain profiler"),
-                              ("ours-export-all", "plain-export-all", "all-flags export vs reference export")):
+    for ours, plain, what in (
+        ("ours-summary", "plain-profiler", "summary-only vs plain profiler"),
+        ("ours-export-all", "plain-export-all", "all-flags export vs reference export"),
+    ):
         if med[ours] is not None and med[plain] is not None:
             extra = (med[ours] - med[plain]) / keys
-            rows.append(Row("B1", f"ours' added time per key, {what}", fmt_seconds(extra) if extra >= 0
-                            else "-" + fmt_seconds(-extra), note="absolute; independent of the model's size"))
+            rows.append(
+                Row(
+                    "B1",
+                    f"ours' added time per key, {what}",
+                    fmt_seconds(extra) if extra >= 0 else "-" + fmt_seconds(-extra),
+                    note="absolute; independent of the model's size",
+                )
+            )
     return section

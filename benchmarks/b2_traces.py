@@ -117,25 +117,49 @@ def rows(traces: Sequence[TraceFile], *, hta_note: str) -> Section:
         ours_peak, floor_peak, hta_peak = (_med(trace, m, "peak_delta") for m in ("ours", "floor", "hta"))
         n = len(trace.results.get("ours", []))
         if ours_s is None:
-            section.rows.append(Row("B2", f"summarize {trace.label} ({size})", "failed",
-                                    note=trace.errors.get("ours", "no result")))
+            section.rows.append(
+                Row("B2", f"summarize {trace.label} ({size})", "failed", note=trace.errors.get("ours", "no result"))
+            )
             continue
         floor_note = trace.errors.get("floor", "")
-        section.rows.append(Row(
-            "B2", f"summarize_trace_file {trace.label} ({size}), {n} runs", fmt_seconds(ours_s),
-            f"parse floor {fmt_seconds(floor_s)}", ours_s / floor_s if floor_s else None, 1.25, floor_note))
+        section.rows.append(
+            Row(
+                "B2",
+                f"summarize_trace_file {trace.label} ({size}), {n} runs",
+                fmt_seconds(ours_s),
+                f"parse floor {fmt_seconds(floor_s)}",
+                ours_s / floor_s if floor_s else None,
+                1.25,
+                floor_note,
+            )
+        )
         floor_ratio = f"floor {floor_peak / trace.uncompressed:.2f}×" if floor_peak else "floor n/a"
         hta_ratio = f", HTA {hta_peak / trace.uncompressed:.2f}×" if hta_peak else ""
-        section.rows.append(Row(
-            "B2", f"peak memory of summarize {trace.label}", fmt_bytes(ours_peak),
-            f"JSON size {fmt_bytes(trace.uncompressed)}", ours_peak / trace.uncompressed if ours_peak else None,
-            note=f"reported, no target; {floor_ratio}{hta_ratio}"))
+        section.rows.append(
+            Row(
+                "B2",
+                f"peak memory of summarize {trace.label}",
+                fmt_bytes(ours_peak),
+                f"JSON size {fmt_bytes(trace.uncompressed)}",
+                ours_peak / trace.uncompressed if ours_peak else None,
+                note=f"reported, no target; {floor_ratio}{hta_ratio}",
+            )
+        )
         if "hta" in trace.errors or (hta_s is None and hta_note):
             reason = trace.errors.get("hta") or hta_note
-            b3.append(Row("B3", f"ours ÷ HTA load, {trace.label}", fmt_seconds(ours_s),
-                          "HTA: no result", None, 0.25, reason))
+            b3.append(
+                Row("B3", f"ours ÷ HTA load, {trace.label}", fmt_seconds(ours_s), "HTA: no result", None, 0.25, reason)
+            )
         elif hta_s is not None:
-            b3.append(Row("B3", f"ours ÷ HTA load, {trace.label}", fmt_seconds(ours_s),
-                          f"HTA {fmt_seconds(hta_s)}", ours_s / hta_s, 0.25))
+            b3.append(
+                Row(
+                    "B3",
+                    f"ours ÷ HTA load, {trace.label}",
+                    fmt_seconds(ours_s),
+                    f"HTA {fmt_seconds(hta_s)}",
+                    ours_s / hta_s,
+                    0.25,
+                )
+            )
     section.rows += b3
     return section

@@ -37,17 +37,18 @@ LEVEL = "name"  # the default of --golden-level
 def build_goldens(batch_sizes: Sequence[int], golden_dir: Path, work_dir: Path) -> tuple[Any, list[Path]]:
     """Capture the runner at ``batch_sizes`` and write each key's golden; return the result and the paths."""
     from pytest_graphcapture.engine.backend import make_backend
-    from pytest_graphcapture.golden import store
     from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
     from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
+    from pytest_graphcapture.golden import store
 
     if golden_dir.exists():
         shutil.rmtree(golden_dir)
     runner = TinyDecodeRunner(batch_sizes, device="cpu")
     with stderr_to(work_dir / "b4_stderr.log"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = capture_runner(runner, make_backend("cpu"),
-                                CaptureSettings(trace="off", summarize=True, platform="cpu", level="exact"))
+        result = capture_runner(
+            runner, make_backend("cpu"), CaptureSettings(trace="off", summarize=True, platform="cpu", level="exact")
+        )
     paths = []
     for key_result in result:
         summary = key_result.summary
@@ -71,8 +72,12 @@ def time_check(result: Any, golden_dir: Path) -> float:
     from pytest_graphcapture.golden.store import golden_folder
 
     started = time.perf_counter()
-    outcome = check_result(result, golden_dir=golden_dir, folder=golden_folder(golden_dir, "cpu", NODEID),
-                           options=CheckOptions(level=LEVEL))
+    outcome = check_result(
+        result,
+        golden_dir=golden_dir,
+        folder=golden_folder(golden_dir, "cpu", NODEID),
+        options=CheckOptions(level=LEVEL),
+    )
     seconds = time.perf_counter() - started
     if outcome.failed:
         raise RuntimeError(f"B4: keys do not match their own goldens: {[k.lines for k in outcome.failed]}")
@@ -95,9 +100,18 @@ def run(*, rounds: int, batch_sizes: Sequence[int], work_dir: Path) -> Section:
     read_s, check_s = median(times["read"]), median(times["check"])
     progress(f"B4: read {fmt_seconds(read_s)}, check {fmt_seconds(check_s)} (medians of {rounds})")
     shutil.rmtree(golden_dir, ignore_errors=True)
-    section.notes.append(f"B4: {len(paths)} goldens ({total_bytes / 1024:.0f} KiB in all; batch sizes "
-                         f"{batch_sizes[0]}…{batch_sizes[-1]}), level {LEVEL}, {rounds} interleaved rounds, medians")
-    section.rows.append(Row("B4", f"golden check of {len(paths)} keys (all equal)", fmt_seconds(check_s),
-                            f"read + json.loads {fmt_seconds(read_s)}",
-                            check_s / read_s if read_s else None, 2.0))
+    section.notes.append(
+        f"B4: {len(paths)} goldens ({total_bytes / 1024:.0f} KiB in all; batch sizes "
+        f"{batch_sizes[0]}…{batch_sizes[-1]}), level {LEVEL}, {rounds} interleaved rounds, medians"
+    )
+    section.rows.append(
+        Row(
+            "B4",
+            f"golden check of {len(paths)} keys (all equal)",
+            fmt_seconds(check_s),
+            f"read + json.loads {fmt_seconds(read_s)}",
+            check_s / read_s if read_s else None,
+            2.0,
+        )
+    )
     return section

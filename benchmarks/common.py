@@ -88,6 +88,7 @@ HEADER = ["bench", "measurement", "median", "divided by", "ratio", "target", "ve
 
 def markdown_table(rows: Sequence[Row]) -> str:
     """The rows as a GitHub Markdown table (pipes in cells escaped)."""
+
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
@@ -183,5 +184,3 @@ def stderr_to(path: Path) -> Iterator[None]:
 def progress(message: str) -> None:
     """A progress line on stdout, flushed at once (runs take minutes)."""
     print(message, flush=True)
-
-

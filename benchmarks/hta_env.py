@@ -32,7 +32,10 @@ def hta_version(python: Path) -> Optional[str]:
     try:
         done = subprocess.run(
             [str(python), "-c", "import hta, importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
-            capture_output=True, text=True, timeout=120)
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -48,12 +51,17 @@ def ensure_hta(venv: Path, *, version: str = HTA_VERSION, log=print) -> tuple[Op
     log(f"B3: creating {venv} and installing {HTA_PACKAGE}=={version} there (pandas and more; a few minutes)")
     try:
         if not python.exists():
-            done = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True,
-                                  timeout=300)
+            done = subprocess.run(
+                [sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300
+            )
             if done.returncode != 0:
                 return None, f"cannot create the venv {venv}: {_last_line(done.stderr)}"
-        done = subprocess.run([str(python), "-m", "pip", "install", "-q", f"{HTA_PACKAGE}=={version}"],
-                              capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", f"{HTA_PACKAGE}=={version}"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
     except subprocess.TimeoutExpired:
         return None, f"installing {HTA_PACKAGE} into {venv} timed out"
     except OSError as exc:

@@ -47,9 +47,9 @@ def _profile(name: str, fn: Callable[[], object], top: int) -> None:
 
 
 def profile_capture(top: int) -> None:
+    import b1_capture
     import torch
 
-    import b1_capture
     from pytest_graphcapture.engine.runner import default_batch_sizes
 
     torch.set_num_threads(1)
@@ -59,8 +59,11 @@ def profile_capture(top: int) -> None:
         for variant in ("plain-profiler", "ours-summary", "ours-export-all", "plain-export-all"):
             b1_capture.run_variant(variant, sizes, "cpu", work / "b1_profile")  # warm
         for variant in ("plain-profiler", "ours-summary", "plain-export-all", "ours-export-all"):
-            _profile(f"capture_{variant}",
-                     lambda v=variant: b1_capture.run_variant(v, sizes, "cpu", work / "b1_profile"), top)
+            _profile(
+                f"capture_{variant}",
+                lambda v=variant: b1_capture.run_variant(v, sizes, "cpu", work / "b1_profile"),
+                top,
+            )
 
 
 def profile_summarize(top: int) -> None:
@@ -68,12 +71,16 @@ def profile_summarize(top: int) -> None:
     from pytest_graphcapture.summary.files import summarize_trace_file
 
     for path in sorted(real_traces_dir().glob("*.json.gz")):
-        _profile(f"summarize_{path.name.split('__')[0]}",
-                 lambda p=path: summarize_trace_file(p, key=CaptureKey("bench", 1)), top)
+        _profile(
+            f"summarize_{path.name.split('__')[0]}",
+            lambda p=path: summarize_trace_file(p, key=CaptureKey("bench", 1)),
+            top,
+        )
 
 
 def profile_golden(top: int) -> None:
     import b4_golden
+
     from pytest_graphcapture.engine.runner import default_batch_sizes
 
     work = REPO / "bench_out"
@@ -87,8 +94,9 @@ def profile_golden(top: int) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/profile_hotspots.py", description=__doc__.splitlines()[0])
-    parser.add_argument("targets", nargs="*", default=["capture", "summarize", "golden"],
-                        choices=["capture", "summarize", "golden"])
+    parser.add_argument(
+        "targets", nargs="*", default=["capture", "summarize", "golden"], choices=["capture", "summarize", "golden"]
+    )
     parser.add_argument("--top", type=int, default=25, help="lines per listing (default 25)")
     args = parser.parse_args(argv)
     for target in args.targets:

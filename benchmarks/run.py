@@ -30,24 +30,52 @@ QUICK_TRACE = "tracelens_sglang_decode__sglang_Qwen3-8B_decode.json.gz"
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python benchmarks/run.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: few batch sizes, one round, the smallest real trace, no synthetic trace")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: few batch sizes, one round, the smallest real trace, no synthetic trace",
+    )
     parser.add_argument("--skip-hta", action="store_true", help="skip B3 (no HTA venv is created)")
-    parser.add_argument("--only", default=",".join(BENCHES), metavar="LIST",
-                        help="comma-separated subset of B1,B2,B3,B4 (default: all)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench_out" / "results.md",
-                        help="Markdown file for the table (default: bench_out/results.md)")
-    parser.add_argument("--work-dir", type=Path, default=REPO / "bench_out",
-                        help="scratch folder: synthetic trace, HTA venv, temporary goldens (default: bench_out/)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                        help="capture device of B1 (auto: the GPU when torch sees one)")
+    parser.add_argument(
+        "--only", default=",".join(BENCHES), metavar="LIST", help="comma-separated subset of B1,B2,B3,B4 (default: all)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "bench_out" / "results.md",
+        help="Markdown file for the table (default: bench_out/results.md)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=REPO / "bench_out",
+        help="scratch folder: synthetic trace, HTA venv, temporary goldens (default: bench_out/)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="capture device of B1 (auto: the GPU when torch sees one)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="B1 rounds (default 11; 1 with --quick)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch.set_num_threads for B1 (default: 1 on CPU, torch's default on a GPU)")
-    parser.add_argument("--large-mb", type=int, default=200,
-                        help="minimum uncompressed size of the synthetic trace in MiB (default 200)")
-    parser.add_argument("--hta-venv", type=Path, default=None,
-                        help="virtual environment for HTA (default: <work-dir>/hta-venv; created when missing)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads for B1 (default: 1 on CPU, torch's default on a GPU)",
+    )
+    parser.add_argument(
+        "--large-mb",
+        type=int,
+        default=200,
+        help="minimum uncompressed size of the synthetic trace in MiB (default 200)",
+    )
+    parser.add_argument(
+        "--hta-venv",
+        type=Path,
+        default=None,
+        help="virtual environment for HTA (default: <work-dir>/hta-venv; created when missing)",
+    )
     args = parser.parse_args(argv)
     only = {part.strip().upper() for part in args.only.split(",") if part.strip()}
     unknown = sorted(only - set(BENCHES))
@@ -82,6 +110,7 @@ def _load() -> str:
 
 def run_b1(args: argparse.Namespace, device: str) -> Section:
     import b1_capture
+
     from pytest_graphcapture.engine.runner import default_batch_sizes
 
     sizes = [1, 2, 4] if args.quick else default_batch_sizes(32)
@@ -99,8 +128,10 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
     folder = real_traces_dir()
     real = sorted(folder.glob("*.json.gz")) if folder.is_dir() else []
     if not real:
-        section.notes.append(f"B2/B3 skipped: no real traces in {folder} (set GRAPH_CAPTURE_REAL_TRACES to "
-                             "the folder holding the shared real_traces)")
+        section.notes.append(
+            f"B2/B3 skipped: no real traces in {folder} (set GRAPH_CAPTURE_REAL_TRACES to "
+            "the folder holding the shared real_traces)"
+        )
         return section
     if args.quick:
         real = [p for p in real if p.name == QUICK_TRACE] or real[:1]
@@ -111,10 +142,14 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
             progress(f"B2: making the synthetic trace (≥ {args.large_mb} MiB JSON) from {source.name}")
             dest = args.work_dir / "synthetic" / "synthetic_large__rank0.json.gz"
             meta = make_large_trace(source, dest, args.large_mb * 2**20)
-            traces.append(b2_traces.TraceFile(dest, f"synthetic_large ({meta['copies']} copies of {source.name[:-8]})", 3))
-            section.notes.append(f"B2: synthetic trace = {meta['copies']} time-shifted copies of {source.name} "
-                                 f"({meta['events']} events, {meta['uncompressed_bytes']} bytes of JSON, "
-                                 f"{meta['compressed_bytes']} gzipped), in {dest}")
+            traces.append(
+                b2_traces.TraceFile(dest, f"synthetic_large ({meta['copies']} copies of {source.name[:-8]})", 3)
+            )
+            section.notes.append(
+                f"B2: synthetic trace = {meta['copies']} time-shifted copies of {source.name} "
+                f"({meta['events']} events, {meta['uncompressed_bytes']} bytes of JSON, "
+                f"{meta['compressed_bytes']} gzipped), in {dest}"
+            )
         else:
             section.notes.append(f"B2: no synthetic trace: its source {source} is missing")
     hta_python, hta_note = None, ""
@@ -122,10 +157,14 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
         hta_python, hta_note = hta_env.ensure_hta(args.hta_venv or args.work_dir / "hta-venv", log=progress)
         section.notes.append(f"B3: {hta_note}" if hta_python else f"B3: HTA unavailable: {hta_note}")
         if hta_python:
-            section.notes.append("B3: HTA timed as Trace(trace_dir=<folder with only that file>)"
-                                 ".parse_traces(max_ranks=1, use_multiprocessing=False, use_memory_profiling=False)")
-    section.notes.append("B2: each measurement in a fresh process; time = the load alone (imports excluded); peak "
-                         "memory = peak RSS during the load minus peak RSS before it; floor = gzip.open + json.load")
+            section.notes.append(
+                "B3: HTA timed as Trace(trace_dir=<folder with only that file>)"
+                ".parse_traces(max_ranks=1, use_multiprocessing=False, use_memory_profiling=False)"
+            )
+    section.notes.append(
+        "B2: each measurement in a fresh process; time = the load alone (imports excluded); peak "
+        "memory = peak RSS during the load minus peak RSS before it; floor = gzip.open + json.load"
+    )
     b2_traces.measure(traces, hta_python=hta_python, work_dir=args.work_dir)
     result = b2_traces.rows(traces, hta_note="" if hta_python or "B3" not in args.only else hta_note)
     if "B2" not in args.only:
@@ -137,6 +176,7 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
 
 def run_b4(args: argparse.Namespace) -> Section:
     import b4_golden
+
     from pytest_graphcapture.engine.runner import default_batch_sizes
 
     sizes = default_batch_sizes(24 if args.quick else 256)
@@ -158,24 +198,38 @@ def main(argv: list[str]) -> int:
         sections.append(run_b4(args))
     rows: list[Row] = [row for s in sections for row in s.rows]
     notes = [note for s in sections for note in s.notes]
-    notes.append(f"load average (1 min) at start {load_before}, at end {_load()}: other processes on the "
-                 "machine add noise that interleaving spreads over all variants but cannot remove")
+    notes.append(
+        f"load average (1 min) at start {load_before}, at end {_load()}: other processes on the "
+        "machine add noise that interleaving spreads over all variants but cannot remove"
+    )
     machine = machine_description(device)
     command = "python benchmarks/run.py " + " ".join(argv)
     elapsed = time.perf_counter() - started
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     markdown = "\n".join(
-        [f"# pytest-graphcapture benchmarks ({stamp}, {elapsed:.0f} s)", "", f"Command: `{command.strip()}`", "",
-         "Machine:", ""] + [f"- {line}" for line in machine] + ["", "Notes:", ""] + [f"- {n}" for n in notes]
-        + ["", markdown_table(rows), ""])
+        [
+            f"# pytest-graphcapture benchmarks ({stamp}, {elapsed:.0f} s)",
+            "",
+            f"Command: `{command.strip()}`",
+            "",
+            "Machine:",
+            "",
+        ]
+        + [f"- {line}" for line in machine]
+        + ["", "Notes:", ""]
+        + [f"- {n}" for n in notes]
+        + ["", markdown_table(rows), ""]
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(markdown, encoding="utf-8")
     print()
     for line in machine + notes:
         print(line)
     missed = [r for r in rows if r.verdict == "MISSED"]
-    print(f"\nMarkdown written to {args.out} ({elapsed:.0f} s in all); "
-          f"{len(missed)} of {sum(1 for r in rows if r.target is not None)} targets missed\n")
+    print(
+        f"\nMarkdown written to {args.out} ({elapsed:.0f} s in all); "
+        f"{len(missed)} of {sum(1 for r in rows if r.target is not None)} targets missed\n"
+    )
     print(text_table(rows))
     return 0
 

@@ -80,8 +80,12 @@ def make_large_trace(source: Path, dest: Path, min_bytes: int) -> dict:
     also stored next to the file as ``<dest>.meta.json`` to reuse it next time.
     """
     meta_path = dest.with_name(dest.name + ".meta.json")
-    wanted = {"generator": GENERATOR_VERSION, "source": source.name, "source_sha256_16": _source_digest(source),
-              "min_bytes": min_bytes}
+    wanted = {
+        "generator": GENERATOR_VERSION,
+        "source": source.name,
+        "source_sha256_16": _source_digest(source),
+        "min_bytes": min_bytes,
+    }
     if dest.exists() and meta_path.exists():
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -122,7 +126,12 @@ def make_large_trace(source: Path, dest: Path, min_bytes: int) -> dict:
         except FileNotFoundError:
             pass
         raise
-    meta = dict(wanted, copies=copies, events=copies * len(events), uncompressed_bytes=written,
-                compressed_bytes=dest.stat().st_size)
+    meta = dict(
+        wanted,
+        copies=copies,
+        events=copies * len(events),
+        uncompressed_bytes=written,
+        compressed_bytes=dest.stat().st_size,
+    )
     meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta

@@ -42,8 +42,7 @@ def gc_paused() -> Iterator[None]:
 # --------------------------------------------------------------------------- atomic writes
 
 
-def write_via(path: Union[str, Path], export: Callable[[Path], None], *,
-              error: type[FileError] = FileError) -> None:
+def write_via(path: Union[str, Path], export: Callable[[Path], None], *, error: type[FileError] = FileError) -> None:
     """Run ``export(tmp)`` on a temp path beside ``path``, fsync it and rename it onto ``path``.
 
     The temp name is a dot-file that keeps the final suffixes (exporters that look at
@@ -54,8 +53,9 @@ def write_via(path: Union[str, Path], export: Callable[[Path], None], *,
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{PARTIAL_MARK}{''.join(path.suffixes)}",
-                                    dir=path.parent)
+        fd, name = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=f"{PARTIAL_MARK}{''.join(path.suffixes)}", dir=path.parent
+        )
         os.close(fd)
     except OSError as exc:
         raise error(path, f"cannot write: {exc.strerror or exc}") from None
@@ -129,8 +129,9 @@ def loads_strict(text: str, *, unique_keys: bool = False) -> Any:
     """``json.loads`` refusing NaN/Infinity (and duplicate keys with ``unique_keys``); JSONProblem says why."""
     try:
         with gc_paused():
-            return json.loads(text, parse_constant=_reject_constant,
-                              object_pairs_hook=_unique_keys if unique_keys else None)
+            return json.loads(
+                text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys if unique_keys else None
+            )
     except JSONProblem:
         raise
     except json.JSONDecodeError as exc:

@@ -96,7 +96,6 @@ _BS_ANNOTATION = re.compile(r"(?:^|[^A-Za-z0-9])bs\s*[=_:]\s*(\d+)(?![0-9])|^cap
 _RANK_TOKEN = re.compile(r"(?:^|[^A-Za-z0-9])rank_?(\d+)(?![0-9])")
 
 
-
 def key_from_trace_name(path: PathLike, annotations: Sequence[str] = (), trace: Optional[dict] = None) -> CaptureKey:
     """Capture key from a trace file name (``{runner}_bs_{bs}[_{variant}]_rank{r}.json.gz``).
 
@@ -107,8 +106,9 @@ def key_from_trace_name(path: PathLike, annotations: Sequence[str] = (), trace: 
     stem = trace_stem(path)
     match = _KEY_NAME.match(stem)
     if match:
-        return CaptureKey(match.group("runner"), int(match.group("bs")), match.group("variant"),
-                          int(match.group("rank")))
+        return CaptureKey(
+            match.group("runner"), int(match.group("bs")), match.group("variant"), int(match.group("rank"))
+        )
     token = _BS_TOKEN.search(stem)
     batch: Optional[int] = int(token.group(1)) if token else None
     if batch is None:
@@ -117,12 +117,15 @@ def key_from_trace_name(path: PathLike, annotations: Sequence[str] = (), trace: 
             for m in _BS_ANNOTATION.finditer(name):
                 found.add(int(m.group(1) or m.group(2)))
         if len(found) > 1:
-            raise TraceFormatError(path, f"annotations name several batch sizes {sorted(found)}; pass the key explicitly")
+            raise TraceFormatError(
+                path, f"annotations name several batch sizes {sorted(found)}; pass the key explicitly"
+            )
         batch = found.pop() if found else None
     if batch is None or batch < 1:
         raise TraceFormatError(
-            path, "cannot tell the batch size: name the file {runner}_bs_{bs}_rank{r}.json.gz "
-                  "or record an annotation like 'bs=32'"
+            path,
+            "cannot tell the batch size: name the file {runner}_bs_{bs}_rank{r}.json.gz "
+            "or record an annotation like 'bs=32'",
         )
     rank_match = _RANK_TOKEN.search(stem)
     rank = int(rank_match.group(1)) if rank_match else None

@@ -25,7 +25,15 @@ from .engine.runner import GraphRunner
 from .keys import CaptureKey
 
 SYNCHRONIZE, BARRIER, FORWARD, STEP, HOOK, GRAPH_ENTER, GRAPH_EXIT, REPLAY = (
-    "synchronize", "barrier", "forward", "profiler.step", "hook", "graph.enter", "graph.exit", "replay")
+    "synchronize",
+    "barrier",
+    "forward",
+    "profiler.step",
+    "hook",
+    "graph.enter",
+    "graph.exit",
+    "replay",
+)
 
 
 @dataclass(frozen=True)
@@ -122,9 +130,15 @@ class FakeBackend(Backend):
 
     name = "fake"
 
-    def __init__(self, log: Optional[CallLog] = None, *, fail_stage: Optional[str] = None,
-                 fail_key: Optional[CaptureKey] = None, fault: Callable[[str], BaseException] = InjectedFault,
-                 replay_shows_kernels: bool = False) -> None:
+    def __init__(
+        self,
+        log: Optional[CallLog] = None,
+        *,
+        fail_stage: Optional[str] = None,
+        fail_key: Optional[CaptureKey] = None,
+        fault: Callable[[str], BaseException] = InjectedFault,
+        replay_shows_kernels: bool = False,
+    ) -> None:
         super().__init__("cpu")
         self.log = log if log is not None else CallLog()
         self.fail_stage, self.fail_key, self.fault = fail_stage, fail_key, fault
@@ -168,9 +182,16 @@ class FakeBackend(Backend):
         super().enter_stage(progress, stage)
         self._stage = stage
 
-    def capture_one(self, key: CaptureKey, forward: Forward, *, profiler: Optional[Steppable] = None,
-                    profiling: bool = False, post_warmup: Optional[Callable[[CaptureKey], None]] = None,
-                    progress: Optional[CaptureProgress] = None) -> Any:
+    def capture_one(
+        self,
+        key: CaptureKey,
+        forward: Forward,
+        *,
+        profiler: Optional[Steppable] = None,
+        profiling: bool = False,
+        post_warmup: Optional[Callable[[CaptureKey], None]] = None,
+        progress: Optional[CaptureProgress] = None,
+    ) -> Any:
         self.log.current_key = key
         stepper = _LoggingStepper(profiler, self) if profiler is not None else None
 
@@ -179,8 +200,9 @@ class FakeBackend(Backend):
             if post_warmup is not None:
                 post_warmup(k)
 
-        return super().capture_one(key, forward, profiler=stepper, profiling=profiling, post_warmup=hook,
-                                   progress=progress)
+        return super().capture_one(
+            key, forward, profiler=stepper, profiling=profiling, post_warmup=hook, progress=progress
+        )
 
 
 class FakeRunner(GraphRunner):
@@ -190,8 +212,15 @@ class FakeRunner(GraphRunner):
     the op shapes change; ``extra_op`` adds one more op to every forward.
     """
 
-    def __init__(self, batch_sizes: Sequence[int] = (1, 2, 4), *, variants: Sequence[Optional[str]] = (None,),
-                 hidden: int = 8, extra_op: bool = False, name: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        batch_sizes: Sequence[int] = (1, 2, 4),
+        *,
+        variants: Sequence[Optional[str]] = (None,),
+        hidden: int = 8,
+        extra_op: bool = False,
+        name: Optional[str] = None,
+    ) -> None:
         self._sizes = list(batch_sizes)
         self._variants = list(variants)
         self.runner_name = name

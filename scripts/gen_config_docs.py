@@ -38,18 +38,21 @@ TARGET = REPO / "docs" / "configuration.md"
 #: Environment variables read outside the settings registry: what each does.
 OTHER_ENV = {
     "GRAPH_CAPTURE_MAX_TRACE_BYTES": "cap on the decompressed size of a trace file the summarizer or the "
-                                     "`graphcapture` CLI reads (bytes, or `512M`, `4GiB`; default 2 GiB): a "
-                                     "corrupt or hostile trace fails with a clear error instead of exhausting memory",
+    "`graphcapture` CLI reads (bytes, or `512M`, `4GiB`; default 2 GiB): a "
+    "corrupt or hostile trace fails with a clear error instead of exhausting memory",
     "GRAPH_CAPTURE_REAL_TRACES": "the project's own tests only: folder of the real NVIDIA/AMD traces "
-                                 "(default `../shared/testdata/real_traces`)",
+    "(default `../shared/testdata/real_traces`)",
 }
 
 
 def _modules() -> list[Any]:
     import pytest_graphcapture
 
-    names = sorted(m.name for m in pkgutil.walk_packages(pytest_graphcapture.__path__, "pytest_graphcapture.")
-                   if not m.name.endswith("__main__"))
+    names = sorted(
+        m.name
+        for m in pkgutil.walk_packages(pytest_graphcapture.__path__, "pytest_graphcapture.")
+        if not m.name.endswith("__main__")
+    )
     return [importlib.import_module(name) for name in names]
 
 
@@ -80,8 +83,14 @@ def _markers() -> list[tuple[str, str]]:
         with tempfile.TemporaryDirectory() as empty:
             (Path(empty) / "pytest.ini").write_text("[pytest]\n")
             env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPH_CAPTURE_", "PYTEST_ADDOPTS"))}
-            done = subprocess.run([sys.executable, "-m", "pytest", "--markers", "-p", "no:cacheprovider", *extra],
-                                  cwd=empty, capture_output=True, text=True, timeout=120, env=env)
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "--markers", "-p", "no:cacheprovider", *extra],
+                cwd=empty,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
         if done.returncode != 0:
             raise RuntimeError(f"pytest --markers failed: {done.stderr[-500:]}")
         return {line for line in done.stdout.splitlines() if line.startswith("@pytest.mark.")}
@@ -122,8 +131,10 @@ def _hooks() -> list[tuple[str, str, bool, str]]:
     out = []
     for name, func in sorted(vars(hookspecs).items()):
         if name.startswith("pytest_") and callable(func) and hasattr(func, "pytest_spec"):
-            spec = getattr(func, "pytest_spec") or {}
-            out.append((name, _signature(func, returns=True), bool(spec.get("firstresult")), inspect.getdoc(func) or ""))
+            spec = func.pytest_spec or {}
+            out.append(
+                (name, _signature(func, returns=True), bool(spec.get("firstresult")), inspect.getdoc(func) or "")
+            )
     return out
 
 
@@ -162,8 +173,9 @@ def _usage(name: str, command: argparse.ArgumentParser) -> str:
         if isinstance(action, argparse._HelpAction):
             continue
         if action.option_strings:
-            metavar = action.metavar or (f"{{{','.join(map(str, action.choices))}}}" if action.choices
-                                         else action.dest.upper())
+            metavar = action.metavar or (
+                f"{{{','.join(map(str, action.choices))}}}" if action.choices else action.dest.upper()
+            )
             flag = action.option_strings[-1]
             words.append(f"[{flag}]" if action.nargs == 0 else f"[{flag} {metavar}]")
     for action in command._actions:
@@ -232,16 +244,37 @@ def render() -> str:
     out += ["", "## Fixtures", ""]
     for name, module, doc in _fixtures():
         out += [f"### `{name}`", "", f"Defined in `{module}`.", "", doc, ""]
-    out += ["## `golden.check(...)`", "", "```text", f"golden.check{_signature(GoldenChecker.check)}", "```", "",
-            inspect.getdoc(GoldenChecker.check) or "", "",
-            "## `graph_capture(...)`", "", "```text", f"graph_capture{_signature(GraphCapture.__call__)}", "```", "",
-            inspect.getdoc(GraphCapture.__call__) or "", "", "## Hooks", "",
-            "Implement them in a `conftest.py` (or a plugin) like any pytest hook.", ""]
+    out += [
+        "## `golden.check(...)`",
+        "",
+        "```text",
+        f"golden.check{_signature(GoldenChecker.check)}",
+        "```",
+        "",
+        inspect.getdoc(GoldenChecker.check) or "",
+        "",
+        "## `graph_capture(...)`",
+        "",
+        "```text",
+        f"graph_capture{_signature(GraphCapture.__call__)}",
+        "```",
+        "",
+        inspect.getdoc(GraphCapture.__call__) or "",
+        "",
+        "## Hooks",
+        "",
+        "Implement them in a `conftest.py` (or a plugin) like any pytest hook.",
+        "",
+    ]
     for name, sig, first, doc in _hooks():
         kind = "first non-`None` result wins" if first else "every implementation is called"
         out += [f"### `{name}{sig}`", "", f"*{kind}.*", "", doc, ""]
-    out += ["## The `graphcapture` command line", "",
-            "Exit codes: 0 success / equal, 1 `diff` found differences, 2 bad input (one line on stderr).", ""]
+    out += [
+        "## The `graphcapture` command line",
+        "",
+        "Exit codes: 0 success / equal, 1 `diff` found differences, 2 bad input (one line on stderr).",
+        "",
+    ]
     out += _cli()
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -252,8 +285,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     missing = undocumented_env()
     if missing:
-        print(f"undocumented environment variables: {', '.join(missing)}; describe them in OTHER_ENV in "
-              f"{Path(__file__).name}", file=sys.stderr)
+        print(
+            f"undocumented environment variables: {', '.join(missing)}; describe them in OTHER_ENV in "
+            f"{Path(__file__).name}",
+            file=sys.stderr,
+        )
         return 1
     text = render()
     if args.check:

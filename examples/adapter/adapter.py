@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from mini_engine import MiniEngineGraphRunner
+
 from pytest_graphcapture import CaptureKey, GraphRunner
 from pytest_graphcapture.engine.runner import Forward
-
-from mini_engine import MiniEngineGraphRunner
 
 
 class EngineAdapter(GraphRunner):
@@ -49,5 +49,4 @@ class EngineAdapter(GraphRunner):
         """Let the engine serve decode from the graphs the plugin captured (for replay checks)."""
         for key_result in result:  # type: ignore[attr-defined]
             key = key_result.key
-            self.engine.graphs[(key.batch_size, key.variant)] = (
-                lambda graph=key_result.graph: backend.replay(graph))  # type: ignore[attr-defined]
+            self.engine.graphs[(key.batch_size, key.variant)] = lambda graph=key_result.graph: backend.replay(graph)  # type: ignore[attr-defined]

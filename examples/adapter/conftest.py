@@ -6,11 +6,10 @@ the engine's decode graphs.  ``graph_capture_config(...).device`` honours
 """
 
 import pytest
-
-from pytest_graphcapture.plugin import graph_capture_config
-
 from adapter import EngineAdapter
 from mini_engine import MiniEngineGraphRunner
+
+from pytest_graphcapture.plugin import graph_capture_config
 
 
 @pytest.fixture

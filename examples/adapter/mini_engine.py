@@ -33,9 +33,14 @@ WARMUPS = 2
 class MiniEngineGraphRunner:
     """Decode graph runner of a (miniature) serving engine."""
 
-    def __init__(self, *, device: torch.device | str = "cpu", config: Optional[DecoderConfig] = None,
-                 capture_bs: Sequence[int] = CAPTURE_BATCH_SIZES,
-                 variants: Sequence[Optional[str]] = VARIANTS) -> None:
+    def __init__(
+        self,
+        *,
+        device: torch.device | str = "cpu",
+        config: Optional[DecoderConfig] = None,
+        capture_bs: Sequence[int] = CAPTURE_BATCH_SIZES,
+        variants: Sequence[Optional[str]] = VARIANTS,
+    ) -> None:
         self.device = torch.device(device)
         self.config = config or DecoderConfig()
         self.capture_bs = sorted(set(int(bs) for bs in capture_bs))
@@ -99,8 +104,9 @@ class MiniEngineGraphRunner:
         return self.capture_bs[index]
 
     @torch.inference_mode()
-    def decode(self, input_ids: torch.Tensor, seq_lens: torch.Tensor,
-               variant: Optional[str] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode(
+        self, input_ids: torch.Tensor, seq_lens: torch.Tensor, variant: Optional[str] = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the graph that fits this batch: (next tokens, their logprobs — zeros without the variant)."""
         n = int(input_ids.shape[0])
         bs = self.padded_batch_size(n)

@@ -68,14 +68,16 @@ def current_rank() -> int:
 
 def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey], Any]:
     def summarize(prof: Any, key: CaptureKey) -> Any:
-        return summarize_profile(prof, key, platform=settings.platform, level=settings.level,
-                                 environment=settings.environment)
+        return summarize_profile(
+            prof, key, platform=settings.platform, level=settings.level, environment=settings.environment
+        )
 
     return summarize
 
 
-def capture_runner(runner: GraphRunner, backend: Backend, settings: Optional[CaptureSettings] = None,
-                   *, rank: Optional[int] = None) -> CaptureResult:
+def capture_runner(
+    runner: GraphRunner, backend: Backend, settings: Optional[CaptureSettings] = None, *, rank: Optional[int] = None
+) -> CaptureResult:
     """Capture every key of ``runner`` on ``backend``; return the per-key results.
 
     If a key fails, the keys captured before it keep their results and files,
@@ -111,19 +113,28 @@ def capture_runner(runner: GraphRunner, backend: Backend, settings: Optional[Cap
             if per_bs:
                 profiler.begin_key(key)
             graph = backend.capture_one(
-                key, runner.forward_for(key),
-                profiler=profiler if per_bs else None, profiling=per_bs,
-                post_warmup=runner.post_warmup, progress=progress,
+                key,
+                runner.forward_for(key),
+                profiler=profiler if per_bs else None,
+                profiling=per_bs,
+                post_warmup=runner.post_warmup,
+                progress=progress,
             )
             seconds = time.perf_counter() - started
             done = profiler.results.get(key) if per_bs else None
             result.keys[key] = KeyResult(
-                key, trace_path=done.trace_path if done else None,
-                summary=done.summary if done else None, graph=graph, seconds=seconds)
+                key,
+                trace_path=done.trace_path if done else None,
+                summary=done.summary if done else None,
+                graph=graph,
+                seconds=seconds,
+            )
             if settings.progress is not None:
                 variant = f" variant={key.variant}" if key.variant is not None else ""
-                settings.progress(f"graph-capture: {key.runner} bs={key.batch_size}{variant} rank={key.rank} "
-                                  f"captured in {seconds:.3f}s")
+                settings.progress(
+                    f"graph-capture: {key.runner} bs={key.batch_size}{variant} rank={key.rank} "
+                    f"captured in {seconds:.3f}s"
+                )
         if profiler is not None:
             progress.key = None
             progress.enter("trace export")

@@ -10,7 +10,7 @@ Model: token embedding → N × (RMSNorm → attention with rotary positions aga
 a preallocated KV cache with per-sequence lengths → RMSNorm → SwiGLU MLP) →
 final RMSNorm → LM head → greedy next token.  Weights come from a fixed seed.
 
-Tensor parallelism (``tp_size > 1``, issue #9): every rank draws the *same* full
+Tensor parallelism (``tp_size > 1``): every rank draws the *same* full
 model from the seed and keeps its shard, Megatron style — the fused QKV and
 gate/up projections are column-parallel (query heads and KV heads split evenly
 across ranks), ``o_proj`` and ``down`` are row-parallel and followed by a
@@ -78,14 +78,14 @@ def _rows(weight: torch.Tensor, parts: Sequence[int], tp_size: int, tp_rank: int
     shards = []
     for block in weight.split(list(parts), dim=0):
         size = block.shape[0] // tp_size
-        shards.append(block[tp_rank * size:(tp_rank + 1) * size])
+        shards.append(block[tp_rank * size : (tp_rank + 1) * size])
     return torch.cat(shards, dim=0).contiguous()
 
 
 def _columns(weight: torch.Tensor, tp_size: int, tp_rank: int) -> torch.Tensor:
     """Row-parallel shard: this rank's slice of the input columns."""
     size = weight.shape[1] // tp_size
-    return weight[:, tp_rank * size:(tp_rank + 1) * size].contiguous()
+    return weight[:, tp_rank * size : (tp_rank + 1) * size].contiguous()
 
 
 class TinyDecoder(torch.nn.Module):
@@ -155,8 +155,14 @@ class TinyDecoder(torch.nn.Module):
             torch.distributed.all_reduce(partial, group=self.tp_group)
         return partial
 
-    def forward(self, input_ids: torch.Tensor, seq_lens: torch.Tensor, slots: torch.Tensor,
-                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        seq_lens: torch.Tensor,
+        slots: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
         """One decode step: the logits of the next token of each sequence.
 
         ``seq_lens[i]`` counts the tokens of sequence ``i`` including the new one;
@@ -178,9 +184,9 @@ class TinyDecoder(torch.nn.Module):
             k = self.rotary(k.reshape(bs, kv_heads, c.head_dim), positions)
             k_cache[index].index_put_((slots, positions), k)
             v_cache[index].index_put_((slots, positions), v.reshape(bs, kv_heads, c.head_dim))
-            keys = k_cache[index][slots].repeat_interleave(group, dim=2)    # [bs, max_seq, heads, hd]
+            keys = k_cache[index][slots].repeat_interleave(group, dim=2)  # [bs, max_seq, heads, hd]
             values = v_cache[index][slots].repeat_interleave(group, dim=2)
-            scores = torch.einsum("bhd,bshd->bhs", q, keys) * (c.head_dim ** -0.5)
+            scores = torch.einsum("bhd,bshd->bhs", q, keys) * (c.head_dim**-0.5)
             scores = scores.masked_fill(invisible.unsqueeze(1), float("-inf"))
             attn = torch.einsum("bhs,bshd->bhd", scores.softmax(dim=-1), values)
             x = x + self.reduce(torch.nn.functional.linear(attn.reshape(bs, heads * c.head_dim), layer.o_proj))
@@ -203,9 +209,18 @@ class TinyDecodeRunner(GraphRunner):
     single-rank runner's.  Its KV cache holds this rank's KV heads only.
     """
 
-    def __init__(self, batch_sizes: Optional[Sequence[int]] = None, *, device: torch.device | str = "cpu",
-                 config: Optional[DecoderConfig] = None, dtype: torch.dtype = torch.float32,
-                 max_batch_size: int = 32, tp_size: int = 1, tp_rank: int = 0, tp_group: Any = None) -> None:
+    def __init__(
+        self,
+        batch_sizes: Optional[Sequence[int]] = None,
+        *,
+        device: torch.device | str = "cpu",
+        config: Optional[DecoderConfig] = None,
+        dtype: torch.dtype = torch.float32,
+        max_batch_size: int = 32,
+        tp_size: int = 1,
+        tp_rank: int = 0,
+        tp_group: Any = None,
+    ) -> None:
         self.config = config or DecoderConfig()
         check_tensor_parallel(self.config, tp_size, tp_rank)
         self.tp_size, self.tp_rank = tp_size, tp_rank
@@ -218,7 +233,8 @@ class TinyDecodeRunner(GraphRunner):
         self.device = torch.device(device)
         self.dtype = dtype
         self.model = TinyDecoder(self.config, tp_size=tp_size, tp_rank=tp_rank, tp_group=tp_group).to(
-            device=self.device, dtype=dtype)
+            device=self.device, dtype=dtype
+        )
         max_bs, c = sizes[-1], self.config
         self.padding_slot = max_bs
         cache_shape = (c.num_layers, max_bs + 1, c.max_seq_len, self.model.local_kv_heads, c.head_dim)
@@ -262,8 +278,9 @@ class TinyDecodeRunner(GraphRunner):
         return self._batch_sizes[index]
 
     @torch.inference_mode()
-    def decode(self, input_ids: torch.Tensor, seq_lens: torch.Tensor,
-               slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode(
+        self, input_ids: torch.Tensor, seq_lens: torch.Tensor, slots: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the graph that fits this batch; return (next tokens, logits) of the real rows."""
         if not self._graphs or self._backend is None:
             raise RuntimeError("no graphs to replay: capture first, then call use_graphs(result, backend)")
@@ -280,11 +297,13 @@ class TinyDecodeRunner(GraphRunner):
         return self.next_tokens[:n].clone(), self.logits[:n].clone()
 
     @torch.inference_mode()
-    def eager_decode(self, input_ids: torch.Tensor, seq_lens: torch.Tensor,
-                     slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def eager_decode(
+        self, input_ids: torch.Tensor, seq_lens: torch.Tensor, slots: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The same decode step without graphs or padding: the reference for replay."""
         n = int(input_ids.shape[0])
         slots = torch.arange(n, device=self.device) if slots is None else slots
-        logits = self.model(input_ids.to(self.device), seq_lens.to(self.device), slots.to(self.device),
-                            self.k_cache, self.v_cache)
+        logits = self.model(
+            input_ids.to(self.device), seq_lens.to(self.device), slots.to(self.device), self.k_cache, self.v_cache
+        )
         return logits.argmax(dim=-1), logits

@@ -33,17 +33,28 @@ class KeyResult:
 
     def to_dict(self) -> dict:
         """Plain data (no graph): key, summary dict, trace path and seconds."""
-        return {"key": self.key.to_dict(), "summary": self.summary.to_dict() if self.summary is not None else None,
-                "trace_path": str(self.trace_path) if self.trace_path else None, "seconds": self.seconds}
+        return {
+            "key": self.key.to_dict(),
+            "summary": self.summary.to_dict() if self.summary is not None else None,
+            "trace_path": str(self.trace_path) if self.trace_path else None,
+            "seconds": self.seconds,
+        }
 
     @classmethod
     def from_dict(cls, data: dict, *, source: str = "<result>") -> "KeyResult":
         """Inverse of :meth:`to_dict`; the summary is validated (TraceFormatError naming ``source``)."""
         key = CaptureKey.from_dict(data["key"])
-        summary = Summary.from_dict(data["summary"], source=f"{source} summary of {key}") \
-            if data.get("summary") is not None else None
-        return cls(key, trace_path=Path(data["trace_path"]) if data.get("trace_path") else None,
-                   summary=summary, seconds=float(data.get("seconds", 0.0)))
+        summary = (
+            Summary.from_dict(data["summary"], source=f"{source} summary of {key}")
+            if data.get("summary") is not None
+            else None
+        )
+        return cls(
+            key,
+            trace_path=Path(data["trace_path"]) if data.get("trace_path") else None,
+            summary=summary,
+            seconds=float(data.get("seconds", 0.0)),
+        )
 
 
 @dataclass
@@ -76,16 +87,25 @@ class CaptureResult:
 
     def to_dict(self) -> dict:
         """Plain data: runner, platform, rank, mode, single trace and every key's :meth:`KeyResult.to_dict`."""
-        return {"runner_name": self.runner_name, "platform": self.platform, "rank": self.rank, "mode": self.mode,
-                "single_trace_path": str(self.single_trace_path) if self.single_trace_path else None,
-                "keys": [item.to_dict() for item in self]}
+        return {
+            "runner_name": self.runner_name,
+            "platform": self.platform,
+            "rank": self.rank,
+            "mode": self.mode,
+            "single_trace_path": str(self.single_trace_path) if self.single_trace_path else None,
+            "keys": [item.to_dict() for item in self],
+        }
 
     @classmethod
     def from_dict(cls, data: dict, *, source: str = "<result>") -> "CaptureResult":
         """Inverse of :meth:`to_dict` (keys keep their order)."""
-        result = cls(runner_name=data["runner_name"], platform=data["platform"], rank=int(data.get("rank", 0)),
-                     mode=data.get("mode", "per-bs"),
-                     single_trace_path=Path(data["single_trace_path"]) if data.get("single_trace_path") else None)
+        result = cls(
+            runner_name=data["runner_name"],
+            platform=data["platform"],
+            rank=int(data.get("rank", 0)),
+            mode=data.get("mode", "per-bs"),
+            single_trace_path=Path(data["single_trace_path"]) if data.get("single_trace_path") else None,
+        )
         for item in data["keys"]:
             key_result = KeyResult.from_dict(item, source=source)
             result.keys[key_result.key] = key_result

@@ -32,12 +32,15 @@ def budget_from_option(max_launches: Any, key: CaptureKey) -> Optional[int]:
             if not is_int(bs) or bs < 1:
                 raise UsageError(f"golden.check(max_launches=...): key {bs!r} is not a batch size (positive int)")
             if not is_int(limit) or limit < 0:
-                raise UsageError(f"golden.check(max_launches=...): budget of bs={bs} must be a non-negative "
-                                 f"integer, got {limit!r}")
+                raise UsageError(
+                    f"golden.check(max_launches=...): budget of bs={bs} must be a non-negative integer, got {limit!r}"
+                )
         return max_launches.get(key.batch_size)
     if not is_int(max_launches) or max_launches < 0:
-        raise UsageError(f"golden.check(max_launches={max_launches!r}): expected a non-negative integer or "
-                         f"a {{batch_size: integer}} mapping")
+        raise UsageError(
+            f"golden.check(max_launches={max_launches!r}): expected a non-negative integer or "
+            f"a {{batch_size: integer}} mapping"
+        )
     return int(max_launches)
 
 
@@ -47,13 +50,17 @@ def launch_budget_of(data: Optional[Mapping[str, Any]], path: Any = "<golden>") 
         return None
     budget = data[BUDGET_FIELD]
     if not is_int(budget) or budget < 0:
-        raise GoldenError(path, f"'{BUDGET_FIELD}' must be a non-negative integer (maximum launches of this batch "
-                                f"size), got {budget!r}")
+        raise GoldenError(
+            path,
+            f"'{BUDGET_FIELD}' must be a non-negative integer (maximum launches of this batch size), got {budget!r}",
+        )
     return int(budget)
 
 
-def launch_budget_violations(key: CaptureKey, launches: int,
-                             budgets: Sequence[tuple[Optional[int], str]]) -> list[str]:
+def launch_budget_violations(key: CaptureKey, launches: int, budgets: Sequence[tuple[Optional[int], str]]) -> list[str]:
     """One line per exceeded budget: ``bs=8: 212 kernel launches > budget 200 (source)``."""
-    return [f"{key_label(key)}: {launches} kernel launches > budget {limit} ({source})"
-            for limit, source in budgets if limit is not None and launches > limit]
+    return [
+        f"{key_label(key)}: {launches} kernel launches > budget {limit} ({source})"
+        for limit, source in budgets
+        if limit is not None and launches > limit
+    ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from deepdiff import DeepDiff
 
@@ -38,7 +38,7 @@ def _shorten(name: str, width: Optional[int]) -> str:
     if width is None or len(name) <= width:
         return name
     keep = width - 1
-    return f"{name[: keep * 2 // 3]}…{name[-(keep - keep * 2 // 3):]}"
+    return f"{name[: keep * 2 // 3]}…{name[-(keep - keep * 2 // 3) :]}"
 
 
 def _op_signature(item: Mapping[str, Any]) -> str:
@@ -76,8 +76,14 @@ class Change:
         return f"{marker} {_shorten(self.subject, width)}{self.detail}"
 
     def to_dict(self) -> dict:
-        return {"section": self.section, "kind": self.kind, "subject": self.subject,
-                "old": self.old, "new": self.new, "text": self.render(None)}
+        return {
+            "section": self.section,
+            "kind": self.kind,
+            "subject": self.subject,
+            "old": self.old,
+            "new": self.new,
+            "text": self.render(None),
+        }
 
 
 def _deepdiff(expected: Any, actual: Any) -> DeepDiff:
@@ -162,8 +168,16 @@ def _op_changes(expected: list, actual: list) -> list[Change]:
         removed = sorted(s for s in old_shapes if s not in new_shapes)
         added = sorted(s for s in new_shapes if s not in old_shapes)
         for sig in sorted(s for s in old_shapes if s in new_shapes and old_shapes[s] != new_shapes[s]):
-            changes.append(Change("ops", "changed", name, old_shapes[sig], new_shapes[sig],
-                                  f" {_sig_text(sig, False)} ×{old_shapes[sig]} → ×{new_shapes[sig]}"))
+            changes.append(
+                Change(
+                    "ops",
+                    "changed",
+                    name,
+                    old_shapes[sig],
+                    new_shapes[sig],
+                    f" {_sig_text(sig, False)} ×{old_shapes[sig]} → ×{new_shapes[sig]}",
+                )
+            )
         if removed or added:
             old_dims = {json.dumps(json.loads(s)[0]) for s in removed}
             new_dims = {json.dumps(json.loads(s)[0]) for s in added}
@@ -203,7 +217,9 @@ def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def environment_note(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6) -> Optional[str]:
+def environment_note(
+    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
+) -> Optional[str]:
     """One line saying how the golden's environment differs from the current one, or None.
 
     Informational only: the environment never decides pass or fail.
@@ -248,8 +264,13 @@ class KeyDiff:
         return lines
 
     def to_dict(self) -> dict:
-        return {"key": self.key.to_dict(), "golden": self.golden, "incomplete": self.incomplete,
-                "notes": list(self.notes), "changes": [c.to_dict() for c in self.changes]}
+        return {
+            "key": self.key.to_dict(),
+            "golden": self.golden,
+            "incomplete": self.incomplete,
+            "notes": list(self.notes),
+            "changes": [c.to_dict() for c in self.changes],
+        }
 
 
 def _check_sections(sections: Sequence[str]) -> tuple[str, ...]:
@@ -267,12 +288,16 @@ def _check_level(level: str, summary: Any, what: str, path: Any) -> None:
         raise UsageError(f"level={level!r}: expected one of {', '.join(levels)}")
     own = getattr(summary, "level", levels[0])
     if own in levels and levels.index(level) < levels.index(own):
-        raise GoldenError(path, f"{what} is at level {own!r}, cannot compare at the finer level {level!r}; "
-                                f"check at level {own!r} or re-create it with --update-golden")
+        raise GoldenError(
+            path,
+            f"{what} is at level {own!r}, cannot compare at the finer level {level!r}; "
+            f"check at level {own!r} or re-create it with --update-golden",
+        )
 
 
-def diff_dicts(expected: Mapping[str, Any], actual: Mapping[str, Any], *,
-               sections: Sequence[str] = SECTIONS) -> list[Change]:
+def diff_dicts(
+    expected: Mapping[str, Any], actual: Mapping[str, Any], *, sections: Sequence[str] = SECTIONS
+) -> list[Change]:
     """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``."""
     changes: list[Change] = []
     sections = _check_sections(sections)
@@ -292,8 +317,14 @@ def _complete(data: Mapping[str, Any]) -> tuple[bool, Optional[str]]:
     return bool(value), data.get("incomplete_reason")
 
 
-def compare_dicts(expected: Mapping[str, Any], actual: Mapping[str, Any], key: CaptureKey, *,
-                  sections: Sequence[str] = SECTIONS, golden: Optional[str] = None) -> KeyDiff:
+def compare_dicts(
+    expected: Mapping[str, Any],
+    actual: Mapping[str, Any],
+    key: CaptureKey,
+    *,
+    sections: Sequence[str] = SECTIONS,
+    golden: Optional[str] = None,
+) -> KeyDiff:
     """:class:`KeyDiff` of two already-normalized summary dicts.
 
     An incomplete actual summary (or golden) skips the kernel section: missing kernel
@@ -310,8 +341,10 @@ def compare_dicts(expected: Mapping[str, Any], actual: Mapping[str, Any], key: C
             result.notes.append(f"incomplete: {result.incomplete} (kernels not compared)")
             sections = tuple(s for s in sections if s != "kernels")
     elif not exp_ok and "kernels" in sections:
-        result.notes.append(f"golden was written from an incomplete capture ({exp_reason or 'no reason given'}); "
-                            "kernels not compared, refresh it with --update-golden")
+        result.notes.append(
+            f"golden was written from an incomplete capture ({exp_reason or 'no reason given'}); "
+            "kernels not compared, refresh it with --update-golden"
+        )
         sections = tuple(s for s in sections if s != "kernels")
     if sections:
         result.changes = diff_dicts(expected, actual, sections=sections)
@@ -322,9 +355,17 @@ def compare_dicts(expected: Mapping[str, Any], actual: Mapping[str, Any], key: C
     return result
 
 
-def compare(expected: Any, actual: Any, *, level: str = "name", ignore_kernels: Sequence[str] = (),
-            ignore_ops: Sequence[str] = (), sections: Sequence[str] = SECTIONS,
-            golden: Optional[str] = None) -> KeyDiff:
+def compare(
+    expected: Any,
+    actual: Any,
+    *,
+    level: str = "name",
+    ignore_kernels: Sequence[str] = (),
+    ignore_ops: Sequence[str] = (),
+    sections: Sequence[str] = SECTIONS,
+    golden: Optional[str] = None,
+    rename: Optional[Callable[[str, str], Optional[str]]] = None,
+) -> KeyDiff:
     """Compare golden ``expected`` with ``actual`` (both Summary objects) at ``level``.
 
     Both sides are normalized to ``level`` and stripped of kernels/ops matching the
@@ -333,8 +374,8 @@ def compare(expected: Any, actual: Any, *, level: str = "name", ignore_kernels: 
     """
     _check_level(level, actual, "the captured summary", golden or "<actual>")
     _check_level(level, expected, "the golden", golden or "<golden>")
-    exp = expected.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops))
-    act = actual.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops))
+    exp = expected.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
+    act = actual.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
     return compare_dicts(exp.to_dict(), act.to_dict(), actual.key, sections=sections, golden=golden)
 
 

@@ -29,6 +29,8 @@ from .diff import SECTIONS, _check_level, _check_sections, _complete, compare, c
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
 Postprocess = Optional[Callable[[dict], None]]
+#: A project's own kernel-name normalization ``(name, level) -> name or None`` (the normalize hook).
+Rename = Optional[Callable[[str, str], Optional[str]]]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class CheckOptions:
     sections: tuple[str, ...] = SECTIONS
     max_launches: Union[int, Mapping[int, int], None] = None
     share_ranks: bool = False
+    rename: Rename = None
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
@@ -87,8 +90,9 @@ class CheckOutcome:
     def failed(self) -> list[KeyOutcome]:
         return [k for k in self.keys if k.failed]
 
-    def failure_parts(self, *, rerun: str, display: Callable[[Path], str],
-                      ci_var: Optional[str]) -> tuple[str, list[str], list[str]]:
+    def failure_parts(
+        self, *, rerun: str, display: Callable[[Path], str], ci_var: Optional[str]
+    ) -> tuple[str, list[str], list[str]]:
         """The failure as (head line naming every failed key, each key's diff lines, how to accept).
 
         ``rerun`` is the command that re-runs the test (``pytest 'x.py::test'``);
@@ -101,11 +105,15 @@ class CheckOutcome:
         if len(missing) == len(failed):
             what = f"has no golden for {', '.join(labels)}"
         else:
-            tagged = [f"{k.label} (missing)" if k.missing else f"{k.label} (over launch budget)" if k.over_budget
-                      else k.label for k in failed]
+            tagged = [
+                f"{k.label} (missing)" if k.missing else f"{k.label} (over launch budget)" if k.over_budget else k.label
+                for k in failed
+            ]
             what = f"does not match its goldens for {', '.join(tagged)}"
-        head = (f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
-                f"{len(failed)} of {self.total} keys)")
+        head = (
+            f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
+            f"{len(failed)} of {self.total} keys)"
+        )
         body = [line for k in failed for line in k.lines]
         tail = [f"goldens: {display(self.folder)}/"]
         if self.out_folder is not None:
@@ -113,9 +121,11 @@ class CheckOutcome:
             tail.append(f"  {copy_command(Path(display(self.out_folder)), Path(display(self.folder)))}")
         over = [k.label for k in failed if k.over_budget]
         if over:
-            tail.append(f"launch budget exceeded for {', '.join(over)}: cut the launches, or raise the budget "
-                        f"({BUDGET_FIELD} in the golden file, kept by --update-golden, or "
-                        f"golden.check(max_launches=...))")
+            tail.append(
+                f"launch budget exceeded for {', '.join(over)}: cut the launches, or raise the budget "
+                f"({BUDGET_FIELD} in the golden file, kept by --update-golden, or "
+                f"golden.check(max_launches=...))"
+            )
         if missing and len(missing) < len(failed):
             tail.append(f"create only the missing ones with: {rerun} --update-golden=new")
         where = f" (locally: updating is refused on CI, {ci_var} is set)" if ci_var else ""
@@ -143,9 +153,17 @@ def _postprocessed(summary: Summary, label: str, postprocess: Postprocess) -> Su
 class _Gate:
     """One check: the shared state of :func:`check_result` while it walks the keys."""
 
-    def __init__(self, golden_dir: Path, folder: Path, out_folder: Optional[Path], update: Optional[str],
-                 options: CheckOptions, explicit_rank: bool, postprocess: Postprocess,
-                 display: Callable[[Path], str]) -> None:
+    def __init__(
+        self,
+        golden_dir: Path,
+        folder: Path,
+        out_folder: Optional[Path],
+        update: Optional[str],
+        options: CheckOptions,
+        explicit_rank: bool,
+        postprocess: Postprocess,
+        display: Callable[[Path], str],
+    ) -> None:
         self.golden_dir, self.folder, self.out_folder = golden_dir, folder, out_folder
         self.update, self.options, self.explicit_rank = update, options, explicit_rank
         self.postprocess, self.display = postprocess, display
@@ -155,7 +173,7 @@ class _Gate:
         o = self.options
         actual = _postprocessed(summary, str(key), self.postprocess)
         _check_level(o.level, actual, "the captured summary", f"summary of {key}")
-        return actual.normalized(o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops)
+        return actual.normalized(o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename)
 
     def check_key(self, item: Any, option_budget: Optional[int]) -> KeyOutcome:
         key = item.key
@@ -165,8 +183,11 @@ class _Gate:
         shown = self.display(path)
         out = KeyOutcome(key, key_label(key, explicit_rank=self.explicit_rank), path, "failed")
         if item.summary is None:
-            out.lines = [f"{out.label} ({shown}):", "  not profiled: the capture returned no summary for this key, "
-                         "so there is nothing to compare (capture with summaries enabled)"]
+            out.lines = [
+                f"{out.label} ({shown}):",
+                "  not profiled: the capture returned no summary for this key, "
+                "so there is nothing to compare (capture with summaries enabled)",
+            ]
             return out
         try:
             actual = self.normalized(item.summary, key)
@@ -193,8 +214,10 @@ class _Gate:
         if golden_budget is not None:
             data[BUDGET_FIELD] = golden_budget  # kept by --update-golden and in --golden-out files
         budget_lines = launch_budget_violations(
-            key, int(actual.launches.get("total", 0)),
-            [(golden_budget, f"{BUDGET_FIELD} in {shown}"), (option_budget, "golden.check(max_launches=...)")])
+            key,
+            int(actual.launches.get("total", 0)),
+            [(golden_budget, f"{BUDGET_FIELD} in {shown}"), (option_budget, "golden.check(max_launches=...)")],
+        )
         if self.out_folder is not None:
             try:
                 store.write_golden(self.out_folder / path.name, data)
@@ -207,8 +230,18 @@ class _Gate:
             out.over_budget = True
         return out
 
-    def compare(self, out: KeyOutcome, path: Path, shown: str, actual: Summary, data: dict, old: Optional[dict],
-                old_error: Optional[GoldenError], identical: bool, golden_budget: Optional[int]) -> None:
+    def compare(
+        self,
+        out: KeyOutcome,
+        path: Path,
+        shown: str,
+        actual: Summary,
+        data: dict,
+        old: Optional[dict],
+        old_error: Optional[GoldenError],
+        identical: bool,
+        golden_budget: Optional[int],
+    ) -> None:
         """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode."""
         if not path.exists():
             if self.update:
@@ -225,8 +258,16 @@ class _Gate:
                 raise old_error
             expected = store.summary_from_dict(old, path)
             o = self.options
-            diff = compare(expected, actual, level=o.level, ignore_kernels=o.ignore_kernels,
-                           ignore_ops=o.ignore_ops, sections=o.sections, golden=shown)
+            diff = compare(
+                expected,
+                actual,
+                level=o.level,
+                ignore_kernels=o.ignore_kernels,
+                ignore_ops=o.ignore_ops,
+                sections=o.sections,
+                golden=shown,
+                rename=o.rename,
+            )
         except GoldenError as exc:
             if self.update == "all" and "newer than this pytest-graphcapture" not in exc.problem:
                 self.write(out, path, data, "updated")
@@ -237,8 +278,9 @@ class _Gate:
             if out.incomplete is not None and _complete(old)[0]:
                 # Never replace complete kernel evidence with an incomplete capture.
                 if not diff.ok:
-                    out.lines = diff.render() + ["  note: not updated: the capture is incomplete and the golden "
-                                                 "is complete"]
+                    out.lines = diff.render() + [
+                        "  note: not updated: the capture is incomplete and the golden is complete"
+                    ]
                     return
             elif not store.same_content(old, data):
                 self.write(out, path, data, "updated")
@@ -279,8 +321,13 @@ class _Gate:
             lines: list[str] = []
             differ: list[int] = []
             for member, view in zip(members[1:], views[1:]):
-                diff = compare_dicts(views[0], view, member.key, sections=self.options.sections,
-                                     golden=f"compared with rank {first.key.rank}")
+                diff = compare_dicts(
+                    views[0],
+                    view,
+                    member.key,
+                    sections=self.options.sections,
+                    golden=f"compared with rank {first.key.rank}",
+                )
                 if not diff.ok:
                     differ.append(member.key.rank)
                     lines.extend(diff.render())
@@ -289,17 +336,34 @@ class _Gate:
                 continue
             label = key_label(first.key)
             many = len(differ) > 1
-            head = (f"{label}: share_ranks=True, but rank{'s' if many else ''} {', '.join(map(str, differ))} "
-                    f"differ{'' if many else 's'} from rank {first.key.rank}, so they cannot share one golden "
-                    f"(use per-rank goldens: golden.check(result) without share_ranks):")
-            failures.append(KeyOutcome(first.key, label, self.folder / golden_file_name(first.key), "failed",
-                                       [head, *("  " + line for line in lines)]))
+            head = (
+                f"{label}: share_ranks=True, but rank{'s' if many else ''} {', '.join(map(str, differ))} "
+                f"differ{'' if many else 's'} from rank {first.key.rank}, so they cannot share one golden "
+                f"(use per-rank goldens: golden.check(result) without share_ranks):"
+            )
+            failures.append(
+                KeyOutcome(
+                    first.key,
+                    label,
+                    self.folder / golden_file_name(first.key),
+                    "failed",
+                    [head, *("  " + line for line in lines)],
+                )
+            )
         return kept, failures
 
 
-def check_result(result: Any, *, golden_dir: Path, folder: Path, out_folder: Optional[Path] = None,
-                 update: Optional[str] = None, options: CheckOptions = CheckOptions(),
-                 postprocess: Postprocess = None, display: Callable[[Path], str] = str) -> CheckOutcome:
+def check_result(
+    result: Any,
+    *,
+    golden_dir: Path,
+    folder: Path,
+    out_folder: Optional[Path] = None,
+    update: Optional[str] = None,
+    options: CheckOptions = CheckOptions(),
+    postprocess: Postprocess = None,
+    display: Callable[[Path], str] = str,
+) -> CheckOutcome:
     """Compare every key of ``result`` with its golden in ``folder``; write goldens when ``update`` says so.
 
     ``update`` is None (compare only), ``"new"`` (create missing goldens) or
@@ -314,9 +378,11 @@ def check_result(result: Any, *, golden_dir: Path, folder: Path, out_folder: Opt
     if not items:
         raise UsageError(f"golden.check: the capture result of {runner} has no captured keys, nothing to compare")
     if getattr(result, "mode", None) == "single" and all(kr.summary is None for kr in items):
-        raise UsageError("golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
-                         "for the whole capture phase and no per-batch-size summaries to compare; golden checks "
-                         "need the per-bs mode (the default, or --graph-capture-trace=per-bs)")
+        raise UsageError(
+            "golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
+            "for the whole capture phase and no per-batch-size summaries to compare; golden checks "
+            "need the per-bs mode (the default, or --graph-capture-trace=per-bs)"
+        )
     explicit_rank = int(getattr(result, "world_size", 1) or 1) > 1 and not options.share_ranks
     gate = _Gate(golden_dir, folder, out_folder, update, options, explicit_rank, postprocess, display)
     share_failures: list[KeyOutcome] = []
@@ -328,8 +394,9 @@ def check_result(result: Any, *, golden_dir: Path, folder: Path, out_folder: Opt
     return outcome
 
 
-def unused_goldens(golden_dir: Path, folders: Iterable[tuple[str, str, bool]],
-                   used: set[tuple[str, str]]) -> list[tuple[str, Path]]:
+def unused_goldens(
+    golden_dir: Path, folders: Iterable[tuple[str, str, bool]], used: set[tuple[str, str]]
+) -> list[tuple[str, Path]]:
     """``(platform, path)`` of golden files no check used, in folders whose every test passed.
 
     ``folders`` holds ``(platform, folder relative to golden_dir, test passed)``

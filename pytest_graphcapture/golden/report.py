@@ -116,6 +116,7 @@ class SessionReport:
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (what a worker sends through ``workeroutput``)."""
+
         def files(items: Iterable[FileRecord]) -> list[dict]:
             return [asdict(f) for f in sorted(items, key=lambda f: (f.platform, f.path))]
 
@@ -174,8 +175,9 @@ class SessionReport:
 
     @property
     def platforms(self) -> list[str]:
-        names = {r.platform for r in self.records} | {f.platform for f in self.deleted} | \
-            {f.platform for f in self.unused}
+        names = (
+            {r.platform for r in self.records} | {f.platform for f in self.deleted} | {f.platform for f in self.unused}
+        )
         return sorted(names)
 
     def counts(self) -> dict[str, dict[str, int]]:
@@ -252,15 +254,26 @@ class SessionReport:
             out.append(f"| `{platform}` | " + " | ".join(str(row[n]) for n in COUNT_NAMES) + " |")
         out.append("")
         if self.picture:
-            out += [f"Kernel × batch-size picture, added/removed kernels highlighted: [{_html(self.picture)}]"
-                    f"(<{self.picture}>) (a self-contained HTML file beside this report; in CI, open it from "
-                    f"the job's artifacts).", ""]
+            out += [
+                f"Kernel × batch-size picture, added/removed kernels highlighted: [{_html(self.picture)}]"
+                f"(<{self.picture}>) (a self-contained HTML file beside this report; in CI, open it from "
+                f"the job's artifacts).",
+                "",
+            ]
         if self.failures:
             out += ["### Failures", ""]
             for f in sorted(self.failures, key=lambda f: (f.platform, f.nodeid)):
                 fence = "````" if "```" in f.text else "```"
-                out += [f"<details><summary><code>{_html(f.nodeid)}</code> ({_html(f.platform)})</summary>", "",
-                        f"{fence}text", f.text.rstrip("\n"), fence, "", "</details>", ""]
+                out += [
+                    f"<details><summary><code>{_html(f.nodeid)}</code> ({_html(f.platform)})</summary>",
+                    "",
+                    f"{fence}text",
+                    f.text.rstrip("\n"),
+                    fence,
+                    "",
+                    "</details>",
+                    "",
+                ]
         incomplete = [r for r in self._sorted_records() if r.incomplete is not None]
         if incomplete:
             out += ["### Incomplete captures", ""]

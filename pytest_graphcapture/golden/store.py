@@ -68,8 +68,7 @@ def golden_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(
-        p for p in folder.iterdir()
-        if p.is_file() and p.name.endswith(GOLDEN_SUFFIX) and not p.name.startswith(".")
+        p for p in folder.iterdir() if p.is_file() and p.name.endswith(GOLDEN_SUFFIX) and not p.name.startswith(".")
     )
 
 
@@ -139,13 +138,19 @@ def migrate(data: dict, path: Any) -> dict:
     if not is_int(version):
         raise GoldenError(path, f"schema_version must be an integer, got {version!r}")
     if version > current:
-        raise GoldenError(path, f"schema_version {version} is newer than this pytest-graphcapture reads "
-                                f"({current}); upgrade the plugin (pip install -U pytest-graphcapture)")
+        raise GoldenError(
+            path,
+            f"schema_version {version} is newer than this pytest-graphcapture reads "
+            f"({current}); upgrade the plugin (pip install -U pytest-graphcapture)",
+        )
     while version < current:
         step = MIGRATIONS.get(version)
         if step is None:
-            raise GoldenError(path, f"schema_version {version} is too old to read (no migration to "
-                                    f"{version + 1}); re-create it with --update-golden")
+            raise GoldenError(
+                path,
+                f"schema_version {version} is too old to read (no migration to "
+                f"{version + 1}); re-create it with --update-golden",
+            )
         data = step(dict(data))
         version += 1
         data["schema_version"] = version

@@ -40,8 +40,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm GPU; skipped with a reason when none is present")
     config.addinivalue_line(
-        "markers", "graph_capture_ranks(n, timeout=None): graph_capture() in this test captures on n spawned ranks "
-        "with torch.distributed initialized (gloo on CPU, nccl on GPUs); see docs/multi-rank.md")
+        "markers",
+        "graph_capture_ranks(n, timeout=None): graph_capture() in this test captures on n spawned ranks "
+        "with torch.distributed initialized (gloo on CPU, nccl on GPUs); see docs/multi-rank.md",
+    )
     try:
         config.stash[CAPTURE] = CaptureSession.from_config(config)
         golden_session = config.stash[GOLDEN] = GoldenSession(config)
@@ -49,8 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except UsageError as exc:
         raise pytest.UsageError(str(exc)) from None
     if pin and golden_session.is_worker and pin_worker_gpu(config.workerinput.get("workerid", "")) is None:
-        warnings.warn(pytest.PytestWarning("--graph-capture-xdist-gpu: no visible GPU devices, worker not pinned"),
-                      stacklevel=1)
+        warnings.warn(
+            pytest.PytestWarning("--graph-capture-xdist-gpu: no visible GPU devices, worker not pinned"), stacklevel=1
+        )
     # The session is also a plugin (it hears test reports); per config, so nested in-process runs stay apart.
     config.pluginmanager.register(_ReportListener(golden_session), _SESSION_PLUGIN)
 
@@ -82,8 +85,10 @@ def _gpu_missing_reason() -> Optional[str]:
     if torch.cuda.is_available():
         return None
     build = "ROCm" if getattr(torch.version, "hip", None) else ("CUDA" if torch.version.cuda else "CPU-only")
-    return (f"needs a CUDA or ROCm GPU: torch.cuda.is_available() is False (torch {torch.__version__}, "
-            f"{build} build); run on a GPU runner to include this test")
+    return (
+        f"needs a CUDA or ROCm GPU: torch.cuda.is_available() is False (torch {torch.__version__}, "
+        f"{build} build); run on a GPU runner to include this test"
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -103,8 +108,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
     excinfo = call.excinfo
-    if report.failed and excinfo is not None and excinfo.errisinstance(GraphCaptureError) \
-            and not excinfo.errisinstance(CaptureError):
+    if (
+        report.failed
+        and excinfo is not None
+        and excinfo.errisinstance(GraphCaptureError)
+        and not excinfo.errisinstance(CaptureError)
+    ):
         report.longrepr = f"{excinfo.typename}: {excinfo.value}"
 
 
@@ -138,5 +147,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(line)
 
 
-__all__ = ["GoldenChecker", "GraphCapture", "CaptureSession", "GoldenSession", "graph_capture_config", "SETTINGS",
-           "decode_runner", "golden", "graph_capture"]
+__all__ = [
+    "GoldenChecker",
+    "GraphCapture",
+    "CaptureSession",
+    "GoldenSession",
+    "graph_capture_config",
+    "SETTINGS",
+    "decode_runner",
+    "golden",
+    "graph_capture",
+]

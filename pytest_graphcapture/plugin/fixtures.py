@@ -43,7 +43,8 @@ def decode_runner(request: pytest.FixtureRequest) -> Any:
     except UsageError as exc:
         pytest.fail(str(exc), pytrace=False)
     runner = request.config.hook.pytest_graphcapture_make_runner(
-        config=request.config, device=device, batch_sizes=state.batch_sizes)
+        config=request.config, device=device, batch_sizes=state.batch_sizes
+    )
     if runner is None:
         from ..engine.decode_model import TinyDecodeRunner
 
@@ -59,8 +60,16 @@ class GraphCapture:
         self._state = request.config.stash[CAPTURE]
         self.backend: Any = None
 
-    def __call__(self, runner: Any = None, *, backend: Any = None, trace: Optional[str] = None,
-                 summarize: bool = True, ranks: Optional[int] = None, timeout: Optional[float] = None) -> Any:
+    def __call__(
+        self,
+        runner: Any = None,
+        *,
+        backend: Any = None,
+        trace: Optional[str] = None,
+        summarize: bool = True,
+        ranks: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> Any:
         """Capture every key of ``runner`` (default: the ``decode_runner`` fixture).
 
         ``trace`` overrides the session's ``--graph-capture-trace`` mode for this
@@ -80,8 +89,11 @@ class GraphCapture:
         if ranks is None and marker is not None:
             ranks = marker.args[0] if marker.args else marker.kwargs.get("n")
             if ranks is None:
-                pytest.fail("@pytest.mark.graph_capture_ranks needs the number of ranks, e.g. "
-                            "@pytest.mark.graph_capture_ranks(2)", pytrace=False)
+                pytest.fail(
+                    "@pytest.mark.graph_capture_ranks needs the number of ranks, e.g. "
+                    "@pytest.mark.graph_capture_ranks(2)",
+                    pytrace=False,
+                )
             timeout = timeout if timeout is not None else marker.kwargs.get("timeout")
         if ranks is not None:
             return self._capture_on_ranks(runner, ranks, trace=trace, summarize=summarize, timeout=timeout)
@@ -95,22 +107,29 @@ class GraphCapture:
         capture_settings = self._state.capture_settings(trace=trace, summarize=summarize, progress=self._progress())
         return capture_runner(runner, self.backend, capture_settings)
 
-    def _capture_on_ranks(self, factory: Any, ranks: Any, *, trace: Optional[str], summarize: bool,
-                          timeout: Optional[float]) -> Any:
+    def _capture_on_ranks(
+        self, factory: Any, ranks: Any, *, trace: Optional[str], summarize: bool, timeout: Optional[float]
+    ) -> Any:
         from ..engine.ranks.capture import DEFAULT_FACTORY, capture_on_ranks
         from ..engine.ranks.supervisor import RankError
 
         try:
             device = self._state.device
             if factory is not None and callable(getattr(factory, "capture_keys", None)):
-                raise UsageError(f"graph_capture(ranks={ranks}) got a runner object ({type(factory).__name__}); "
-                                 f"each rank builds its own runner: pass a module-level factory function "
-                                 f"(RankContext -> runner) or a 'module:function' string")
-            capture_settings = self._state.capture_settings(trace=trace, summarize=summarize,
-                                                            progress=self._progress())
-            result = capture_on_ranks(factory or DEFAULT_FACTORY, ranks, capture_settings, device_type=device.type,
-                                      timeout=float(timeout or self._state.rank_timeout),
-                                      batch_sizes=self._state.batch_sizes)
+                raise UsageError(
+                    f"graph_capture(ranks={ranks}) got a runner object ({type(factory).__name__}); "
+                    f"each rank builds its own runner: pass a module-level factory function "
+                    f"(RankContext -> runner) or a 'module:function' string"
+                )
+            capture_settings = self._state.capture_settings(trace=trace, summarize=summarize, progress=self._progress())
+            result = capture_on_ranks(
+                factory or DEFAULT_FACTORY,
+                ranks,
+                capture_settings,
+                device_type=device.type,
+                timeout=float(timeout or self._state.rank_timeout),
+                batch_sizes=self._state.batch_sizes,
+            )
             problem = None
         except RankError as exc:
             problem = f"multi-rank graph capture failed: {exc}"
@@ -154,10 +173,17 @@ class GoldenChecker:
         self._session = session
         self._nodeid = nodeid
 
-    def check(self, result: Any, *, level: Optional[str] = None, ignore_kernels: Sequence[str] = (),
-              share_ranks: bool = False,
-              ignore_ops: Sequence[str] = (), sections: Optional[Sequence[str]] = None,
-              max_launches: Union[int, Mapping[int, int], None] = None) -> None:
+    def check(
+        self,
+        result: Any,
+        *,
+        level: Optional[str] = None,
+        ignore_kernels: Sequence[str] = (),
+        share_ranks: bool = False,
+        ignore_ops: Sequence[str] = (),
+        sections: Optional[Sequence[str]] = None,
+        max_launches: Union[int, Mapping[int, int], None] = None,
+    ) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
         ``level`` defaults to ``--golden-level``; ``ignore_kernels`` / ``ignore_ops``
@@ -174,18 +200,30 @@ class GoldenChecker:
         """
         s = self._session
         try:
-            options = CheckOptions(level=level or s.level, ignore_kernels=tuple(ignore_kernels),
-                                   ignore_ops=tuple(ignore_ops),
-                                   sections=SECTIONS if sections is None else sections, max_launches=max_launches,
-                                   share_ranks=share_ranks)
+            options = CheckOptions(
+                level=level or s.level,
+                ignore_kernels=tuple(ignore_kernels),
+                ignore_ops=tuple(ignore_ops),
+                sections=SECTIONS if sections is None else sections,
+                max_launches=max_launches,
+                share_ranks=share_ranks,
+                rename=self._rename(),
+            )
             platform = str(result.platform)
             folder = golden_folder(s.golden_dir, platform, self._nodeid)
             # Registered first: whatever fails below, the folder is known to belong to this test.
             s.report.add_folder(platform, s.rel(folder), self._nodeid)
             out_folder = golden_folder(s.out_dir, platform, self._nodeid) if s.out_dir else None
-            outcome = check_result(result, golden_dir=s.golden_dir, folder=folder, out_folder=out_folder,
-                                   update=s.update, options=options, postprocess=self._postprocess(),
-                                   display=lambda p: s.display(Path(p)))
+            outcome = check_result(
+                result,
+                golden_dir=s.golden_dir,
+                folder=folder,
+                out_folder=out_folder,
+                update=s.update,
+                options=options,
+                postprocess=self._postprocess(),
+                display=lambda p: s.display(Path(p)),
+            )
         except GraphCaptureError as exc:
             problem = str(exc)
         else:
@@ -193,6 +231,14 @@ class GoldenChecker:
         if problem is not None:  # failed outside the except block: no chained traceback in the report
             pytest.fail(problem, pytrace=False)
         self._record(outcome)
+
+    def _rename(self) -> Optional[Callable[[str, str], Optional[str]]]:
+        """The ``pytest_graphcapture_normalize_kernel`` hook as a callable, when a project implements it."""
+        config = self._session.config
+        hook = getattr(config.hook, "pytest_graphcapture_normalize_kernel", None)
+        if hook is None or not hook.get_hookimpls():
+            return None
+        return lambda name, level: hook(config=config, name=name, level=level)
 
     def _postprocess(self) -> Optional[Callable[[dict], None]]:
         config = self._session.config
@@ -206,14 +252,23 @@ class GoldenChecker:
         for message in outcome.warnings:
             warnings.warn(pytest.PytestWarning(message), stacklevel=3)
         for key in outcome.keys:
-            s.report.add_record(KeyRecord(self._nodeid, outcome.platform, key.label, s.rel(key.golden),
-                                          "failed" if key.outcome == "passed" and key.failed else key.outcome,
-                                          key.incomplete))
+            s.report.add_record(
+                KeyRecord(
+                    self._nodeid,
+                    outcome.platform,
+                    key.label,
+                    s.rel(key.golden),
+                    "failed" if key.outcome == "passed" and key.failed else key.outcome,
+                    key.incomplete,
+                )
+            )
         if not outcome.failed:
             return
-        head, body, tail = outcome.failure_parts(rerun=f"pytest {shlex.quote(self._nodeid)}",
-                                                 display=lambda p: s.display(Path(p)),
-                                                 ci_var=settings.ci_environment())
+        head, body, tail = outcome.failure_parts(
+            rerun=f"pytest {shlex.quote(self._nodeid)}",
+            display=lambda p: s.display(Path(p)),
+            ci_var=settings.ci_environment(),
+        )
         full = [head, *body, *tail]
         s.report.add_failure(self._nodeid, outcome.platform, "\n".join(full) + "\n")
         shown = cut_lines(body, None)

@@ -15,7 +15,6 @@ import pytest
 hookspec = pluggy.HookspecMarker("pytest")
 
 
-
 @hookspec(firstresult=True)
 def pytest_graphcapture_platform(config: pytest.Config, device: Any) -> Optional[str]:
     """Return the platform key goldens are stored under (e.g. ``cuda-sm90``).
@@ -30,8 +29,11 @@ def pytest_graphcapture_platform(config: pytest.Config, device: Any) -> Optional
 def pytest_graphcapture_normalize_kernel(config: pytest.Config, name: str, level: str) -> Optional[str]:
     """Return the normalized form of kernel ``name`` at ``level`` (``exact``, ``name`` or ``family``).
 
-    Return ``None`` to use the built-in normalization.  The result must be
-    idempotent: normalizing a normalized name returns it unchanged.
+    Return ``None`` to use the built-in normalization.  Called by ``golden.check``
+    for every kernel name of the captured summary and of its golden before they
+    are compared (and before a golden is written), so two spellings of one kernel
+    can share a golden.  The result must be idempotent: normalizing a normalized
+    name returns it unchanged.
     """
 
 

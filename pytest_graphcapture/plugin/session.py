@@ -53,11 +53,18 @@ class CaptureSession:
         flags_text, flags_source = s.resolve_with_source(config, s.PROFILER_FLAGS_SETTING)
         flags = s.parse_profiler_flags(flags_text, s.where(s.PROFILER_FLAGS_SETTING, flags_source))
         replay = {"auto": None, "on": True, "off": False}[s.resolve(config, s.REPLAY) or "auto"]
-        return cls(config=config, trace=s.resolve(config, s.TRACE) or "off",
-                   out_dir=s.resolve_path(config, s.DIR) or Path(config.rootpath), batch_sizes=batch_sizes,
-                   device_choice=s.resolve(config, s.DEVICE) or "auto",
-                   platform_override=s.resolve(config, s.PLATFORM), profiler_flags=flags, replay=replay,
-                   rank_timeout=_rank_timeout(config), merge=s.resolve(config, s.MERGE) == "on")
+        return cls(
+            config=config,
+            trace=s.resolve(config, s.TRACE) or "off",
+            out_dir=s.resolve_path(config, s.DIR) or Path(config.rootpath),
+            batch_sizes=batch_sizes,
+            device_choice=s.resolve(config, s.DEVICE) or "auto",
+            platform_override=s.resolve(config, s.PLATFORM),
+            profiler_flags=flags,
+            replay=replay,
+            rank_timeout=_rank_timeout(config),
+            merge=s.resolve(config, s.MERGE) == "on",
+        )
 
     @property
     def device(self) -> Any:
@@ -69,12 +76,17 @@ class CaptureSession:
                 self._device = torch.device("cpu")
             elif self.device_choice == "cuda":
                 if not torch.cuda.is_available():
-                    raise UsageError("--graph-capture-device=cuda, but torch.cuda.is_available() is False "
-                                     f"(torch {torch.__version__}); use auto or cpu on this machine")
+                    raise UsageError(
+                        "--graph-capture-device=cuda, but torch.cuda.is_available() is False "
+                        f"(torch {torch.__version__}); use auto or cpu on this machine"
+                    )
                 self._device = torch.device("cuda", torch.cuda.current_device())
             else:
-                self._device = (torch.device("cuda", torch.cuda.current_device())
-                                if torch.cuda.is_available() else torch.device("cpu"))
+                self._device = (
+                    torch.device("cuda", torch.cuda.current_device())
+                    if torch.cuda.is_available()
+                    else torch.device("cpu")
+                )
         return self._device
 
     @property
@@ -89,8 +101,9 @@ class CaptureSession:
             self._platform = key or detect_platform(self.device)
         return self._platform
 
-    def capture_settings(self, *, trace: Optional[str] = None, summarize: bool = True,
-                         progress: Optional[Callable[[str], None]] = None) -> Any:
+    def capture_settings(
+        self, *, trace: Optional[str] = None, summarize: bool = True, progress: Optional[Callable[[str], None]] = None
+    ) -> Any:
         """The engine's :class:`~pytest_graphcapture.engine.capture.CaptureSettings` for one capture."""
         from ..engine.capture import CaptureSettings
         from ..engine.device import environment_from_device
@@ -99,9 +112,17 @@ class CaptureSession:
         environment = dict(environment_from_device(self.device))
         # What the profiler actually recorded: stack/flops/memory only go into exported per-bs traces.
         environment["profiler_flags"] = ["record_shapes"] + (sorted(self.profiler_flags) if trace == "per-bs" else [])
-        return CaptureSettings(trace=trace, summarize=summarize, out_dir=self.out_dir,
-                               platform=self.platform, level="exact", replay=self.replay,
-                               profiler_flags=self.profiler_flags, environment=environment, progress=progress)
+        return CaptureSettings(
+            trace=trace,
+            summarize=summarize,
+            out_dir=self.out_dir,
+            platform=self.platform,
+            level="exact",
+            replay=self.replay,
+            profiler_flags=self.profiler_flags,
+            environment=environment,
+            progress=progress,
+        )
 
     def merge_rank_traces(self) -> None:
         """``--graph-capture-merge``: merge the per-rank traces this process's multi-rank captures wrote.
@@ -154,8 +175,11 @@ class GoldenSession:
         self.report_md = s.resolve_path(config, s.REPORT_MD)
         self.report_json = s.resolve_path(config, s.REPORT_JSON)
         self.is_worker = hasattr(config, "workerinput")
-        self.report = SessionReport(golden_dir=self.display(self.golden_dir), update_mode=self.update,
-                                    obtained_dir=self.display(self.out_dir) if self.out_dir else None)
+        self.report = SessionReport(
+            golden_dir=self.display(self.golden_dir),
+            update_mode=self.update,
+            obtained_dir=self.display(self.out_dir) if self.out_dir else None,
+        )
         #: nodeid -> True when every phase of the test passed, False when any failed.
         self.test_passed: dict[str, bool] = {}
         self.finalized = False
@@ -165,7 +189,8 @@ class GoldenSession:
             if ci_var is not None:
                 raise UsageError(
                     f"--update-golden is refused on CI (environment variable {ci_var} is set): goldens are "
-                    f"reviewed changes; harvest the obtained summaries with --golden-out DIR and commit them instead")
+                    f"reviewed changes; harvest the obtained summaries with --golden-out DIR and commit them instead"
+                )
 
     def display(self, path: Path) -> str:
         """``path`` relative to the invocation dir when below it, else absolute."""
@@ -231,9 +256,14 @@ class GoldenSession:
 
         target = report_md.with_suffix(".html")
         try:
-            page = session_picture(out_dir, self.golden_dir, sorted({f.path for f in self.report.folders}),
-                                   level=self.level, source=f"obtained summaries in {self.display(out_dir)} "
-                                                           f"against goldens in {self.display(self.golden_dir)}")
+            page = session_picture(
+                out_dir,
+                self.golden_dir,
+                sorted({f.path for f in self.report.folders}),
+                level=self.level,
+                source=f"obtained summaries in {self.display(out_dir)} "
+                f"against goldens in {self.display(self.golden_dir)}",
+            )
             write_atomic(target, page)
         except GraphCaptureError as exc:
             warnings.warn(pytest.PytestWarning(f"graph capture picture not written: {exc}"), stacklevel=1)

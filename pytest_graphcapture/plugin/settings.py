@@ -86,8 +86,10 @@ def resolve_with_source(config: pytest.Config, setting: Setting) -> tuple[Option
         where = setting.option if source == "option" else source
         hint = ""
         if source == "option" and setting.const is not None:
-            hint = (f" (a bare {setting.option} takes the next word as its value: put test paths before it, "
-                    f"or write {setting.option}={setting.const})")
+            hint = (
+                f" (a bare {setting.option} takes the next word as its value: put test paths before it, "
+                f"or write {setting.option}={setting.const})"
+            )
         raise UsageError(f"{where}: {value!r} is not one of {', '.join(setting.choices)}{hint}")
     return value, source
 
@@ -128,14 +130,27 @@ def parse_profiler_flags(text: str, where: str) -> frozenset[str]:
     flags = frozenset(part.strip() for part in text.split(",") if part.strip())
     unknown = sorted(flags - set(PROFILER_FLAGS))
     if unknown:
-        raise UsageError(f"{where}: unknown profiler flag(s) {', '.join(unknown)}; use any of "
-                         f"{', '.join(PROFILER_FLAGS)}, 'all' or 'none'")
+        raise UsageError(
+            f"{where}: unknown profiler flag(s) {', '.join(unknown)}; use any of "
+            f"{', '.join(PROFILER_FLAGS)}, 'all' or 'none'"
+        )
     return flags
 
 
 #: Environment variables by which CI services announce themselves (the tests' isolation uses this list too).
-CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "CIRCLECI", "TRAVIS",
-                "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE")
+CI_VARIABLES = (
+    "CI",
+    "GITHUB_ACTIONS",
+    "GITLAB_CI",
+    "BUILDKITE",
+    "JENKINS_URL",
+    "TF_BUILD",
+    "CIRCLECI",
+    "TRAVIS",
+    "TEAMCITY_VERSION",
+    "BITBUCKET_BUILD_NUMBER",
+    "DRONE",
+)
 
 
 def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
@@ -172,68 +187,155 @@ def where(setting: Setting, source: str) -> str:
 
 # --------------------------------------------------------------------------- the capture engine
 
-TRACE = declare(Setting(
-    "--graph-capture-trace", "GRAPH_CAPTURE_TRACE",
-    "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture phase)",
-    choices=("per-bs", "single", "off"), const="per-bs", metavar="MODE"))
-DIR = declare(Setting(
-    "--graph-capture-dir", "GRAPH_CAPTURE_DIR",
-    "directory under which traces go (in DIR/graph_capture_profile/)", default=".", metavar="DIR"))
-BATCH_SIZES = declare(Setting(
-    "--graph-capture-batch-sizes", "GRAPH_CAPTURE_BATCH_SIZES",
-    "comma-separated batch sizes the embedded runner captures, e.g. 1,2,4", metavar="LIST"))
-DEVICE = declare(Setting(
-    "--graph-capture-device", "GRAPH_CAPTURE_DEVICE",
-    "device to capture on: auto (GPU when present), cpu or cuda", default="auto",
-    choices=("auto", "cpu", "cuda"), metavar="DEVICE"))
-PLATFORM = declare(Setting(
-    "--graph-capture-platform", "GRAPH_CAPTURE_PLATFORM",
-    "platform key goldens are stored under, instead of the detected one (e.g. cuda-sm90)", metavar="KEY"))
-PROFILER_FLAGS_SETTING = declare(Setting(
-    "--graph-capture-profiler-flags", "GRAPH_CAPTURE_PROFILER_FLAGS",
-    "extra recording in exported traces: any of stack,flops,memory, or all / none",
-    default="all", metavar="FLAGS"))
-REPLAY = declare(Setting(
-    "--graph-capture-replay", "GRAPH_CAPTURE_REPLAY",
-    "replay each captured graph once under the profiler to read its kernels (auto = on GPU graphs)",
-    default="auto", choices=("auto", "on", "off"), metavar="WHEN"))
-RANK_TIMEOUT = declare(Setting(
-    "--graph-capture-rank-timeout", "GRAPH_CAPTURE_RANK_TIMEOUT",
-    "seconds a multi-rank capture (graph_capture_ranks marker) may take once its rank processes have started; "
-    "a rank that hangs longer fails the test and every rank process is stopped",
-    default="120", metavar="SECONDS"))
-MERGE = declare(Setting(
-    "--graph-capture-merge", "GRAPH_CAPTURE_MERGE",
-    "at session end, merge each multi-rank capture's per-rank traces into one Chrome trace per batch size "
-    "({runner}_bs_{bs}_merged.json.gz, pids labelled [TP00], [TP01], ...); needs --graph-capture-trace",
-    default="off", choices=("on", "off"), const="on", metavar="on|off"))
+TRACE = declare(
+    Setting(
+        "--graph-capture-trace",
+        "GRAPH_CAPTURE_TRACE",
+        "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture phase)",
+        choices=("per-bs", "single", "off"),
+        const="per-bs",
+        metavar="MODE",
+    )
+)
+DIR = declare(
+    Setting(
+        "--graph-capture-dir",
+        "GRAPH_CAPTURE_DIR",
+        "directory under which traces go (in DIR/graph_capture_profile/)",
+        default=".",
+        metavar="DIR",
+    )
+)
+BATCH_SIZES = declare(
+    Setting(
+        "--graph-capture-batch-sizes",
+        "GRAPH_CAPTURE_BATCH_SIZES",
+        "comma-separated batch sizes the embedded runner captures, e.g. 1,2,4",
+        metavar="LIST",
+    )
+)
+DEVICE = declare(
+    Setting(
+        "--graph-capture-device",
+        "GRAPH_CAPTURE_DEVICE",
+        "device to capture on: auto (GPU when present), cpu or cuda",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        metavar="DEVICE",
+    )
+)
+PLATFORM = declare(
+    Setting(
+        "--graph-capture-platform",
+        "GRAPH_CAPTURE_PLATFORM",
+        "platform key goldens are stored under, instead of the detected one (e.g. cuda-sm90)",
+        metavar="KEY",
+    )
+)
+PROFILER_FLAGS_SETTING = declare(
+    Setting(
+        "--graph-capture-profiler-flags",
+        "GRAPH_CAPTURE_PROFILER_FLAGS",
+        "extra recording in exported traces: any of stack,flops,memory, or all / none",
+        default="all",
+        metavar="FLAGS",
+    )
+)
+REPLAY = declare(
+    Setting(
+        "--graph-capture-replay",
+        "GRAPH_CAPTURE_REPLAY",
+        "replay each captured graph once under the profiler to read its kernels (auto = on GPU graphs)",
+        default="auto",
+        choices=("auto", "on", "off"),
+        metavar="WHEN",
+    )
+)
+RANK_TIMEOUT = declare(
+    Setting(
+        "--graph-capture-rank-timeout",
+        "GRAPH_CAPTURE_RANK_TIMEOUT",
+        "seconds a multi-rank capture (graph_capture_ranks marker) may take once its rank processes have started; "
+        "a rank that hangs longer fails the test and every rank process is stopped",
+        default="120",
+        metavar="SECONDS",
+    )
+)
+MERGE = declare(
+    Setting(
+        "--graph-capture-merge",
+        "GRAPH_CAPTURE_MERGE",
+        "at session end, merge each multi-rank capture's per-rank traces into one Chrome trace per batch size "
+        "({runner}_bs_{bs}_merged.json.gz, pids labelled [TP00], [TP01], ...); needs --graph-capture-trace",
+        default="off",
+        choices=("on", "off"),
+        const="on",
+        metavar="on|off",
+    )
+)
 
 # --------------------------------------------------------------------------- the golden gate
 
-GOLDEN_DIR = declare(Setting(
-    "--golden-dir", "GRAPH_CAPTURE_GOLDEN_DIR",
-    "directory of golden files (relative: to the rootdir by default and for the ini key, "
-    "to the invocation dir on the command line / in the environment)", default="goldens", metavar="DIR"))
-UPDATE_GOLDEN = declare(Setting(
-    "--update-golden", "GRAPH_CAPTURE_UPDATE_GOLDEN",
-    "write goldens: all (bare flag: create, rewrite changed, delete unused ones) or new (only create missing); "
-    "refused on CI", choices=("all", "new"), const="all", metavar="MODE"))
-GOLDEN_OUT = declare(Setting(
-    "--golden-out", "GRAPH_CAPTURE_GOLDEN_OUT",
-    "also write the obtained summaries under DIR in the golden layout, goldens untouched (allowed on CI)",
-    metavar="DIR"))
-GOLDEN_LEVEL = declare(Setting(
-    "--golden-level", "GRAPH_CAPTURE_GOLDEN_LEVEL",
-    "kernel-name normalization level of golden checks", default="name",
-    choices=("exact", "name", "family"), metavar="LEVEL"))
-REPORT_MD = declare(Setting(
-    "--graph-capture-report", "GRAPH_CAPTURE_REPORT",
-    "write the golden session report as Markdown (with the diffs) to FILE, e.g. for CI job summaries",
-    metavar="FILE"))
-REPORT_JSON = declare(Setting(
-    "--graph-capture-json", "GRAPH_CAPTURE_JSON",
-    "write the golden session report as JSON to FILE", metavar="FILE"))
-XDIST_GPU = declare(Setting(
-    "--graph-capture-xdist-gpu", "GRAPH_CAPTURE_XDIST_GPU",
-    "under pytest-xdist, pin worker gwN to visible GPU N mod count", default="off",
-    choices=("on", "off"), const="on", metavar="on|off"))
+GOLDEN_DIR = declare(
+    Setting(
+        "--golden-dir",
+        "GRAPH_CAPTURE_GOLDEN_DIR",
+        "directory of golden files (relative: to the rootdir by default and for the ini key, "
+        "to the invocation dir on the command line / in the environment)",
+        default="goldens",
+        metavar="DIR",
+    )
+)
+UPDATE_GOLDEN = declare(
+    Setting(
+        "--update-golden",
+        "GRAPH_CAPTURE_UPDATE_GOLDEN",
+        "write goldens: all (bare flag: create, rewrite changed, delete unused ones) or new (only create missing); "
+        "refused on CI",
+        choices=("all", "new"),
+        const="all",
+        metavar="MODE",
+    )
+)
+GOLDEN_OUT = declare(
+    Setting(
+        "--golden-out",
+        "GRAPH_CAPTURE_GOLDEN_OUT",
+        "also write the obtained summaries under DIR in the golden layout, goldens untouched (allowed on CI)",
+        metavar="DIR",
+    )
+)
+GOLDEN_LEVEL = declare(
+    Setting(
+        "--golden-level",
+        "GRAPH_CAPTURE_GOLDEN_LEVEL",
+        "kernel-name normalization level of golden checks",
+        default="name",
+        choices=("exact", "name", "family"),
+        metavar="LEVEL",
+    )
+)
+REPORT_MD = declare(
+    Setting(
+        "--graph-capture-report",
+        "GRAPH_CAPTURE_REPORT",
+        "write the golden session report as Markdown (with the diffs) to FILE, e.g. for CI job summaries",
+        metavar="FILE",
+    )
+)
+REPORT_JSON = declare(
+    Setting(
+        "--graph-capture-json", "GRAPH_CAPTURE_JSON", "write the golden session report as JSON to FILE", metavar="FILE"
+    )
+)
+XDIST_GPU = declare(
+    Setting(
+        "--graph-capture-xdist-gpu",
+        "GRAPH_CAPTURE_XDIST_GPU",
+        "under pytest-xdist, pin worker gwN to visible GPU N mod count",
+        default="off",
+        choices=("on", "off"),
+        const="on",
+        metavar="on|off",
+    )
+)

@@ -15,6 +15,18 @@ from .normalize import LEVELS, normalize_kernel_name
 from .replay import KernelEvidenceWarning, with_replay
 from .scan import replay_kernels_from_events, summarize_events
 
-__all__ = ["KINDS", "LEVELS", "SCHEMA_VERSION", "KernelEvidenceWarning", "Summary", "load_summary_file",
-           "normalize_kernel_name", "replay_kernels_from_events", "replay_kernels_from_profile", "summarize_events",
-           "summarize_profile", "summarize_trace_file", "with_replay"]
+__all__ = [
+    "KINDS",
+    "LEVELS",
+    "SCHEMA_VERSION",
+    "KernelEvidenceWarning",
+    "Summary",
+    "load_summary_file",
+    "normalize_kernel_name",
+    "replay_kernels_from_events",
+    "replay_kernels_from_profile",
+    "summarize_events",
+    "summarize_profile",
+    "summarize_trace_file",
+    "with_replay",
+]

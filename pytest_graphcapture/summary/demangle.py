@@ -12,36 +12,11 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from ._itanium import _BUILTIN, _D_BUILTIN, _LITERAL_SUFFIX, _OPERATORS, _STD_SUBS
+
 
 class _DemangleError(Exception):
     pass
-
-
-_BUILTIN = {
-    "v": "void", "w": "wchar_t", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char",
-    "s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long",
-    "m": "unsigned long", "x": "long long", "y": "unsigned long long", "n": "__int128",
-    "o": "unsigned __int128", "f": "float", "d": "double", "e": "long double", "g": "__float128",
-    "z": "...",
-}
-_D_BUILTIN = {
-    "Dh": "half", "Di": "char32_t", "Ds": "char16_t", "Du": "char8_t", "Da": "auto", "Dc": "decltype(auto)",
-    "Dn": "decltype(nullptr)", "DF16b": "std::bfloat16_t", "DF16_": "_Float16", "DF32_": "_Float32",
-    "DF64_": "_Float64",
-}
-_LITERAL_SUFFIX = {"j": "u", "l": "l", "m": "ul", "x": "ll", "y": "ull"}
-_STD_SUBS = {
-    "St": "std", "Sa": "std::allocator", "Sb": "std::basic_string", "Ss": "std::string",
-    "Si": "std::istream", "So": "std::ostream", "Sd": "std::iostream",
-}
-_OPERATORS = {
-    "nw": "new", "na": "new[]", "dl": "delete", "da": "delete[]", "ps": "+", "ng": "-", "ad": "&",
-    "de": "*", "co": "~", "pl": "+", "mi": "-", "ml": "*", "dv": "/", "rm": "%", "an": "&", "or": "|",
-    "eo": "^", "aS": "=", "pL": "+=", "mI": "-=", "mL": "*=", "dV": "/=", "rM": "%=", "aN": "&=",
-    "oR": "|=", "eO": "^=", "ls": "<<", "rs": ">>", "lS": "<<=", "rS": ">>=", "eq": "==", "ne": "!=",
-    "lt": "<", "gt": ">", "le": "<=", "ge": ">=", "nt": "!", "aa": "&&", "oo": "||", "pp": "++",
-    "mm": "--", "cm": ",", "pm": "->*", "pt": "->", "cl": "()", "ix": "[]",
-}
 
 
 class _Demangler:
@@ -419,5 +394,3 @@ def mangled_base_name(name: str) -> Optional[str]:
         if not nested:
             break
     return "::".join(parts) if parts else None
-
-

@@ -17,8 +17,14 @@ from .scan import _build, _scan
 from .tracefile import load_trace
 
 
-def summarize_trace_file(path: Union[str, Path], *, key: Optional[CaptureKey] = None, level: str = DEFAULT_LEVEL,
-                         replay_path: Union[str, Path, None] = None, max_bytes: Optional[int] = None) -> Summary:
+def summarize_trace_file(
+    path: Union[str, Path],
+    *,
+    key: Optional[CaptureKey] = None,
+    level: str = DEFAULT_LEVEL,
+    replay_path: Union[str, Path, None] = None,
+    max_bytes: Optional[int] = None,
+) -> Summary:
     """Summarize a ``.json``/``.json.gz`` trace file, optionally with the graph's replay trace."""
     check_level(level)
     with gc_paused():

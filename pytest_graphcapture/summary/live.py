@@ -80,8 +80,12 @@ def _profile_events(prof: Any) -> Iterator[dict]:
         activity = event.activity_type() if has_activity else _infer_activity(event)
         if activity == "cpu_op":
             dims = event.structured_input_shapes() if has_structured else event.shapes()
-            yield {"cat": "cpu_op", "name": event.name(), "ts": event.start_ns(),
-                   "args": {"Input Dims": dims, "Input type": event.dtypes()}}
+            yield {
+                "cat": "cpu_op",
+                "name": event.name(),
+                "ts": event.start_ns(),
+                "args": {"Input Dims": dims, "Input type": event.dtypes()},
+            }
         elif activity in _RUNTIME_CATS:
             name = event.name()
             if not _INTERESTING_RUNTIME.match(name):
@@ -105,16 +109,21 @@ def _profile_events(prof: Any) -> Iterator[dict]:
             yield {"cat": activity, "name": event.name(), "ts": event.start_ns()}
 
 
-def summarize_profile(prof: Any, key: CaptureKey, *, platform: str, level: str = DEFAULT_LEVEL,
-                      environment: Optional[dict] = None) -> Summary:
+def summarize_profile(
+    prof: Any, key: CaptureKey, *, platform: str, level: str = DEFAULT_LEVEL, environment: Optional[dict] = None
+) -> Summary:
     """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback.
 
     Reads the in-memory Kineto results (no export, no re-parse); with a schedule the
     callback sees only the active step, which is exactly the capture step.
     """
     if environment is None:
-        environment = {"profiler": {flag: bool(getattr(prof, flag, False))
-                                    for flag in ("record_shapes", "with_stack", "with_flops", "profile_memory")}}
+        environment = {
+            "profiler": {
+                flag: bool(getattr(prof, flag, False))
+                for flag in ("record_shapes", "with_stack", "with_flops", "profile_memory")
+            }
+        }
     # Paused GC: summarizing allocates many short-lived dicts, which otherwise set off a full
     # collection of the whole (torch-sized) heap every few captures.
     with gc_paused():

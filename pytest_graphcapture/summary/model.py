@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ..errors import FileError, TraceFormatError, UsageError
 from ..keys import CaptureKey, is_int
@@ -100,24 +100,33 @@ class Summary:
         """Validate and build a Summary (:func:`summary_from_dict`); TraceFormatError(source, problem) on bad content."""
         return summary_from_dict(data, source)
 
-    def normalized(self, level: str, *, ignore_kernels: Iterable[str] = (), ignore_ops: Iterable[str] = ()) -> "Summary":
+    def normalized(
+        self,
+        level: str,
+        *,
+        ignore_kernels: Iterable[str] = (),
+        ignore_ops: Iterable[str] = (),
+        rename: Optional[Callable[[str, str], Optional[str]]] = None,
+    ) -> "Summary":
         """Copy with kernel names at ``level`` (equal names merged) and ignored kernels/ops removed.
 
+        ``rename(name, level)`` (the ``pytest_graphcapture_normalize_kernel`` hook) may
+        return a project's own spelling of a kernel name; None keeps the built-in one.
         Ignore patterns are regular expressions matched with ``re.search`` against the
         (normalized) kernel name or the op name.  Going finer than ``self.level`` is an
         error because the finer information is gone.
         """
         check_level(level)
         if not is_coarser_or_equal(level, self.level):
-            raise UsageError(
-                f"cannot normalize {self.key} from level {self.level!r} to the finer level {level!r}"
-            )
+            raise UsageError(f"cannot normalize {self.key} from level {self.level!r} to the finer level {level!r}")
         kernel_patterns = compile_patterns(ignore_kernels, what="kernel ignore pattern")
         op_patterns = compile_patterns(ignore_ops, what="op ignore pattern")
         merged: dict[tuple, dict] = {}
         for entry in self.kernels:
             kind = entry.get("kind", "kernel")
-            name = normalize_kernel_name(entry["name"], level) if kind == "kernel" else entry["name"]
+            name = entry["name"]
+            if kind == "kernel":
+                name = (rename(name, level) if rename is not None else None) or normalize_kernel_name(name, level)
             if kernel_patterns and matches_any(name, kernel_patterns):
                 continue
             _merge_kernel(merged, name, kind, entry.get("grid"), entry.get("block"), entry["count"])
@@ -173,14 +182,22 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
     expect(not missing, f"summary is missing {', '.join(missing)}")
     version = data["schema_version"]
     expect(is_int(version), f"schema_version must be an integer, got {version!r}")
-    expect(version == SCHEMA_VERSION, f"schema_version {version} is not supported (this version reads {SCHEMA_VERSION})")
+    expect(
+        version == SCHEMA_VERSION, f"schema_version {version} is not supported (this version reads {SCHEMA_VERSION})"
+    )
     key_data = data["key"]
-    expect(isinstance(key_data, dict) and isinstance(key_data.get("runner"), str),
-           "key must be an object with runner, batch_size, variant, rank")
-    expect(is_int(key_data.get("batch_size")) and is_int(key_data.get("rank", 0)),
-           "key.batch_size and key.rank must be integers")
-    expect(key_data.get("variant") is None or isinstance(key_data.get("variant"), str),
-           "key.variant must be a string or null")
+    expect(
+        isinstance(key_data, dict) and isinstance(key_data.get("runner"), str),
+        "key must be an object with runner, batch_size, variant, rank",
+    )
+    expect(
+        is_int(key_data.get("batch_size")) and is_int(key_data.get("rank", 0)),
+        "key.batch_size and key.rank must be integers",
+    )
+    expect(
+        key_data.get("variant") is None or isinstance(key_data.get("variant"), str),
+        "key.variant must be a string or null",
+    )
     try:
         key = CaptureKey.from_dict(key_data)
     except (ValueError, KeyError, TypeError) as exc:
@@ -202,8 +219,10 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
         for dim in ("grid", "block"):
             if dim in entry:
                 value = entry[dim]
-                expect(isinstance(value, list) and all(is_int(v) for v in value),
-                       f"{where}.{dim} must be a list of integers")
+                expect(
+                    isinstance(value, list) and all(is_int(v) for v in value),
+                    f"{where}.{dim} must be a list of integers",
+                )
                 item[dim] = list(value)
         clean_kernels.append(item)
     ops = data["ops"]
@@ -216,28 +235,47 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
         expect(isinstance(entry.get("input_dims", []), list), f"{where}.input_dims must be a list")
         expect(isinstance(entry.get("input_types", []), list), f"{where}.input_types must be a list")
         expect(is_int(entry.get("count")) and entry["count"] >= 1, f"{where}.count must be an integer of at least 1")
-        clean_ops.append({"name": entry["name"], "input_dims": entry.get("input_dims", []),
-                          "input_types": entry.get("input_types", []), "count": entry["count"]})
+        clean_ops.append(
+            {
+                "name": entry["name"],
+                "input_dims": entry.get("input_dims", []),
+                "input_types": entry.get("input_types", []),
+                "count": entry["count"],
+            }
+        )
     launches = data["launches"]
     expect(isinstance(launches, dict), f"launches must be an object, got {type(launches).__name__}")
     expect(is_int(launches.get("total")), "launches.total must be an integer")
     by_api = launches.get("by_api", {})
-    expect(isinstance(by_api, dict) and all(isinstance(k, str) and is_int(v) for k, v in by_api.items()),
-           "launches.by_api must map API names to integers")
+    expect(
+        isinstance(by_api, dict) and all(isinstance(k, str) and is_int(v) for k, v in by_api.items()),
+        "launches.by_api must map API names to integers",
+    )
     complete = data["complete"]
     if isinstance(complete, bool):
         value, reason = complete, data.get("incomplete_reason")
     else:
-        expect(isinstance(complete, dict) and isinstance(complete.get("value"), bool),
-               'complete must be {"value": bool, "reason": string or null}')
+        expect(
+            isinstance(complete, dict) and isinstance(complete.get("value"), bool),
+            'complete must be {"value": bool, "reason": string or null}',
+        )
         value, reason = complete["value"], complete.get("reason")
     expect(reason is None or isinstance(reason, str), "complete.reason must be a string or null")
     environment = data.get("environment")
     environment = {} if environment is None else environment
     expect(isinstance(environment, dict), "environment must be an object")
-    return Summary(key=key, platform=data["platform"], kernels=clean_kernels, ops=clean_ops,
-                   launches={"total": launches["total"], "by_api": dict(by_api)}, complete=value,
-                   incomplete_reason=reason, environment=environment, level=level, schema_version=version)
+    return Summary(
+        key=key,
+        platform=data["platform"],
+        kernels=clean_kernels,
+        ops=clean_ops,
+        launches={"total": launches["total"], "by_api": dict(by_api)},
+        complete=value,
+        incomplete_reason=reason,
+        environment=environment,
+        level=level,
+        schema_version=version,
+    )
 
 
 # --------------------------------------------------------------------------- views shared by every comparison
@@ -270,5 +308,8 @@ def count_changes(expected: Mapping[str, int], actual: Mapping[str, int]) -> lis
     The one multiset comparison: the golden diff's kernel section and the replay's
     data-loss check are both built on it.
     """
-    return [(label, expected.get(label, 0), actual.get(label, 0)) for label in sorted(set(expected) | set(actual))
-            if expected.get(label, 0) != actual.get(label, 0)]
+    return [
+        (label, expected.get(label, 0), actual.get(label, 0))
+        for label in sorted(set(expected) | set(actual))
+        if expected.get(label, 0) != actual.get(label, 0)
+    ]

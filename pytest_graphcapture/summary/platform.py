@@ -114,8 +114,12 @@ def environment_from_trace(trace: dict) -> dict:
     if torch_version is not None:
         env["torch_version"] = str(torch_version)
     for key in (
-        "cuda_runtime_version", "cuda_driver_version", "cupti_version",
-        "hip_runtime_version", "hip_driver_version", "roctracer_version",
+        "cuda_runtime_version",
+        "cuda_driver_version",
+        "cupti_version",
+        "hip_runtime_version",
+        "hip_driver_version",
+        "roctracer_version",
     ):
         if key in trace and isinstance(trace[key], (int, float, str)):
             env[key] = trace[key]

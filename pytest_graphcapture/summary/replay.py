@@ -59,7 +59,9 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     problems = []
     captured = summary.launches["total"]
     if captured and captured != len(replay_kernels):
-        problems.append(f"the capture window recorded {captured} launches but the replay ran {len(replay_kernels)} graph nodes")
+        problems.append(
+            f"the capture window recorded {captured} launches but the replay ran {len(replay_kernels)} graph nodes"
+        )
     capture_named = [k for k in summary.kernels if k.get("kind", "kernel") == "kernel"]
     if captured and capture_named:
         changes = count_changes(_node_counts(summary.kernels), _node_counts(replay_entries))
@@ -69,14 +71,23 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     # they are the same kernels, and the launch events also carry grid/block.
     keep_capture = bool(captured and capture_named and not problems and summary.complete)
     kernels = [dict(k) for k in summary.kernels] if keep_capture else replay_entries
-    result = Summary(key=summary.key, platform=summary.platform, kernels=kernels, ops=[dict(o) for o in summary.ops],
-                     launches={"total": summary.launches["total"], "by_api": dict(summary.launches["by_api"])},
-                     complete=True, incomplete_reason=None, environment=dict(summary.environment),
-                     level=summary.level, schema_version=summary.schema_version)
+    result = Summary(
+        key=summary.key,
+        platform=summary.platform,
+        kernels=kernels,
+        ops=[dict(o) for o in summary.ops],
+        launches={"total": summary.launches["total"], "by_api": dict(summary.launches["by_api"])},
+        complete=True,
+        incomplete_reason=None,
+        environment=dict(summary.environment),
+        level=summary.level,
+        schema_version=summary.schema_version,
+    )
     if problems:
         reason = "; ".join(problems) + " (the profiler probably dropped records)"
         result.complete = False
         result.incomplete_reason = reason
-        warnings.warn(f"graph capture {summary.key}: kernel evidence incomplete: {reason}", KernelEvidenceWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"graph capture {summary.key}: kernel evidence incomplete: {reason}", KernelEvidenceWarning, stacklevel=2
+        )
     return result

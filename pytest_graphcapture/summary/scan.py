@@ -5,7 +5,7 @@ not change silently (kernels, CPU ops with shapes, launch counts) and nothing th
 changes run to run (timestamps, ids, correlation ids, streams, durations, pids).
 ``environment`` is informational and never part of equality.
 
-Two inputs give one result (issue #3, point 2):
+Two inputs give one result:
 
 * :func:`summarize_profile` reads a live ``torch.profiler.profile`` inside its
   ``on_trace_ready`` callback through ``prof.profiler.kineto_results.events()``
@@ -45,7 +45,7 @@ relevant ones):
   GPU events whose ``correlation`` equals a ``cudaGraphLaunch``/``hipGraphLaunch``
   (``cuGraphLaunch``) correlation, which excludes fill kernels launched outside
   the graph; :func:`with_replay` makes them the kernels and runs the data-loss
-  check (issue point 4).
+  check (:mod:`.replay`).
 """
 
 from __future__ import annotations
@@ -63,13 +63,27 @@ from .normalize import (
     normalize_kernel_name,
 )
 
-KERNEL_LAUNCH_APIS = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel",
-    "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
-    "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel",
-    "hipLaunchCooperativeKernel", "hipModuleLaunchCooperativeKernel", "hipLaunchKernelExC", "hipExtLaunchKernelGGL",
-    "hipHccModuleLaunchKernel",
-})
+KERNEL_LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "cudaLaunchCooperativeKernelMultiDevice",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipLaunchCooperativeKernel",
+        "hipModuleLaunchCooperativeKernel",
+        "hipLaunchKernelExC",
+        "hipExtLaunchKernelGGL",
+        "hipHccModuleLaunchKernel",
+    }
+)
 
 
 _MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
@@ -96,8 +110,10 @@ _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_dr
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 
 
-_INTERESTING_RUNTIME = re.compile(r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
-                                  r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)")
+_INTERESTING_RUNTIME = re.compile(
+    r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
+    r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)"
+)
 
 
 def _api_base(name: str) -> str:
@@ -106,8 +122,13 @@ def _api_base(name: str) -> str:
 
 def _dims3(value: Any) -> Optional[list]:
     """``[x, y, z]`` of ints, else None (Kineto writes grid/block as 3 ints)."""
-    if (value.__class__ is list and len(value) == 3 and value[0].__class__ is int
-            and value[1].__class__ is int and value[2].__class__ is int):
+    if (
+        value.__class__ is list
+        and len(value) == 3
+        and value[0].__class__ is int
+        and value[1].__class__ is int
+        and value[2].__class__ is int
+    ):
         return value
     return None
 
@@ -169,9 +190,16 @@ class _Scan:
                     graph_corr.add(corr)
             else:
                 kernel = args.get("kernel") if tag == "kernel" else None
-                launches.append((_number(event.get("ts")), api, tag,
-                                 kernel if isinstance(kernel, str) and kernel else None,
-                                 _dims3(args.get("grid")), _dims3(args.get("block"))))
+                launches.append(
+                    (
+                        _number(event.get("ts")),
+                        api,
+                        tag,
+                        kernel if isinstance(kernel, str) and kernel else None,
+                        _dims3(args.get("grid")),
+                        _dims3(args.get("block")),
+                    )
+                )
         self._classified = (begins, ends, launches, graph_corr)
         return self._classified
 
@@ -214,8 +242,16 @@ class _Scan:
             if args.__class__ is not dict:
                 args = _EMPTY_ARGS
             ts = event.get("ts")
-            append((ts if ts.__class__ in _NUMBER_TYPES else None, args.get("correlation"), _GPU_CATS[event["cat"]],
-                    name, _dims3(args.get("grid")), _dims3(args.get("block"))))
+            append(
+                (
+                    ts if ts.__class__ in _NUMBER_TYPES else None,
+                    args.get("correlation"),
+                    _GPU_CATS[event["cat"]],
+                    name,
+                    _dims3(args.get("grid")),
+                    _dims3(args.get("block")),
+                )
+            )
         return out
 
     def replay_kernels(self) -> list:
@@ -224,7 +260,7 @@ class _Scan:
         if not graph_corr:
             return []
         picked = [g for g in self.gpu_events() if g[1] is not None and g[1] in graph_corr]
-        picked.sort(key=lambda g: (g[0] if g[0] is not None else 0))
+        picked.sort(key=lambda g: g[0] if g[0] is not None else 0)
         return [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in picked]
 
 
@@ -309,8 +345,12 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         else:
             group[3] += 1
     ops = [
-        {"name": n, "input_dims": list(d) if isinstance(d, list) else [],
-         "input_types": list(t) if isinstance(t, list) else [], "count": c}
+        {
+            "name": n,
+            "input_dims": list(d) if isinstance(d, list) else [],
+            "input_types": list(t) if isinstance(t, list) else [],
+            "count": c,
+        }
         for n, d, t, c in op_groups.values()
     ]
 
@@ -344,8 +384,17 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     else:
         raw = [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in scan.gpu_events()]
     kernels = _entries(raw, level)
-    return Summary(key=key, platform=platform, kernels=kernels, ops=ops, launches=launches, complete=complete,
-                   incomplete_reason=reason, environment=dict(environment or {}), level=level)
+    return Summary(
+        key=key,
+        platform=platform,
+        kernels=kernels,
+        ops=ops,
+        launches=launches,
+        complete=complete,
+        incomplete_reason=reason,
+        environment=dict(environment or {}),
+        level=level,
+    )
 
 
 _EMPTY: list = []
@@ -370,8 +419,14 @@ def _entries(raw_kernels: Iterable[dict], level: str) -> list:
     return list(merged.values())
 
 
-def summarize_events(events: Iterable[dict], *, key: CaptureKey, platform: str, level: str = DEFAULT_LEVEL,
-                     environment: Optional[dict] = None) -> Summary:
+def summarize_events(
+    events: Iterable[dict],
+    *,
+    key: CaptureKey,
+    platform: str,
+    level: str = DEFAULT_LEVEL,
+    environment: Optional[dict] = None,
+) -> Summary:
     """Summarize Chrome-trace-style event dicts (the ``traceEvents`` of a trace)."""
     return _build(_scan(events), key, platform, level, environment)
 

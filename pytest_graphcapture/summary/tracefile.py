@@ -133,7 +133,9 @@ def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trac
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TraceFormatError(path, f"not UTF-8 text (invalid byte at offset {exc.start}); is it a gzip or JSON file?") from None
+        raise TraceFormatError(
+            path, f"not UTF-8 text (invalid byte at offset {exc.start}); is it a gzip or JSON file?"
+        ) from None
     if text.startswith("\ufeff"):
         text = text[1:]
     first = text.lstrip()[:1]
@@ -154,9 +156,7 @@ def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trac
         raise TraceFormatError(path, f"traceEvents is a JSON {type(events).__name__}, expected a list")
     for index, event in enumerate(events):
         if event.__class__ is not dict:
-            raise TraceFormatError(
-                path, f"traceEvents[{index}] is a JSON {type(event).__name__}, expected an object"
-            )
+            raise TraceFormatError(path, f"traceEvents[{index}] is a JSON {type(event).__name__}, expected an object")
     return trace
 
 

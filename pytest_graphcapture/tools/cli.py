@@ -65,13 +65,18 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 def describe_differences(expected: Summary, actual: Summary) -> list[str]:
     """Lines saying how ``actual`` differs from ``expected``: identity fields, then the golden diff's changes."""
-    lines = [f"~ {name}: {getattr(expected, name)} → {getattr(actual, name)}"
-             for name in ("schema_version", "platform", "level") if getattr(expected, name) != getattr(actual, name)]
+    lines = [
+        f"~ {name}: {getattr(expected, name)} → {getattr(actual, name)}"
+        for name in ("schema_version", "platform", "level")
+        if getattr(expected, name) != getattr(actual, name)
+    ]
     if expected.key != actual.key:
         lines.append(f"~ key: {expected.key} → {actual.key}")
     if (expected.complete, expected.incomplete_reason) != (actual.complete, actual.incomplete_reason):
-        lines.append(f"~ complete: {expected.complete} ({expected.incomplete_reason}) → "
-                     f"{actual.complete} ({actual.incomplete_reason})")
+        lines.append(
+            f"~ complete: {expected.complete} ({expected.incomplete_reason}) → "
+            f"{actual.complete} ({actual.incomplete_reason})"
+        )
     diff = compare_dicts(expected.to_dict(), actual.to_dict(), actual.key)
     lines += [line.strip() for line in diff.render(width=None)[1:]]
     return lines
@@ -111,7 +116,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
     blocks = []
     for (runner, variant, rank, platform), members in sorted(groups.items()):
         batch_sizes, rows = kernel_matrix(members)
-        title = f"{runner}" + (f" [{variant}]" if variant else "") + f" rank {rank}, {platform}, level {members[0].level}"
+        title = (
+            f"{runner}" + (f" [{variant}]" if variant else "") + f" rank {rank}, {platform}, level {members[0].level}"
+        )
         blocks.append("\n".join(render_matrix_text(title, batch_sizes, rows)))
     sys.stdout.write("\n\n".join(blocks) + "\n")
     return 0
@@ -122,8 +129,10 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     written = merge_rank_traces(Path(args.directory), out_dir=Path(args.out_dir) if args.out_dir else None)
     if not written:
-        raise UsageError(f"{args.directory}: no group of per-rank traces with two or more ranks "
-                         f"(*_rank<r>.json.gz or *-TP-<r>.json.gz) to merge")
+        raise UsageError(
+            f"{args.directory}: no group of per-rank traces with two or more ranks "
+            f"(*_rank<r>.json.gz or *-TP-<r>.json.gz) to merge"
+        )
     for path in written:
         print(path)
     return 0
@@ -151,10 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="text table of kernels x batch sizes for a directory")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--level", choices=LEVELS, default=None, help="normalize kernel names to this level")
-    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML picture of the matrix instead "
-                   "(DIR is then searched recursively, one table per folder/runner/variant/rank)")
-    p.add_argument("--against", metavar="GOLDEN_DIR", help="with --html: highlight kernels added, removed or "
-                   "changed against the goldens in the same folders under GOLDEN_DIR")
+    p.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write a self-contained HTML picture of the matrix instead "
+        "(DIR is then searched recursively, one table per folder/runner/variant/rank)",
+    )
+    p.add_argument(
+        "--against",
+        metavar="GOLDEN_DIR",
+        help="with --html: highlight kernels added, removed or "
+        "changed against the goldens in the same folders under GOLDEN_DIR",
+    )
     p.set_defaults(func=_cmd_show)
 
     p = sub.add_parser("merge", help="merge per-rank traces into one Chrome trace per batch size")

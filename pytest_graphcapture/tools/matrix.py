@@ -75,8 +75,10 @@ def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
 def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[dict]) -> list[str]:
     """Plain-text rendering of :func:`kernel_matrix` output (counts first, names last)."""
     headers = [f"bs={bs}" for bs in batch_sizes]
-    widths = [max(len(h), *(len(str(r["counts"].get(bs, "-"))) for r in rows)) if rows else len(h)
-              for h, bs in zip(headers, batch_sizes)]
+    widths = [
+        max(len(h), *(len(str(r["counts"].get(bs, "-"))) for r in rows)) if rows else len(h)
+        for h, bs in zip(headers, batch_sizes)
+    ]
     lines = [title, "  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "  kind    kernel"]
     for row in rows:
         cells = [str(row["counts"].get(bs, "-")).rjust(w) for bs, w in zip(batch_sizes, widths)]

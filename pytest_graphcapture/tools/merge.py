@@ -38,6 +38,8 @@ from ..summary.tracefile import load_trace
 PID_STRIDE = 1000
 #: Flow/async ids of rank r are offset by r * ID_STRIDE (ints) or prefixed ``TP<r>:`` (strings).
 ID_STRIDE = 1 << 40
+
+
 def rank_label(rank: int) -> str:
     """``[TP00]``, ``[TP01]``, …: how merged traces name a rank's processes."""
     return f"[TP{rank:02d}]"
@@ -91,17 +93,28 @@ def _rank_events(trace: dict, rank: int, shift_us: float) -> list[dict]:
     for old, pid in new_pid.items():
         if pid not in named:
             what = f"pid {old}" if old != "" else "events without pid"
-            out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                        "args": {"name": f"{rank_label(rank)} {what}"}})
-            out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                        "args": {"sort_index": pid}})
+            out.append(
+                {
+                    "ph": "M",
+                    "name": "process_name",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"name": f"{rank_label(rank)} {what}"},
+                }
+            )
+            out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
     return out
 
 
 def _event_order(event: dict) -> tuple:
     meta = event.get("ph") == "M"
-    return (not meta, _mixed(event.get("ts", 0)), _mixed(event.get("pid")), _mixed(event.get("tid")),
-            str(event.get("name", "")))
+    return (
+        not meta,
+        _mixed(event.get("ts", 0)),
+        _mixed(event.get("pid")),
+        _mixed(event.get("tid")),
+        str(event.get("name", "")),
+    )
 
 
 def merge_trace_files(paths: dict[int, Path], out_path: Union[str, Path]) -> Path:
@@ -116,15 +129,17 @@ def merge_trace_files(paths: dict[int, Path], out_path: Union[str, Path]) -> Pat
         events.extend(_rank_events(trace, rank, shift))
     events.sort(key=_event_order)
     first = traces[min(traces)]
-    merged: dict[str, Any] = {k: v for k, v in first.items() if k not in ("traceEvents", "distributedInfo",
-                                                                            "trace_id", "traceName")}
+    merged: dict[str, Any] = {
+        k: v for k, v in first.items() if k not in ("traceEvents", "distributedInfo", "trace_id", "traceName")
+    }
     if base is not None:
         merged["baseTimeNanoseconds"] = base
     merged["graphcapture_merged"] = {
         "ranks": sorted(traces),
         "sources": {str(rank): Path(path).name for rank, path in sorted(paths.items())},
-        "distributedInfo": {str(rank): t.get("distributedInfo") for rank, t in traces.items()
-                            if t.get("distributedInfo") is not None},
+        "distributedInfo": {
+            str(rank): t.get("distributedInfo") for rank, t in traces.items() if t.get("distributedInfo") is not None
+        },
         "pid": f"rank * {PID_STRIDE} + index of the rank's original pid",
     }
     merged["traceEvents"] = events
@@ -136,8 +151,12 @@ def merge_trace_files(paths: dict[int, Path], out_path: Union[str, Path]) -> Pat
     return out_path
 
 
-def merge_rank_traces(directory: Union[str, Path], *, only: Optional[Iterable[Union[str, Path]]] = None,
-                      out_dir: Optional[Union[str, Path]] = None) -> list[Path]:
+def merge_rank_traces(
+    directory: Union[str, Path],
+    *,
+    only: Optional[Iterable[Union[str, Path]]] = None,
+    out_dir: Optional[Union[str, Path]] = None,
+) -> list[Path]:
     """Merge every group of per-rank traces (two ranks or more) in ``directory``; return the merged paths.
 
     ``only`` restricts the inputs to these files (what one session wrote);

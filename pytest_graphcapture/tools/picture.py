@@ -115,8 +115,9 @@ def _row_state(row: Row, golden_sizes: set[int]) -> str:
     return CHANGED
 
 
-def _merge_rows(obtained: dict[tuple, dict[int, int]], golden: dict[tuple, dict[int, int]],
-                golden_sizes: set[int]) -> list[Row]:
+def _merge_rows(
+    obtained: dict[tuple, dict[int, int]], golden: dict[tuple, dict[int, int]], golden_sizes: set[int]
+) -> list[Row]:
     rows = []
     for name, kind in sorted(set(obtained) | set(golden)):
         row = Row(name, kind, dict(obtained.get((name, kind), {})), dict(golden.get((name, kind), {})))
@@ -126,8 +127,9 @@ def _merge_rows(obtained: dict[tuple, dict[int, int]], golden: dict[tuple, dict[
     return sorted(rows, key=lambda r: (r.state == SAME, r.name, r.kind))
 
 
-def build_tables(obtained: Iterable[tuple[str, object]], goldens: Iterable[tuple[str, object]] = (), *,
-                 level: Optional[str] = None) -> list[Table]:
+def build_tables(
+    obtained: Iterable[tuple[str, object]], goldens: Iterable[tuple[str, object]] = (), *, level: Optional[str] = None
+) -> list[Table]:
     """Tables of ``(folder, Summary)`` pairs, each compared with the golden of the same folder and key.
 
     All summaries are normalized to ``level`` (default: the coarsest level among
@@ -153,13 +155,32 @@ def build_tables(obtained: Iterable[tuple[str, object]], goldens: Iterable[tuple
     for (folder, runner, variant, rank, platform), (now, before) in sorted(groups.items()):
         sizes, kernel_rows = _matrix(now)
         golden_sizes, golden_rows = _matrix(before) if before else ([], [])
-        kernels = _merge_rows({(r["name"], r["kind"]): r["counts"] for r in kernel_rows},
-                              {(r["name"], r["kind"]): r["counts"] for r in golden_rows}, set(golden_sizes))
-        ops = _merge_rows({(n, "op"): c for n, c in _op_matrix(now).items()},
-                          {(n, "op"): c for n, c in _op_matrix(before).items()}, set(golden_sizes))
+        kernels = _merge_rows(
+            {(r["name"], r["kind"]): r["counts"] for r in kernel_rows},
+            {(r["name"], r["kind"]): r["counts"] for r in golden_rows},
+            set(golden_sizes),
+        )
+        ops = _merge_rows(
+            {(n, "op"): c for n, c in _op_matrix(now).items()},
+            {(n, "op"): c for n, c in _op_matrix(before).items()},
+            set(golden_sizes),
+        )
         incomplete = {s.key.batch_size: s.incomplete_reason or "no reason given" for s in now if not s.complete}
-        tables.append(Table(folder, runner, variant or None, rank, platform, target,
-                            sorted(set(sizes) | set(golden_sizes)), set(golden_sizes), kernels, ops, incomplete))
+        tables.append(
+            Table(
+                folder,
+                runner,
+                variant or None,
+                rank,
+                platform,
+                target,
+                sorted(set(sizes) | set(golden_sizes)),
+                set(golden_sizes),
+                kernels,
+                ops,
+                incomplete,
+            )
+        )
     return tables
 
 
@@ -210,8 +231,10 @@ def _rows_html(rows: Sequence[Row], table: Table) -> list[str]:
         cls = f' class="{row.state}"' if row.state != SAME else ""
         marker = {ADDED: "+ ", REMOVED: "− ", CHANGED: "~ "}.get(row.state, "")
         cells = "".join(_cell(row, bs, bs in table.golden_batch_sizes) for bs in table.batch_sizes)
-        out.append(f'<tr{cls}><td class="name" title="{_e(row.name)}">{_e(marker + row.name)}</td>'
-                   f'<td class="kind">{_e(row.kind)}</td>{cells}</tr>')
+        out.append(
+            f'<tr{cls}><td class="name" title="{_e(row.name)}">{_e(marker + row.name)}</td>'
+            f'<td class="kind">{_e(row.kind)}</td>{cells}</tr>'
+        )
     return out
 
 
@@ -227,42 +250,59 @@ def _table_html(table: Table, compared: bool) -> list[str]:
     if compared:
         rows, what = (table.kernels, "kernels") if table.kernels else (table.ops, "ops")
         c = table.counts(rows)
-        out.append(f'<p class="counts"><b>{len(rows)} {what}</b><span class="added">{c[ADDED]} added'
-                   f'</span> <span class="removed">{c[REMOVED]} removed</span> '
-                   f'<span class="changed">{c[CHANGED]} changed</span></p>')
+        out.append(
+            f'<p class="counts"><b>{len(rows)} {what}</b><span class="added">{c[ADDED]} added'
+            f'</span> <span class="removed">{c[REMOVED]} removed</span> '
+            f'<span class="changed">{c[CHANGED]} changed</span></p>'
+        )
     for bs, reason in sorted(table.incomplete.items()):
         out.append(f'<p class="note">bs={bs}: incomplete kernel evidence — {_e(reason)}</p>')
     if table.kernels:
         out += ["<table>", head, *_rows_html(table.kernels, table), "</table>"]
     else:
-        out.append('<p class="note">No kernels recorded: a CPU capture runs the eager stand-in, which '
-                   'launches no GPU kernels; the ops below are what its goldens compare.</p>')
+        out.append(
+            '<p class="note">No kernels recorded: a CPU capture runs the eager stand-in, which '
+            "launches no GPU kernels; the ops below are what its goldens compare.</p>"
+        )
     if table.ops:
         open_attr = "" if table.kernels else " open"
         op_head = head.replace("<th>kernel</th>", "<th>op (all shapes)</th>")
-        out += [f"<details{open_attr}><summary>ops × batch size ({len(table.ops)} ops)</summary>", "<table>",
-                op_head, *_rows_html(table.ops, table), "</table></details>"]
+        out += [
+            f"<details{open_attr}><summary>ops × batch size ({len(table.ops)} ops)</summary>",
+            "<table>",
+            op_head,
+            *_rows_html(table.ops, table),
+            "</table></details>",
+        ]
     if compared and set(table.batch_sizes) - table.golden_batch_sizes:
         out.append('<p class="note">* no golden for this batch size: its cells are not compared.</p>')
     return out
 
 
-def render_html(tables: Sequence[Table], *, title: str = "Graph capture: kernels × batch size",
-                source: str = "", compared: bool = False) -> str:
+def render_html(
+    tables: Sequence[Table],
+    *,
+    title: str = "Graph capture: kernels × batch size",
+    source: str = "",
+    compared: bool = False,
+) -> str:
     """The self-contained HTML page of ``tables`` (inline CSS, no scripts, no network)."""
     body = [f"<h1>{_e(title)}</h1>"]
     if source:
         body.append(f'<p class="meta">{_e(source)}</p>')
     if compared:
-        body.append('<p class="legend"><span class="added">+n added</span><span class="removed"><s>n</s> removed'
-                    '</span><span class="changed">a→b count changed</span>against the goldens</p>')
+        body.append(
+            '<p class="legend"><span class="added">+n added</span><span class="removed"><s>n</s> removed'
+            '</span><span class="changed">a→b count changed</span>against the goldens</p>'
+        )
     if not tables:
         body.append('<p class="note">Nothing to show.</p>')
     for table in tables:
         body += _table_html(table, compared)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n" + "\n".join(body) +
-            "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
 # --------------------------------------------------------------------------- collecting
@@ -270,8 +310,9 @@ def render_html(tables: Sequence[Table], *, title: str = "Graph capture: kernels
 
 def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
     files = root.rglob("*") if recursive else root.iterdir()
-    return sorted(p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz"))
-                  and not p.name.startswith("."))
+    return sorted(
+        p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith(".")
+    )
 
 
 def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object]]:
@@ -285,8 +326,9 @@ def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object
     return pairs
 
 
-def picture_from_dirs(directory: PathLike, *, against: Optional[PathLike] = None, level: Optional[str] = None,
-                      title: Optional[str] = None) -> str:
+def picture_from_dirs(
+    directory: PathLike, *, against: Optional[PathLike] = None, level: Optional[str] = None, title: Optional[str] = None
+) -> str:
     """HTML of every summary / trace under ``directory``, compared with goldens under ``against``.
 
     A golden matches an obtained summary when it sits in the same folder relative to
@@ -298,12 +340,19 @@ def picture_from_dirs(directory: PathLike, *, against: Optional[PathLike] = None
     goldens = collect(against) if against is not None else []
     tables = build_tables(obtained, goldens, level=level)
     source = f"{directory}" + (f" against goldens in {against}" if against is not None else "")
-    return render_html(tables, title=title or "Graph capture: kernels × batch size", source=source,
-                       compared=against is not None)
+    return render_html(
+        tables, title=title or "Graph capture: kernels × batch size", source=source, compared=against is not None
+    )
 
 
-def session_picture(out_dir: PathLike, golden_dir: PathLike, folders: Iterable[str], *,
-                    level: Optional[str] = None, source: Optional[str] = None) -> str:
+def session_picture(
+    out_dir: PathLike,
+    golden_dir: PathLike,
+    folders: Iterable[str],
+    *,
+    level: Optional[str] = None,
+    source: Optional[str] = None,
+) -> str:
     """The golden gate's picture: obtained summaries in ``out_dir/<folder>`` vs goldens in ``golden_dir/<folder>``.
 
     ``folders`` are the checked tests' golden folders relative to the golden dir
@@ -316,6 +365,9 @@ def session_picture(out_dir: PathLike, golden_dir: PathLike, folders: Iterable[s
             if (root / folder).is_dir():
                 into += [(folder, s) for _, s in collect(root / folder, recursive=False)]
     tables = build_tables(obtained, goldens, level=level)
-    return render_html(tables, title="Graph capture goldens: kernels × batch size",
-                       source=source or f"obtained summaries in {out_dir} against goldens in {golden_dir}",
-                       compared=True)
+    return render_html(
+        tables,
+        title="Graph capture goldens: kernels × batch size",
+        source=source or f"obtained summaries in {out_dir} against goldens in {golden_dir}",
+        compared=True,
+    )

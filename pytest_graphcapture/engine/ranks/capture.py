@@ -60,8 +60,11 @@ class MultiRankCaptureResult(CaptureResult):
 
 
 def _settings_dict(settings: Any) -> dict:
-    data = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)
-            if f.name not in ("progress", "on_stage")}  # callbacks stay in this process
+    data = {
+        f.name: getattr(settings, f.name)
+        for f in dataclasses.fields(settings)
+        if f.name not in ("progress", "on_stage")
+    }  # callbacks stay in this process
     data["out_dir"] = str(data["out_dir"])
     data["profiler_flags"] = sorted(data["profiler_flags"])
     data["environment"] = dict(data["environment"])
@@ -84,10 +87,18 @@ def _capture_target(ctx: RankContext, factory: Target, settings: dict, graphs: b
     return result.to_dict()
 
 
-def capture_on_ranks(factory: Target, world_size: int, settings: Any = None, *, device_type: str = "cpu",
-                     backend: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
-                     batch_sizes: Optional[Sequence[int]] = None, graphs: bool = True,
-                     progress: Optional[Callable[[str], None]] = None) -> MultiRankCaptureResult:
+def capture_on_ranks(
+    factory: Target,
+    world_size: int,
+    settings: Any = None,
+    *,
+    device_type: str = "cpu",
+    backend: Optional[str] = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    batch_sizes: Optional[Sequence[int]] = None,
+    graphs: bool = True,
+    progress: Optional[Callable[[str], None]] = None,
+) -> MultiRankCaptureResult:
     """Capture the runner ``factory(ctx)`` builds on each of ``world_size`` ranks.
 
     ``settings`` is the :class:`~pytest_graphcapture.engine.capture.CaptureSettings` of
@@ -108,15 +119,26 @@ def capture_on_ranks(factory: Target, world_size: int, settings: Any = None, *, 
             report(line)
 
     started = time.perf_counter()
-    outputs = run_on_ranks(_capture_target, world_size, args=(factory, values, graphs), device_type=device_type,
-                           backend=backend, timeout=timeout, batch_sizes=batch_sizes, on_progress=on_progress)
+    outputs = run_on_ranks(
+        _capture_target,
+        world_size,
+        args=(factory, values, graphs),
+        device_type=device_type,
+        backend=backend,
+        timeout=timeout,
+        batch_sizes=batch_sizes,
+        on_progress=on_progress,
+    )
     names = {out["runner_name"] for out in outputs}
     if len(names) != 1:
-        raise UsageError(f"the ranks built differently named runners: {sorted(names)}; a runner factory must name "
-                         f"its runner the same on every rank")
+        raise UsageError(
+            f"the ranks built differently named runners: {sorted(names)}; a runner factory must name "
+            f"its runner the same on every rank"
+        )
     first = outputs[0]
-    merged = MultiRankCaptureResult(runner_name=first["runner_name"], platform=first["platform"], rank=0,
-                                    mode=first["mode"], world_size=world_size)
+    merged = MultiRankCaptureResult(
+        runner_name=first["runner_name"], platform=first["platform"], rank=0, mode=first["mode"], world_size=world_size
+    )
     for rank, out in enumerate(outputs):
         own = CaptureResult.from_dict(out, source=f"rank {rank}")
         if own.single_trace_path is not None:

@@ -30,8 +30,15 @@ class RankError(GraphCaptureError):
     or the hung one), ``pids`` the child processes (all gone when this is raised).
     """
 
-    def __init__(self, message: str, *, ranks: dict[int, str], primary: Optional[int], pids: Sequence[int],
-                 timed_out: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        ranks: dict[int, str],
+        primary: Optional[int],
+        pids: Sequence[int],
+        timed_out: bool = False,
+    ) -> None:
         super().__init__(message)
         self.ranks = ranks
         self.primary = primary
@@ -74,8 +81,11 @@ def _where(frames: list[tuple[str, int, str]]) -> tuple[bool, str]:
         return False, ""
     in_dist = any("torch/distributed" in f.replace("\\", "/") for f, _, _ in frames[:3])
     if in_dist:
-        calls = [func for file, _, func in frames if "torch/distributed" in file.replace("\\", "/")
-                 and func not in ("wrapper", "<module>")]
+        calls = [
+            func
+            for file, _, func in frames
+            if "torch/distributed" in file.replace("\\", "/") and func not in ("wrapper", "<module>")
+        ]
         return True, f"torch.distributed {calls[0]}" if calls else "torch.distributed"
     ours = (os.path.join("pytest_graphcapture", ""), "multiprocessing")
     for file, line, func in frames:
@@ -111,8 +121,11 @@ def dump_stacks(procs: dict[int, Any], states: dict[int, RankState], dump_dir: s
     return dumps
 
 
-_PEER_LOST = re.compile(r"connection (closed|reset)|broken pipe|econnreset|connection refused|socket closed|"
-                        r"remote (process|peer)|peer .*(closed|disconnect)", re.IGNORECASE)
+_PEER_LOST = re.compile(
+    r"connection (closed|reset)|broken pipe|econnreset|connection refused|socket closed|"
+    r"remote (process|peer)|peer .*(closed|disconnect)",
+    re.IGNORECASE,
+)
 
 
 def _lost_peer(error: str) -> bool:
@@ -125,13 +138,16 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(kept[-lines:])
 
 
-def failure(states: dict[int, RankState], timeout: float, timed_out: bool, startup: bool,
-             dumps: dict[int, str], pids: list[int]) -> RankError:
+def failure(
+    states: dict[int, RankState], timeout: float, timed_out: bool, startup: bool, dumps: dict[int, str], pids: list[int]
+) -> RankError:
     ranks: dict[int, str] = {}
     # The cause first: a rank that died or raised on its own comes before ranks that only
     # lost their peer (their collectives fail *because* the first rank went away).
-    failed = sorted((s for s in states.values() if s.status in ("error", "died")),
-                    key=lambda s: (_lost_peer(s.error or ""), s.failed_at or 0.0, s.rank))
+    failed = sorted(
+        (s for s in states.values() if s.status in ("error", "died")),
+        key=lambda s: (_lost_peer(s.error or ""), s.failed_at or 0.0, s.rank),
+    )
     unfinished = [s for s in states.values() if s.status == "running"]
     lines: list[str] = []
     primary: Optional[int] = None
@@ -160,11 +176,12 @@ def failure(states: dict[int, RankState], timeout: float, timed_out: bool, start
             phase = "start up" if startup else "finish"
             limit = max(timeout, STARTUP_ALLOWANCE) if startup else timeout
             names = ", ".join(str(r) for r in hung)
-            lines.insert(0, f"rank{'s' if len(hung) > 1 else ''} {names} of {len(states)} did not {phase} "
-                            f"within {limit:g}s (--graph-capture-rank-timeout)")
+            lines.insert(
+                0,
+                f"rank{'s' if len(hung) > 1 else ''} {names} of {len(states)} did not {phase} "
+                f"within {limit:g}s (--graph-capture-rank-timeout)",
+            )
         for state in sorted(unfinished, key=lambda s: s.rank):
             lines.append(f"rank {state.rank}: {ranks[state.rank]}; stopped")
     lines.append(f"all {len(pids)} rank processes were stopped")
     return RankError("\n".join(lines), ranks=ranks, primary=primary, pids=pids, timed_out=timed_out)
-
-

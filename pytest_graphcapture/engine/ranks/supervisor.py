@@ -126,7 +126,8 @@ def check_picklable(target: Target, *, what: str = "factory") -> None:
         name = getattr(target, "__qualname__", repr(target))
         raise UsageError(
             f"{what} {name} cannot be sent to the rank processes ({type(exc).__name__}: {exc}); use a module-level "
-            f"function (not a lambda, closure or runner object) or a 'module:function' string") from None
+            f"function (not a lambda, closure or runner object) or a 'module:function' string"
+        ) from None
 
 
 def _describe_exit(code: Optional[int]) -> str:
@@ -184,8 +185,19 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="graphcapture-parent-watch", daemon=True).start()
 
 
-def _rank_main(rank: int, world_size: int, port: int, device_type: str, backend: str, timeout: float,
-               target: Target, args: tuple, queue: Any, parent_pid: int, dump_dir: str) -> None:
+def _rank_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    device_type: str,
+    backend: str,
+    timeout: float,
+    target: Target,
+    args: tuple,
+    queue: Any,
+    parent_pid: int,
+    dump_dir: str,
+) -> None:
     """Entry point of one rank process (module level, so ``spawn`` can import it)."""
     global _CHANNEL
     _watch_parent(parent_pid)
@@ -210,8 +222,13 @@ def _rank_main(rank: int, world_size: int, port: int, device_type: str, backend:
             torch.cuda.set_device(index)
             device = f"cuda:{index}"
         channel.stage("init_process_group")
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", world_size=world_size, rank=rank,
-                                timeout=timedelta(seconds=timeout + PG_TIMEOUT_MARGIN))
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            world_size=world_size,
+            rank=rank,
+            timeout=timedelta(seconds=timeout + PG_TIMEOUT_MARGIN),
+        )
         channel.stage("running")
         fn = resolve_target(target, what="rank target")
         value = fn(RankContext(rank, world_size, device, backend, args[0] if args else None), *args[1:])
@@ -264,8 +281,15 @@ def _stop_all(procs: Sequence[Any]) -> None:
             pass
 
 
-def _run_once(target: Target, world_size: int, args: tuple, device_type: str, backend: str, timeout: float,
-              on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
+def _run_once(
+    target: Target,
+    world_size: int,
+    args: tuple,
+    device_type: str,
+    backend: str,
+    timeout: float,
+    on_progress: Optional[Callable[[int, str], None]],
+) -> list[Any]:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -279,9 +303,23 @@ def _run_once(target: Target, world_size: int, args: tuple, device_type: str, ba
     dumps: dict[int, str] = {}
     try:
         for rank in range(world_size):
-            proc = ctx.Process(target=_rank_main, name=f"graphcapture-rank{rank}",
-                               args=(rank, world_size, port, device_type, backend, timeout, target, args, queue,
-                                     os.getpid(), dump_dir))
+            proc = ctx.Process(
+                target=_rank_main,
+                name=f"graphcapture-rank{rank}",
+                args=(
+                    rank,
+                    world_size,
+                    port,
+                    device_type,
+                    backend,
+                    timeout,
+                    target,
+                    args,
+                    queue,
+                    os.getpid(),
+                    dump_dir,
+                ),
+            )
             proc.start()
             procs[rank] = proc
             pids.append(proc.pid)
@@ -317,8 +355,12 @@ def _run_once(target: Target, world_size: int, args: tuple, device_type: str, ba
                 elif kind == "result":
                     state.status, state.value = "ok", message[2]
                 elif kind == "error":
-                    state.status, state.error, state.traceback, state.stage = "error", message[2], message[3], \
-                        message[4]
+                    state.status, state.error, state.traceback, state.stage = (
+                        "error",
+                        message[2],
+                        message[3],
+                        message[4],
+                    )
                     state.failed_at = time.monotonic()
                     first_failure = first_failure or state.failed_at
             # A rank that exited without a result (segfault, os._exit, OOM kill): give its queued
@@ -345,10 +387,17 @@ def _run_once(target: Target, world_size: int, args: tuple, device_type: str, ba
     raise failure(states, timeout, timed_out, startup, dumps, pids)
 
 
-def run_on_ranks(target: Target, world_size: int, *, args: tuple = (), device_type: str = "cpu",
-                 backend: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
-                 batch_sizes: Optional[Sequence[int]] = None,
-                 on_progress: Optional[Callable[[int, str], None]] = None) -> list[Any]:
+def run_on_ranks(
+    target: Target,
+    world_size: int,
+    *,
+    args: tuple = (),
+    device_type: str = "cpu",
+    backend: Optional[str] = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    batch_sizes: Optional[Sequence[int]] = None,
+    on_progress: Optional[Callable[[int, str], None]] = None,
+) -> list[Any]:
     """Run ``target(ctx, *args)`` on ``world_size`` spawned ranks; return their results by rank.
 
     ``target`` is a module-level callable or a ``"module:function"`` string; its
@@ -368,8 +417,9 @@ def run_on_ranks(target: Target, world_size: int, *, args: tuple = (), device_ty
         try:
             return _run_once(target, world_size, payload, device_type, backend, float(timeout), on_progress)
         except RankError as exc:
-            port_taken = any("init_process_group" in text and "address already in use" in text.lower()
-                             for text in exc.ranks.values())
+            port_taken = any(
+                "init_process_group" in text and "address already in use" in text.lower() for text in exc.ranks.values()
+            )
             if not port_taken or attempt == PORT_RETRIES - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
