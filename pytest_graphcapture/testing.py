@@ -182,27 +182,19 @@ class FakeBackend(Backend):
         super().enter_stage(progress, stage)
         self._stage = stage
 
-    def capture_one(
-        self,
-        key: CaptureKey,
-        forward: Forward,
-        *,
-        profiler: Optional[Steppable] = None,
-        profiling: bool = False,
-        post_warmup: Optional[Callable[[CaptureKey], None]] = None,
-        progress: Optional[CaptureProgress] = None,
-    ) -> Any:
+    def capture_one(self, key: CaptureKey, forward: Forward, **options: Any) -> Any:
+        """:meth:`Backend.capture_one` with every profiler step and post-warmup hook call logged."""
         self.log.current_key = key
-        stepper = _LoggingStepper(profiler, self) if profiler is not None else None
+        profiler = options.pop("profiler", None)
+        post_warmup = options.pop("post_warmup", None)
 
         def hook(k: CaptureKey) -> None:
             self.log.record(HOOK)
             if post_warmup is not None:
                 post_warmup(k)
 
-        return super().capture_one(
-            key, forward, profiler=stepper, profiling=profiling, post_warmup=hook, progress=progress
-        )
+        stepper = _LoggingStepper(profiler, self) if profiler is not None else None
+        return super().capture_one(key, forward, profiler=stepper, post_warmup=hook, **options)
 
 
 class FakeRunner(GraphRunner):
