@@ -1,21 +1,34 @@
-"""Shared helpers of the project's own tests."""
+"""Setup shared by the project's own tests (everything under ``tests/``)."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
-# CI sets CI=true; tests that run pytest inside pytest must not inherit it unless they mean to.
-CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "CIRCLECI",
-                "TRAVIS", "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE")
-GRAPH_CAPTURE_VARIABLES = tuple(name for name in os.environ if name.startswith("GRAPH_CAPTURE_")
-                                and name != "GRAPH_CAPTURE_REAL_TRACES")
+# Shared, non-test modules (helpers.py, rank_targets.py) live here; test modules in the
+# tests/<area>/ folders and the rank processes they spawn import them by name.
+TESTS_DIR = str(Path(__file__).resolve().parent)
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
+
+GRAPH_CAPTURE_VARIABLES = tuple(
+    name for name in os.environ if name.startswith("GRAPH_CAPTURE_") and name != "GRAPH_CAPTURE_REAL_TRACES"
+)
 
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts outside CI and without GRAPH_CAPTURE_* settings from the outer shell."""
+    """Each test starts outside CI and without GRAPH_CAPTURE_* settings from the outer shell.
+
+    CI sets CI=true; tests that run pytest inside pytest must not inherit it unless they mean to.
+    The package is imported here, not at the top: a conftest importing it before pytest's
+    assertion rewriting would make inner ``-W error`` runs fail ("already imported").
+    """
+    from pytest_graphcapture.plugin.settings import CI_VARIABLES
+
     for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 

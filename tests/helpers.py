@@ -1,4 +1,9 @@
-"""Small helpers shared by the project's tests (import as ``from helpers import ...``)."""
+"""Helpers shared by the project's tests (import as ``from helpers import ...``).
+
+This module lives in ``tests/``; the repository's top-level ``conftest.py`` puts that
+folder on ``sys.path`` so test modules in any ``tests/<area>/`` folder (and the rank
+processes the multi-rank tests spawn) can import it and ``rank_targets``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,14 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# hypothesis's own plugin adds ~1 s per inner run (and per xdist worker) and is irrelevant there;
+# pytest-randomly would reorder the inner tests.
+QUIET = ("-p", "no:randomly", "-p", "no:hypothesispytest")
+PLUGIN: tuple[str, ...] = ()  # the installed plugin (entry point) is what users run
 
 
 def load_trace(path: Path) -> dict:
@@ -23,3 +35,104 @@ def cpu_op_names(trace: dict) -> list[str]:
 
 def real_traces_dir() -> Path:
     return Path(os.environ.get("GRAPH_CAPTURE_REAL_TRACES", REPO_ROOT.parent / "shared" / "testdata" / "real_traces"))
+
+
+def assert_gone(pids: list[int]) -> None:
+    """Every pid is gone (not even a zombie left for us to reap)."""
+    assert pids
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.append(pid)
+    assert not alive, f"rank processes left behind: {alive}"
+
+
+# --------------------------------------------------------------------------- pytester projects
+
+
+def run(
+    pytester: pytest.Pytester, *args: str, subprocess: bool = False, timeout: float | None = None
+) -> pytest.RunResult:
+    """Run pytest in a pytester project: in-process, or in a subprocess (for ``-n``), without the cache."""
+    if subprocess:
+        return pytester.runpytest_subprocess(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args, timeout=timeout)
+    return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
+
+
+def use_this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Subprocesses (xdist workers, ``runpytest_subprocess``) import the package from this checkout."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+
+
+# The fake capture of the pytester projects: ``fake_capture()`` returns a CaptureResult whose
+# summaries come from ``make_summary``, for FAKE_BATCH_SIZES (default BATCH_SIZES) on
+# FAKE_PLATFORM (default PLATFORM).  The default model is steered by env vars:
+# FAKE_HIDDEN (op shapes), FAKE_EXTRA_OP (one more op and kernel launches), FAKE_MANY_OPS
+# (a long diff), FAKE_INCOMPLETE, FAKE_NO_SUMMARY and FAKE_TORCH (environment).
+# A test module needing another model appends its own ``make_summary`` (and PLATFORM,
+# BATCH_SIZES) to this text: the later definitions win.
+FAKE_CONFTEST = """
+import os
+import pytest
+from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.engine.result import CaptureResult, KeyResult
+from pytest_graphcapture.summary import Summary
+
+PLATFORM = "cpu"
+BATCH_SIZES = "1,2,4"
+
+
+def pytest_addhooks(pluginmanager):
+    caller = getattr(pluginmanager.hook, "pytest_graphcapture_postprocess_summary", None)
+    if caller is None or caller.spec is None:
+        from pytest_graphcapture.plugin import hookspecs
+        pluginmanager.add_hookspecs(hookspecs)
+
+
+def make_summary(bs, runner, platform):
+    hidden = int(os.environ.get("FAKE_HIDDEN", "256"))
+    extra = os.environ.get("FAKE_EXTRA_OP") == "1"
+    kernels = [{"name": "gemv_kernel" if bs < 4 else "gemm_kernel", "kind": "kernel", "count": 2},
+               {"name": "elementwise_kernel", "kind": "kernel", "count": 5 if extra else 3}]
+    ops = [{"name": "aten::mm", "input_dims": [[bs, hidden], [hidden, 256]], "input_types": ["float", "float"],
+            "count": 2},
+           {"name": "aten::add", "input_dims": [[bs, 256], [bs, 256]], "input_types": ["float", "float"], "count": 3}]
+    if extra:
+        ops.append({"name": "aten::relu", "input_dims": [[bs, 256]], "input_types": ["float"], "count": 2})
+    for i in range(int(os.environ.get("FAKE_MANY_OPS", "0"))):
+        ops.append({"name": f"aten::op{i:03d}", "input_dims": [[bs, i + 1]], "input_types": ["float"], "count": 1})
+    total = sum(k["count"] for k in kernels)
+    incomplete = os.environ.get("FAKE_INCOMPLETE")
+    if incomplete:
+        kernels = kernels[:1]
+    return Summary(key=CaptureKey(runner, bs), platform=platform, kernels=kernels, ops=ops,
+                   launches={"total": total, "by_api": {"cudaLaunchKernel": total}},
+                   complete=not incomplete, incomplete_reason=incomplete or None,
+                   environment={"torch": os.environ.get("FAKE_TORCH", "2.4.0"), "device": "FakeDevice"})
+
+
+@pytest.fixture
+def fake_capture():
+    def capture(runner="Fake", platform=None):
+        platform = platform or os.environ.get("FAKE_PLATFORM", PLATFORM)
+        sizes = [int(s) for s in os.environ.get("FAKE_BATCH_SIZES", BATCH_SIZES).split(",")]
+        result = CaptureResult(runner_name=runner, platform=platform)
+        for bs in sorted(sizes, reverse=True):
+            key = CaptureKey(runner, bs)
+            summary = None if os.environ.get("FAKE_NO_SUMMARY") else make_summary(bs, runner, platform)
+            result.keys[key] = KeyResult(key=key, summary=summary)
+        return result
+    return capture
+"""
+
+TEST_DECODE = """
+def test_decode(fake_capture, golden):
+    golden.check(fake_capture())
+
+
+def test_other(fake_capture, golden):
+    golden.check(fake_capture())
+"""

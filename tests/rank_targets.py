@@ -25,15 +25,21 @@ def tp_decode_logits(ctx, tp_size: int) -> dict:
         shape = list(cache.shape)
         shape[3] = kv * tp_size
         full = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-        cache.copy_(full[:, :, :, ctx.rank * kv:(ctx.rank + 1) * kv])
+        cache.copy_(full[:, :, :, ctx.rank * kv : (ctx.rank + 1) * kv])
     tokens, logits = runner.eager_decode(ids, lens, slots=torch.arange(4))
     return {"logits": logits.tolist(), "tokens": tokens.tolist(), "cache": list(runner.k_cache.shape)}
 
 
 def rank_and_world(ctx) -> tuple:
     """What the rank sees: its context and the initialized process group."""
-    return (ctx.rank, ctx.world_size, ctx.backend, ctx.batch_sizes, torch.distributed.get_rank(),
-            torch.distributed.get_world_size())
+    return (
+        ctx.rank,
+        ctx.world_size,
+        ctx.backend,
+        ctx.batch_sizes,
+        torch.distributed.get_rank(),
+        torch.distributed.get_world_size(),
+    )
 
 
 def exit_on_rank_one(ctx) -> int:
@@ -42,4 +48,3 @@ def exit_on_rank_one(ctx) -> int:
         os._exit(7)
     torch.distributed.barrier()
     return ctx.rank
-

@@ -10,8 +10,22 @@ from pytest_graphcapture.keys import MAX_NAME_LENGTH, CaptureKey, capture_order,
 from pytest_graphcapture.naming import trace_file_name
 
 
-@pytest.mark.parametrize("raw", ["..", "../../etc/passwd", "a/b", "a\\b", "nul\x00byte", ".hidden", "", "/",
-                                 "x" * 5000, "décodé-ünïcode", "日本語"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "..",
+        "../../etc/passwd",
+        "a/b",
+        "a\\b",
+        "nul\x00byte",
+        ".hidden",
+        "",
+        "/",
+        "x" * 5000,
+        "décodé-ünïcode",
+        "日本語",
+    ],
+)
 def test_safe_name_is_one_harmless_path_component(raw: str) -> None:
     name = safe_name(raw)
     assert name and "/" not in name and "\\" not in name and "\x00" not in name
@@ -39,8 +53,12 @@ def test_distinct_names_map_to_distinct_components(a: str, b: str) -> None:
 
 def test_capture_order_is_largest_batch_size_first_plain_variant_before_others() -> None:
     keys = [CaptureKey("R", 1), CaptureKey("R", 4, "lora"), CaptureKey("R", 4), CaptureKey("R", 2)]
-    assert capture_order(keys) == [CaptureKey("R", 4), CaptureKey("R", 4, "lora"), CaptureKey("R", 2),
-                                   CaptureKey("R", 1)]
+    assert capture_order(keys) == [
+        CaptureKey("R", 4),
+        CaptureKey("R", 4, "lora"),
+        CaptureKey("R", 2),
+        CaptureKey("R", 1),
+    ]
 
 
 @pytest.mark.parametrize("bs", [0, -1, 1.5, True])

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 RUN = REPO / "benchmarks" / "run.py"
 
 
@@ -24,8 +25,9 @@ def _real_traces() -> Path:
 
 
 def _run(args: list[str], tmp_path: Path, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(RUN), *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(RUN), *args], cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slow

@@ -18,13 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extras: pip install -e '.[test]'")
 
 from pytest_graphcapture.plugin.settings import SETTINGS
 from pytest_graphcapture.tools.cli import build_parser
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 RECIPES = {"cpu.yml": "ubuntu-latest", "nvidia.yml": "nvidia", "rocm.yml": "rocm"}
 
 
@@ -74,8 +75,13 @@ def option_value(args: list[str], option: str) -> str:
 
 @pytest.fixture(scope="module")
 def pytest_options() -> set[str]:
-    done = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", done.stdout)) | {"-p", "-n", "-q", "-v", "-x"}
 
@@ -83,7 +89,8 @@ def pytest_options() -> set[str]:
 def test_examples_copies_are_identical() -> None:
     for name in RECIPES:
         assert (REPO / "examples" / "ci" / name).read_bytes() == (REPO / "docs" / "ci" / name).read_bytes(), (
-            f"examples/ci/{name} differs from docs/ci/{name}: copy it again")
+            f"examples/ci/{name} differs from docs/ci/{name}: copy it again"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -111,7 +118,7 @@ def test_recipe_shape(name: str) -> None:
 
     summary = [s for s in job["steps"] if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
     assert len(summary) == 1 and summary[0].get("if") == "always()", "publish the report even when the gate fails"
-    assert f"cat {report} >> \"$GITHUB_STEP_SUMMARY\"" in summary[0]["run"]
+    assert f'cat {report} >> "$GITHUB_STEP_SUMMARY"' in summary[0]["run"]
 
     upload = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert len(upload) == 1 and upload[0].get("if") == "always()", "upload the artifacts even when the gate fails"
@@ -151,14 +158,24 @@ def test_cpu_job_gate_and_summary_steps_run(tmp_path: Path) -> None:
     shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     summary_file = tmp_path / "step_summary.md"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPH_CAPTURE_", "PYTEST_"))}
-    env.update(CI="true", GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(summary_file),
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]))
+    env.update(
+        CI="true",
+        GITHUB_ACTIONS="true",
+        GITHUB_STEP_SUMMARY=str(summary_file),
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+    )
     for step in steps("cpu.yml"):
         script = step.get("run", "")
         if "pip install" in script or not script:
             continue  # the plugin is installed already; actions are GitHub's
-        done = subprocess.run(["bash", "-eo", "pipefail", "-c", script.replace("python -m", f"{sys.executable} -m")],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            ["bash", "-eo", "pipefail", "-c", script.replace("python -m", f"{sys.executable} -m")],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, f"step {step.get('name')!r} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
     args = gate_command("cpu.yml")
     report = tmp_path / option_value(args, "--graph-capture-report")

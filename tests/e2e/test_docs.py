@@ -15,7 +15,7 @@ other, as a reader follows them), with this checkout's installed plugin and no
 
 A document whose first line after the title is ``<!-- docs-test: copy examples -->`` runs
 in a folder holding a copy of ``examples/``.  Docs written and tested elsewhere are in
-:data:`COVERED_ELSEWHERE`.  ``python tests/test_docs.py`` prints the inventory.
+:data:`COVERED_ELSEWHERE`.  ``python tests/e2e/test_docs.py`` prints the inventory.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from pytest_graphcapture.plugin.settings import CI_VARIABLES
+
+REPO = Path(__file__).resolve().parents[2]  # tests/e2e/ -> the repository
 sys.path.insert(0, str(REPO / "scripts"))
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -38,7 +40,7 @@ RUN_LANGS = ("bash", "python")
 #: Docs whose runnable blocks another test executes: {file name: why they are not run here}.
 COVERED_ELSEWHERE = {
     "benchmarks.md": "run by tests/test_benchmarks_smoke.py (python benchmarks/run.py --quick); the full run "
-                     "takes about 5 minutes",
+    "takes about 5 minutes",
 }
 FENCE = re.compile(r"^(`{3,}|~{3,})(\S*)\s*$")
 MARKER = re.compile(r"^<!--\s*([a-z-]+):\s*(.*?)\s*-->\s*$")
@@ -82,7 +84,7 @@ def parse(doc: Path) -> list[Block]:
             end += 1
         if end == len(lines):
             raise AssertionError(f"{doc.name}:{i + 1}: unclosed code fence")
-        blocks.append(Block(doc, i + 1, lang, "\n".join(lines[i + 1:end]) + "\n", markers))
+        blocks.append(Block(doc, i + 1, lang, "\n".join(lines[i + 1 : end]) + "\n", markers))
         i = end + 1
     return blocks
 
@@ -115,10 +117,9 @@ def inventory() -> list[tuple[str, str, str]]:
 
 
 def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GRAPH_CAPTURE_", "PYTEST_")) and k not in (
-               "CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "CIRCLECI", "TRAVIS",
-               "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GRAPH_CAPTURE_", "PYTEST_")) and k not in CI_VARIABLES
+    }
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -136,8 +137,10 @@ def run_block(block: Block, cwd: Path, index: int) -> None:
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     want = int(block.get("expect-exit")[0]) if block.get("expect-exit") else 0
-    assert done.returncode == want, (f"{block.where}: exit {done.returncode}, expected {want}\n"
-                                     f"--- block ---\n{block.text}--- output (tail) ---\n{output[-4000:]}")
+    assert done.returncode == want, (
+        f"{block.where}: exit {done.returncode}, expected {want}\n"
+        f"--- block ---\n{block.text}--- output (tail) ---\n{output[-4000:]}"
+    )
     for text in block.get("expect-output"):
         assert text in output, f"{block.where}: output lacks {text!r}\n--- output (tail) ---\n{output[-4000:]}"
 
@@ -177,7 +180,8 @@ def test_included_files_are_identical() -> None:
         for block in parse(doc):
             for path in block.get("include"):
                 assert (REPO / path).read_text(encoding="utf-8") == block.text, (
-                    f"{block.where}: differs from {path}; paste the file into the doc again")
+                    f"{block.where}: differs from {path}; paste the file into the doc again"
+                )
                 checked += 1
     assert checked >= 3, "docs/ci.md should include the three CI workflows"
 
@@ -188,7 +192,8 @@ def test_configuration_reference_is_up_to_date() -> None:
     assert gen_config_docs.undocumented_env() == [], "describe these in OTHER_ENV in scripts/gen_config_docs.py"
     current = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert current == gen_config_docs.render(), (
-        "docs/configuration.md is out of date with the code: run python scripts/gen_config_docs.py")
+        "docs/configuration.md is out of date with the code: run python scripts/gen_config_docs.py"
+    )
 
 
 def test_configuration_reference_covers_every_setting() -> None:
@@ -200,8 +205,15 @@ def test_configuration_reference_covers_every_setting() -> None:
     text = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     for setting in SETTINGS.values():
         assert f"`{setting.option}` | `{setting.env}` | `{setting.ini}`" in text, setting.option
-    for name in ("decode_runner", "graph_capture", "golden", "gpu", "pytest_graphcapture_make_runner",
-                 "graphcapture show", "max_launches"):
+    for name in (
+        "decode_runner",
+        "graph_capture",
+        "golden",
+        "gpu",
+        "pytest_graphcapture_make_runner",
+        "graphcapture show",
+        "max_launches",
+    ):
         assert name in text, name
 
 
@@ -210,8 +222,9 @@ def test_doc_snippets_run(doc: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     if copies_examples(doc):
-        shutil.copytree(REPO / "examples", work / "examples",
-                        ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+        shutil.copytree(
+            REPO / "examples", work / "examples", ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache")
+        )
     skipped = []
     ran = 0
     for index, block in enumerate(parse(doc)):

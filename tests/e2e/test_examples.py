@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from helpers import REPO_ROOT, cpu_op_names, load_trace
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -15,8 +14,16 @@ DEFAULT_SIZES = [1, 2, 4, 8, 12, 16, 24, 32]
 
 
 def run_examples(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pytest", str(EXAMPLES), "-p", "no:cacheprovider", "--graph-capture-device=cpu",
-               *args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(EXAMPLES),
+        "-p",
+        "no:cacheprovider",
+        "--graph-capture-device=cpu",
+        *args,
+    ]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -29,7 +36,8 @@ def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Pat
     names = sorted(p.name for p in folder.iterdir() if p.name.startswith("TinyDecodeRunner_"))
     assert names == sorted(f"TinyDecodeRunner_bs_{bs}_rank0.json.gz" for bs in DEFAULT_SIZES)
     assert sorted(p.name for p in folder.glob("TinyDecodeRunner-tp2_*")) == sorted(
-        f"TinyDecodeRunner-tp2_bs_{bs}_rank{rank}.json.gz" for bs in (1, 2, 4) for rank in (0, 1))
+        f"TinyDecodeRunner-tp2_bs_{bs}_rank{rank}.json.gz" for bs in (1, 2, 4) for rank in (0, 1)
+    )
     for bs in DEFAULT_SIZES:
         trace = load_trace(folder / f"TinyDecodeRunner_bs_{bs}_rank0.json.gz")
         ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]

@@ -7,14 +7,13 @@ merged session report must count every check exactly once.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("xdist", reason="pytest-xdist is needed for the concurrency runs (pip install pytest-xdist)")
 
-from helpers import REPO_ROOT  # noqa: E402
+from helpers import run, use_this_checkout  # noqa: E402
 
 CONFTEST = """
 import os
@@ -36,10 +35,9 @@ def test_shard(shard, graph_capture, golden, decode_runner):
 """
 
 
-def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+def run_with_report(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess("-n", "4", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                           "--graph-capture-json", str(report), *args, timeout=600)
+    result = run(pytester, "-n", "4", "--graph-capture-json", str(report), *args, subprocess=True, timeout=600)
     return result, json.loads(report.read_text())
 
 
@@ -57,26 +55,26 @@ def check_tree(root: Path, hidden: int) -> None:
         assert mm and mm[0]["input_dims"] == [[data["key"]["batch_size"], hidden], [hidden, hidden]], (path, shard)
 
 
-def test_parallel_updates_over_a_shared_golden_tree_repeated(pytester: pytest.Pytester,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+def test_parallel_updates_over_a_shared_golden_tree_repeated(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_this_checkout(monkeypatch)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_shards=TESTS)
 
-    first, report = run(pytester, "--update-golden")
+    first, report = run_with_report(pytester, "--update-golden")
     first.assert_outcomes(passed=8)
     assert report["totals"]["checked"] == 24 and report["totals"]["created"] == 24
     check_tree(pytester.path, 8)
     before = {p: p.read_bytes() for p in (pytester.path / "goldens").rglob("*.json")}
 
-    again, report = run(pytester, "--update-golden")
+    again, report = run_with_report(pytester, "--update-golden")
     again.assert_outcomes(passed=8)
     assert report["totals"]["passed"] == 24 and report["totals"]["created"] == report["totals"]["updated"] == 0
     assert {p: p.read_bytes() for p in before} == before, "an unchanged model rewrites nothing"
 
     monkeypatch.setenv("CONC_HIDDEN", "16")
-    changed, report = run(pytester, "--update-golden")
+    changed, report = run_with_report(pytester, "--update-golden")
     changed.assert_outcomes(passed=8)
     assert report["totals"]["updated"] == 24
     check_tree(pytester.path, 16)
-

@@ -26,8 +26,12 @@ ALLOWED = {
     "testing": {"shared", "summary", "engine", "testing"},
     "top": {"shared", "summary", "golden", "engine", "tools", "plugin", "testing", "top"},
 }
-FORBIDDEN_EXTERNAL = {"shared": {"torch", "pytest"}, "summary": {"torch", "pytest"}, "golden": {"torch", "pytest"},
-                      "engine": {"pytest"}}
+FORBIDDEN_EXTERNAL = {
+    "shared": {"torch", "pytest"},
+    "summary": {"torch", "pytest"},
+    "golden": {"torch", "pytest"},
+    "engine": {"pytest"},
+}
 
 
 def layer(module: str) -> str:
@@ -103,7 +107,7 @@ def violations(root: Path) -> list[str]:
             if node.startswith(nxt + ".") or nxt.startswith(node + "."):
                 continue
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 problems.append("import cycle: " + " -> ".join(cycle))
             elif nxt not in state:
                 visit(nxt)

@@ -15,8 +15,15 @@ PACKAGE = REPO_ROOT / "pytest_graphcapture"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "marshal", "shelve", "yaml", "commands"}
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__"}
-FORBIDDEN_ATTRIBUTES = {("os", "system"), ("os", "popen"), ("os", "execv"), ("os", "execvp"),
-                        ("pickle", "load"), ("pickle", "loads"), ("torch", "load")}
+FORBIDDEN_ATTRIBUTES = {
+    ("os", "system"),
+    ("os", "popen"),
+    ("os", "execv"),
+    ("os", "execvp"),
+    ("pickle", "load"),
+    ("pickle", "loads"),
+    ("torch", "load"),
+}
 
 
 def violations(path: Path, root: Path = REPO_ROOT) -> list[str]:
@@ -32,12 +39,16 @@ def violations(path: Path, root: Path = REPO_ROOT) -> list[str]:
             func = node.func
             if isinstance(func, ast.Name) and func.id in FORBIDDEN_CALLS:
                 found.append(f"{where} calls {func.id}()")
-            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                    and (func.value.id, func.attr) in FORBIDDEN_ATTRIBUTES:
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and (func.value.id, func.attr) in FORBIDDEN_ATTRIBUTES
+            ):
                 found.append(f"{where} calls {func.value.id}.{func.attr}()")
             for keyword in node.keywords:
-                if keyword.arg == "shell" and not (isinstance(keyword.value, ast.Constant)
-                                                   and keyword.value.value is False):
+                if keyword.arg == "shell" and not (
+                    isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                ):
                     found.append(f"{where} passes shell=... to a subprocess")
     return found
 
@@ -53,7 +64,8 @@ def test_no_pickle_eval_or_shell(path: Path) -> None:
 
 def test_the_checker_catches_what_it_forbids(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("import pickle\nimport subprocess\nsubprocess.run('ls', shell=True)\neval('1')\n"
-                     "import os\nos.system('x')\n")
+    probe.write_text(
+        "import pickle\nimport subprocess\nsubprocess.run('ls', shell=True)\neval('1')\nimport os\nos.system('x')\n"
+    )
     found = violations(probe, root=tmp_path)
     assert len(found) == 4, found

@@ -27,8 +27,13 @@ def capture(profiling: bool, with_profiler: bool) -> tuple[CallLog, RecordingPro
     backend = FakeBackend(log)
     profiler = RecordingProfiler(log)
     runner = FakeRunner([4])
-    backend.capture_one(KEY, runner.forward_for(KEY), profiler=profiler if with_profiler else None,
-                        profiling=profiling, post_warmup=runner.post_warmup)
+    backend.capture_one(
+        KEY,
+        runner.forward_for(KEY),
+        profiler=profiler if with_profiler else None,
+        profiling=profiling,
+        post_warmup=runner.post_warmup,
+    )
     return log, profiler
 
 
@@ -51,7 +56,7 @@ def test_profiling_steps_three_times_the_last_after_the_graph_context_exits() ->
     assert profiler.steps == 3
     assert names.index(GRAPH_ENTER) < names.index(GRAPH_EXIT) < len(names) - 1
     assert names[-1] == STEP, "the last step must come after the graph context has exited"
-    inside = names[names.index(GRAPH_ENTER):names.index(GRAPH_EXIT)]
+    inside = names[names.index(GRAPH_ENTER) : names.index(GRAPH_EXIT)]
     assert STEP not in inside, "stepping inside the capture context would synchronize the device"
     assert_call_sequence(names, expected_key_sequence(profiling=True))
 

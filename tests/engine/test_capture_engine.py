@@ -29,7 +29,10 @@ def test_per_bs_traces_are_named_by_key_in_capture_order(tmp_path: Path) -> None
     result = capture_runner(FakeRunner([1, 4, 2]), FakeBackend(log), per_bs(tmp_path))
     assert [k.batch_size for k in result.keys] == [4, 2, 1], "largest batch size is captured first"
     assert [p.name for p in result.trace_paths] == [
-        "FakeRunner_bs_4_rank0.json.gz", "FakeRunner_bs_2_rank0.json.gz", "FakeRunner_bs_1_rank0.json.gz"]
+        "FakeRunner_bs_4_rank0.json.gz",
+        "FakeRunner_bs_2_rank0.json.gz",
+        "FakeRunner_bs_1_rank0.json.gz",
+    ]
     assert all(log.count(STEP, key) == 3 for key in result.keys)
 
 
@@ -70,16 +73,16 @@ def test_rank_suffix_comes_from_the_rank(tmp_path: Path) -> None:
 
 
 def test_directory_is_created_only_when_exporting(tmp_path: Path) -> None:
-    capture_runner(FakeRunner([1, 2]), FakeBackend(), CaptureSettings(trace="off", summarize=False,
-                                                                      out_dir=tmp_path))
+    capture_runner(FakeRunner([1, 2]), FakeBackend(), CaptureSettings(trace="off", summarize=False, out_dir=tmp_path))
     assert not trace_dir(tmp_path).exists()
     capture_runner(FakeRunner([1, 2]), FakeBackend(), per_bs(tmp_path))
     assert files_in(tmp_path) == ["FakeRunner_bs_1_rank0.json.gz", "FakeRunner_bs_2_rank0.json.gz"]
 
 
 def test_single_mode_writes_one_trace_for_the_whole_capture_phase(tmp_path: Path) -> None:
-    result = capture_runner(FakeRunner([1, 2]), FakeBackend(),
-                            CaptureSettings(trace="single", summarize=False, out_dir=tmp_path))
+    result = capture_runner(
+        FakeRunner([1, 2]), FakeBackend(), CaptureSettings(trace="single", summarize=False, out_dir=tmp_path)
+    )
     assert files_in(tmp_path) == ["cuda_graph_capture-FakeRunner-TP-0.json.gz"]
     assert result.single_trace_path == trace_dir(tmp_path) / "cuda_graph_capture-FakeRunner-TP-0.json.gz"
     assert result.trace_paths == []
@@ -104,8 +107,11 @@ def test_a_failing_key_leaves_no_file_and_no_mislabeled_file(tmp_path: Path, sta
     # The profiler was released: a new profiling session in this process works.
     again = tmp_path / "again"
     result = capture_runner(FakeRunner([1, 2, 4]), FakeBackend(), per_bs(again))
-    assert files_in(again) == ["FakeRunner_bs_1_rank0.json.gz", "FakeRunner_bs_2_rank0.json.gz",
-                               "FakeRunner_bs_4_rank0.json.gz"]
+    assert files_in(again) == [
+        "FakeRunner_bs_1_rank0.json.gz",
+        "FakeRunner_bs_2_rank0.json.gz",
+        "FakeRunner_bs_4_rank0.json.gz",
+    ]
     assert len(result) == 3
 
 

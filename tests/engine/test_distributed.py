@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 import torch
+from helpers import assert_gone
 
 from pytest_graphcapture.engine.decode_model import DecoderConfig, TinyDecodeRunner, check_tensor_parallel
 from pytest_graphcapture.engine.ranks.diagnose import RankError
@@ -22,26 +22,14 @@ from pytest_graphcapture.keys import CaptureKey, key_label
 from pytest_graphcapture.naming import golden_file_name
 
 
-def assert_gone(pids: list[int]) -> None:
-    """Every pid is gone (not even a zombie left for us to reap)."""
-    assert pids
-    alive = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        alive.append(pid)
-    assert not alive, f"rank processes left behind: {alive}"
-
-
 def test_two_rank_tensor_parallel_decode_equals_one_rank() -> None:
     one = run_on_ranks("rank_targets:tp_decode_logits", 1, args=(1,), timeout=60)[0]
     two = run_on_ranks("rank_targets:tp_decode_logits", 2, args=(2,), timeout=60)
     assert one["cache"][3] == 2 and [r["cache"][3] for r in two] == [1, 1]  # KV heads split across ranks
     for rank_result in two:  # every rank ends with the full (all-reduced) result
-        torch.testing.assert_close(torch.tensor(rank_result["logits"]), torch.tensor(one["logits"]),
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            torch.tensor(rank_result["logits"]), torch.tensor(one["logits"]), rtol=1e-4, atol=1e-5
+        )
         assert rank_result["tokens"] == one["tokens"]
 
 

@@ -8,14 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import load_trace
-from test_distributed import assert_gone
+from helpers import assert_gone, load_trace
 
 from pytest_graphcapture.engine.ranks import supervisor as distributed
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly", "--graph-capture-device=cpu")
 
-TP_TESTS = '''
+TP_TESTS = """
 import os
 import time
 
@@ -46,9 +45,9 @@ def test_per_rank(graph_capture, golden):
 @pytest.mark.graph_capture_ranks(2)
 def test_shared(graph_capture, golden):
     golden.check(graph_capture(shared_runner), share_ranks=True)
-'''
+"""
 
-FAILING_TESTS = '''
+FAILING_TESTS = """
 import time
 
 import pytest
@@ -92,7 +91,7 @@ def test_rank_raises(graph_capture):
 @pytest.mark.graph_capture_ranks(2, timeout=8)
 def test_rank_hangs(graph_capture):
     graph_capture(hanging)
-'''
+"""
 
 
 def golden_bytes(root: Path) -> dict[str, bytes]:
@@ -100,14 +99,16 @@ def golden_bytes(root: Path) -> dict[str, bytes]:
 
 
 def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_regression(
-        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(test_tp=TP_TESTS)
     created = pytester.runpytest(*QUIET, "--update-golden")
     created.assert_outcomes(passed=2)
     goldens = pytester.path / "goldens"
     folder = goldens / "cpu" / "test_tp.py"
     assert sorted(p.name for p in (folder / "test_per_rank").iterdir()) == [
-        f"TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json" for bs in (1, 2) for r in (0, 1)]
+        f"TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json" for bs in (1, 2) for r in (0, 1)
+    ]
     assert sorted(p.name for p in (folder / "test_shared").iterdir()) == ["SharedTP_bs_1.json", "SharedTP_bs_2.json"]
     rank1 = json.loads((folder / "test_per_rank" / "TinyDecodeRunner-tp2_bs_2_rank1.json").read_text())
     assert rank1["key"]["rank"] == 1
@@ -115,13 +116,15 @@ def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_
     before = golden_bytes(goldens)
 
     # Unchanged model: passes, goldens byte-identical, one merged trace per batch size.
-    passed = pytester.runpytest(*QUIET, "-k", "per_rank", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}",
-                                "--graph-capture-merge")
+    passed = pytester.runpytest(
+        *QUIET, "-k", "per_rank", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}", "--graph-capture-merge"
+    )
     passed.assert_outcomes(passed=1, deselected=1)
     assert golden_bytes(goldens) == before
     traces = tmp_path / "graph_capture_profile"
     assert sorted(p.name for p in traces.glob("*_merged.json.gz")) == [
-        f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz" for bs in (1, 2)]
+        f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz" for bs in (1, 2)
+    ]
     for bs in (1, 2):
         merged = load_trace(traces / f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz")
         events = merged["traceEvents"]
@@ -150,7 +153,8 @@ def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_
 
 
 def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_leaves_no_process(
-        pytester: pytest.Pytester) -> None:
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makepyfile(test_failing=FAILING_TESTS)
     first = len(distributed.spawned_pids())
     reprec = pytester.inline_run(*QUIET)
@@ -161,15 +165,18 @@ def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_le
     assert raised_text.startswith(
         "multi-rank graph capture failed: rank 1 of 2 failed during BrokenRank1-tp2[bs=2, rank=1] setup: "
         "CaptureError: capturing BrokenRank1-tp2[bs=2, rank=1] failed during setup: RuntimeError: shard "
-        "table corrupt on rank 1\nrank 1 traceback (last lines):"), raised_text[:600]
+        "table corrupt on rank 1\nrank 1 traceback (last lines):"
+    ), raised_text[:600]
     assert "During handling" not in raised_text
     assert "rank 0 also failed (during BrokenRank1-tp2[bs=2, rank=0] warmup 1)" in raised_text  # listed after
     hung_text = str(hung.longrepr)
     assert "rank 1 of 2 did not finish within 8s (--graph-capture-rank-timeout)" in hung_text
     assert "rank 1: did not finish (stage: HangingRank1-tp2[bs=2, rank=1] warmup 1) at " in hung_text
     assert "test_failing.py:22 in hang; stopped" in hung_text  # where rank 1 hangs
-    assert ("rank 0: did not finish (stage: HangingRank1-tp2[bs=2, rank=0] warmup 1) (waiting in "
-            "torch.distributed all_reduce); stopped") in hung_text  # the decoder's first all-reduce
+    assert (
+        "rank 0: did not finish (stage: HangingRank1-tp2[bs=2, rank=0] warmup 1) (waiting in "
+        "torch.distributed all_reduce); stopped"
+    ) in hung_text  # the decoder's first all-reduce
     # 8 s after the ranks started, plus start-up and stopping: well under the 120 s default.
     assert hung.duration < 8 + 30, hung.duration
     pids = distributed.spawned_pids()[first:]
@@ -177,7 +184,7 @@ def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_le
     assert_gone(pids)
 
 
-XDIST_TESTS = '''
+XDIST_TESTS = """
 import pytest
 
 from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
@@ -199,27 +206,47 @@ def runner_b(ctx):
 @pytest.mark.parametrize("factory", [runner_a, runner_b], ids=["a", "b"])
 def test_model(graph_capture, golden, factory):
     golden.check(graph_capture(factory))
-'''
+"""
 
 
 def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
-        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install pytest-xdist")
     pytester.makepyfile(test_x=XDIST_TESTS)
     started = time.monotonic()
-    done = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", "--update-golden",
-                                         "--graph-capture-trace", f"--graph-capture-dir={tmp_path}",
-                                         "--graph-capture-merge", timeout=300)
+    done = pytester.runpytest_subprocess(
+        *QUIET,
+        "-p",
+        "xdist",
+        "-n",
+        "2",
+        "--update-golden",
+        "--graph-capture-trace",
+        f"--graph-capture-dir={tmp_path}",
+        "--graph-capture-merge",
+        timeout=300,
+    )
     done.assert_outcomes(passed=2)
     assert "cpu: 4 checked, 0 passed, 0 failed, 4 created" in done.stdout.str()
     folder = pytester.path / "goldens" / "cpu" / "test_x.py"
     files = sorted(folder.rglob("*.json"))
-    assert [p.name for p in files] == ["ModelA_bs_1_rank0.json", "ModelA_bs_1_rank1.json",
-                                       "ModelB_bs_2_rank0.json", "ModelB_bs_2_rank1.json"]
+    assert [p.name for p in files] == [
+        "ModelA_bs_1_rank0.json",
+        "ModelA_bs_1_rank1.json",
+        "ModelB_bs_2_rank0.json",
+        "ModelB_bs_2_rank1.json",
+    ]
     assert len({p.parent for p in files}) == 2 and all(p.parent.name.startswith("test_model_") for p in files)
     traces = sorted(p.name for p in (tmp_path / "graph_capture_profile").iterdir())
-    assert traces == ["ModelA_bs_1_merged.json.gz", "ModelA_bs_1_rank0.json.gz", "ModelA_bs_1_rank1.json.gz",
-                      "ModelB_bs_2_merged.json.gz", "ModelB_bs_2_rank0.json.gz", "ModelB_bs_2_rank1.json.gz"]
+    assert traces == [
+        "ModelA_bs_1_merged.json.gz",
+        "ModelA_bs_1_rank0.json.gz",
+        "ModelA_bs_1_rank1.json.gz",
+        "ModelB_bs_2_merged.json.gz",
+        "ModelB_bs_2_rank0.json.gz",
+        "ModelB_bs_2_rank1.json.gz",
+    ]
     again = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", timeout=300)
     again.assert_outcomes(passed=2)
     assert time.monotonic() - started < 280

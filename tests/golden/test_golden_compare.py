@@ -12,21 +12,46 @@ from pytest_graphcapture.keys import CaptureKey, key_label
 from pytest_graphcapture.summary.model import Summary
 
 
-def make(bs: int = 8, *, hidden: int = 256, kernels=None, ops=None, launches=None, complete: bool = True,
-         reason=None, environment=None, level: str = "name") -> Summary:
+def make(
+    bs: int = 8,
+    *,
+    hidden: int = 256,
+    kernels=None,
+    ops=None,
+    launches=None,
+    complete: bool = True,
+    reason=None,
+    environment=None,
+    level: str = "name",
+) -> Summary:
     if kernels is None:
-        kernels = [{"name": "elementwise_kernel", "kind": "kernel", "count": 3},
-                   {"name": "gemv_kernel", "kind": "kernel", "count": 1}]
+        kernels = [
+            {"name": "elementwise_kernel", "kind": "kernel", "count": 3},
+            {"name": "gemv_kernel", "kind": "kernel", "count": 1},
+        ]
     if ops is None:
-        ops = [{"name": "aten::mm", "input_dims": [[bs, hidden], [hidden, 256]], "input_types": ["float", "float"],
-                "count": 1},
-               {"name": "aten::add", "input_dims": [[bs, 256], [bs, 256]], "input_types": ["float", "float"],
-                "count": 2}]
+        ops = [
+            {
+                "name": "aten::mm",
+                "input_dims": [[bs, hidden], [hidden, 256]],
+                "input_types": ["float", "float"],
+                "count": 1,
+            },
+            {"name": "aten::add", "input_dims": [[bs, 256], [bs, 256]], "input_types": ["float", "float"], "count": 2},
+        ]
     if launches is None:
         launches = {"total": 4, "by_api": {"cudaLaunchKernel": 4}}
-    return Summary(key=CaptureKey("Fake", bs), platform="cpu", kernels=kernels, ops=ops, launches=launches,
-                   complete=complete, incomplete_reason=reason,
-                   environment=environment if environment is not None else {"torch": "2.4.0"}, level=level)
+    return Summary(
+        key=CaptureKey("Fake", bs),
+        platform="cpu",
+        kernels=kernels,
+        ops=ops,
+        launches=launches,
+        complete=complete,
+        incomplete_reason=reason,
+        environment=environment if environment is not None else {"torch": "2.4.0"},
+        level=level,
+    )
 
 
 def lines_of(diff: golden.KeyDiff) -> list[str]:
@@ -47,8 +72,12 @@ def test_list_order_does_not_matter() -> None:
 
 
 def test_kernel_added_removed_and_count_changed() -> None:
-    actual = make(kernels=[{"name": "elementwise_kernel", "kind": "kernel", "count": 5},
-                           {"name": "triton_poi_fused_add_0", "kind": "kernel", "count": 1}])
+    actual = make(
+        kernels=[
+            {"name": "elementwise_kernel", "kind": "kernel", "count": 5},
+            {"name": "triton_poi_fused_add_0", "kind": "kernel", "count": 1},
+        ]
+    )
     diff = golden.compare(make(), actual)
     lines = lines_of(diff)
     assert "~ elementwise_kernel ×3 → ×5" in lines
@@ -59,8 +88,12 @@ def test_kernel_added_removed_and_count_changed() -> None:
 
 def test_kernel_launch_config_and_kind_are_part_of_the_item() -> None:
     exp = make(kernels=[{"name": "k", "kind": "kernel", "count": 1, "grid": [4, 1, 1], "block": [128, 1, 1]}])
-    act = make(kernels=[{"name": "k", "kind": "kernel", "count": 1, "grid": [8, 1, 1], "block": [128, 1, 1]},
-                        {"name": "Memcpy DtoD", "kind": "memcpy", "count": 1}])
+    act = make(
+        kernels=[
+            {"name": "k", "kind": "kernel", "count": 1, "grid": [8, 1, 1], "block": [128, 1, 1]},
+            {"name": "Memcpy DtoD", "kind": "memcpy", "count": 1},
+        ]
+    )
     lines = lines_of(golden.compare(exp, act))
     assert "- k grid=[4,1,1] block=[128,1,1] ×1" in lines
     assert "+ k grid=[8,1,1] block=[128,1,1] ×1" in lines
@@ -80,8 +113,9 @@ def test_op_added_removed_count_and_dtype_changes() -> None:
     ops[0]["count"] = 4  # aten::add ×2 → ×4
     ops.append({"name": "aten::relu", "input_dims": [[8, 256]], "input_types": ["float"], "count": 1})
     ops.append({"name": "aten::mul", "input_dims": [[8]], "input_types": ["c10::Half"], "count": 1})
-    exp_ops = [dict(o) for o in exp.ops] + [{"name": "aten::mul", "input_dims": [[8]], "input_types": ["float"],
-                                             "count": 1}]
+    exp_ops = [dict(o) for o in exp.ops] + [
+        {"name": "aten::mul", "input_dims": [[8]], "input_types": ["float"], "count": 1}
+    ]
     lines = lines_of(golden.compare(make(ops=exp_ops), make(ops=ops)))
     assert "- aten::mm [[8,256],[256,256]] ×1" in lines
     assert "+ aten::relu [[8,256]] ×1" in lines
@@ -90,11 +124,19 @@ def test_op_added_removed_count_and_dtype_changes() -> None:
 
 
 def test_op_with_several_shapes_lists_the_changed_set() -> None:
-    exp = make(ops=[{"name": "aten::mm", "input_dims": [[8, 16]], "input_types": [], "count": 1},
-                    {"name": "aten::mm", "input_dims": [[8, 32]], "input_types": [], "count": 1}])
-    act = make(ops=[{"name": "aten::mm", "input_dims": [[8, 16]], "input_types": [], "count": 1},
-                    {"name": "aten::mm", "input_dims": [[8, 64]], "input_types": [], "count": 1},
-                    {"name": "aten::mm", "input_dims": [[8, 128]], "input_types": [], "count": 1}])
+    exp = make(
+        ops=[
+            {"name": "aten::mm", "input_dims": [[8, 16]], "input_types": [], "count": 1},
+            {"name": "aten::mm", "input_dims": [[8, 32]], "input_types": [], "count": 1},
+        ]
+    )
+    act = make(
+        ops=[
+            {"name": "aten::mm", "input_dims": [[8, 16]], "input_types": [], "count": 1},
+            {"name": "aten::mm", "input_dims": [[8, 64]], "input_types": [], "count": 1},
+            {"name": "aten::mm", "input_dims": [[8, 128]], "input_types": [], "count": 1},
+        ]
+    )
     lines = lines_of(golden.compare(exp, act))
     assert "~ aten::mm [[8,32]] → [[8,128]], [[8,64]] (×1 → ×2)" in lines
 
@@ -126,20 +168,31 @@ def test_incomplete_golden_skips_kernels_with_a_note() -> None:
 
 
 def test_environment_note_only_next_to_a_diff() -> None:
-    env_only = golden.compare(make(environment={"torch": "2.4.0", "device": "H100"}),
-                              make(environment={"torch": "2.5.1", "device": "H200"}))
+    env_only = golden.compare(
+        make(environment={"torch": "2.4.0", "device": "H100"}), make(environment={"torch": "2.5.1", "device": "H200"})
+    )
     assert env_only.ok and env_only.notes == []
-    diff = golden.compare(make(environment={"torch": "2.4.0", "cuda": {"runtime": "12.1"}}),
-                          make(hidden=512, environment={"torch": "2.5.1", "cuda": {"runtime": "12.4"}}))
+    diff = golden.compare(
+        make(environment={"torch": "2.4.0", "cuda": {"runtime": "12.1"}}),
+        make(hidden=512, environment={"torch": "2.5.1", "cuda": {"runtime": "12.4"}}),
+    )
     note = [n for n in diff.notes if n.startswith("environment differs")]
     assert note and "torch 2.4.0 → 2.5.1" in note[0] and "cuda.runtime 12.1 → 12.4" in note[0]
 
 
 def test_levels_merge_names_and_finer_level_than_golden_is_an_error() -> None:
-    exp = make(kernels=[{"name": "void at::native::vectorized_elementwise_kernel<4, float>(int)", "kind": "kernel",
-                         "count": 1}], level="exact")
-    act = make(kernels=[{"name": "void at::native::vectorized_elementwise_kernel<4, c10::Half>(int)",
-                         "kind": "kernel", "count": 1}], level="exact")
+    exp = make(
+        kernels=[
+            {"name": "void at::native::vectorized_elementwise_kernel<4, float>(int)", "kind": "kernel", "count": 1}
+        ],
+        level="exact",
+    )
+    act = make(
+        kernels=[
+            {"name": "void at::native::vectorized_elementwise_kernel<4, c10::Half>(int)", "kind": "kernel", "count": 1}
+        ],
+        level="exact",
+    )
     assert not golden.compare(exp, act, level="exact").ok
     assert not golden.compare(exp, act, level="name").ok
     assert golden.compare(exp, act, level="family").ok
@@ -148,9 +201,14 @@ def test_levels_merge_names_and_finer_level_than_golden_is_an_error() -> None:
 
 
 def test_ignore_patterns_drop_items_on_both_sides() -> None:
-    act = make(kernels=[{"name": "elementwise_kernel", "kind": "kernel", "count": 3},
-                        {"name": "gemv_kernel", "kind": "kernel", "count": 1},
-                        {"name": "nccl_log_kernel", "kind": "kernel", "count": 2}], hidden=512)
+    act = make(
+        kernels=[
+            {"name": "elementwise_kernel", "kind": "kernel", "count": 3},
+            {"name": "gemv_kernel", "kind": "kernel", "count": 1},
+            {"name": "nccl_log_kernel", "kind": "kernel", "count": 2},
+        ],
+        hidden=512,
+    )
     assert not golden.compare(make(), act).ok
     assert golden.compare(make(), act, ignore_kernels=[r"^nccl_"], ignore_ops=[r"aten::mm"]).ok
 
@@ -174,8 +232,11 @@ def test_render_names_the_batch_size_and_golden() -> None:
 
 def test_long_kernel_names_are_shortened_in_messages_only() -> None:
     name = "void cutlass::Kernel<" + "x" * 300 + ">(Params)"
-    diff = golden.compare(make(kernels=[], level="exact"),
-                          make(kernels=[{"name": name, "kind": "kernel", "count": 1}], level="exact"), level="exact")
+    diff = golden.compare(
+        make(kernels=[], level="exact"),
+        make(kernels=[{"name": name, "kind": "kernel", "count": 1}], level="exact"),
+        level="exact",
+    )
     short = [line for line in diff.render() if "cutlass" in line][0]
     assert "…" in short and len(short) < 160 and short.rstrip().endswith("(Params) ×1")
     assert any(name in line for line in diff.render(None))

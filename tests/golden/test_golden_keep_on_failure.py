@@ -9,12 +9,11 @@ deletes nothing.  Each case is run in-process and under ``-n 2``.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
-from test_golden_plugin import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, run
+from helpers import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, run, use_this_checkout
 
-FAULTS = '''
+FAULTS = """
 
 def pytest_graphcapture_postprocess_summary(config, summary):
     fault = os.environ.get("FAKE_FAULT")
@@ -22,7 +21,7 @@ def pytest_graphcapture_postprocess_summary(config, summary):
         summary["kernels"].remove({"name": "no such kernel"})
     elif fault == "interrupt":
         raise KeyboardInterrupt
-'''
+"""
 FOLDER = "cpu/test_model.py/test_decode"
 
 
@@ -32,8 +31,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     for name in list(os.environ):
         if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
             monkeypatch.delenv(name, raising=False)
-    repo = Path(__file__).resolve().parents[1]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
+    use_this_checkout(monkeypatch)
     pytester.makeconftest(FAKE_CONFTEST + FAULTS)
     pytester.makepyfile(test_model=TEST_DECODE)
     monkeypatch.setenv("FAKE_BATCH_SIZES", "1,2,4,8")
@@ -44,8 +42,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 def _goldens(project: pytest.Pytester) -> dict[str, bytes]:
     base = project.path / "goldens"
-    return {p.relative_to(base).as_posix(): p.read_bytes() for p in sorted(base.rglob("*.json"))
-            if not p.is_symlink()}
+    return {p.relative_to(base).as_posix(): p.read_bytes() for p in sorted(base.rglob("*.json")) if not p.is_symlink()}
 
 
 def _assert_kept(project: pytest.Pytester, before: dict[str, bytes], result: pytest.RunResult) -> None:
@@ -71,8 +68,9 @@ def _break_bs1_golden(project: pytest.Pytester, how: str) -> None:
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["in-process", "xdist"])
 @pytest.mark.parametrize("update", [True, False], ids=["update", "check"])
-def test_a_raising_postprocess_hook_keeps_the_tests_goldens(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                            update: bool, xdist: tuple) -> None:
+def test_a_raising_postprocess_hook_keeps_the_tests_goldens(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, update: bool, xdist: tuple
+) -> None:
     before = _goldens(project)
     monkeypatch.setenv("FAKE_FAULT", "hook")
     result = run(project, *xdist, *(["--update-golden"] if update else []))
@@ -83,8 +81,9 @@ def test_a_raising_postprocess_hook_keeps_the_tests_goldens(project: pytest.Pyte
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["in-process", "xdist"])
 @pytest.mark.parametrize("how", ["deep", "self-link", "outside-link"])
-def test_an_unreadable_golden_keeps_the_other_goldens_of_its_test(project: pytest.Pytester, how: str,
-                                                                  xdist: tuple) -> None:
+def test_an_unreadable_golden_keeps_the_other_goldens_of_its_test(
+    project: pytest.Pytester, how: str, xdist: tuple
+) -> None:
     _break_bs1_golden(project, how)
     before = {rel: data for rel, data in _goldens(project).items() if not rel.endswith("Fake_bs_1.json")}
     result = run(project, *xdist, "test_model.py::test_decode")
@@ -98,8 +97,9 @@ def test_an_unreadable_golden_keeps_the_other_goldens_of_its_test(project: pytes
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["in-process", "xdist"])
-def test_an_interrupted_session_deletes_nothing(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                xdist: tuple) -> None:
+def test_an_interrupted_session_deletes_nothing(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: tuple
+) -> None:
     before = _goldens(project)
     monkeypatch.setenv("FAKE_FAULT", "interrupt")
     # In a subprocess: an in-process run would hand the KeyboardInterrupt to this session.

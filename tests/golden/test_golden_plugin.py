@@ -12,90 +12,25 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, run, use_this_checkout
 
 from pytest_graphcapture.golden import store
 from pytest_graphcapture.golden.diff import MAX_DIFF_LINES
-from pytest_graphcapture.plugin.settings import ci_environment
+from pytest_graphcapture.plugin.settings import CI_VARIABLES, ci_environment
 from pytest_graphcapture.plugin.xdist import pin_worker_gpu
-
-REPO = Path(__file__).resolve().parents[1]
-CI_VARS = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "CIRCLECI", "TRAVIS",
-           "TEAMCITY_VERSION", "BITBUCKET_BUILD_NUMBER", "DRONE")
-PLUGIN: tuple[str, ...] = ()  # the installed plugin (entry point) is what users run
-QUIET = ("-p", "no:randomly", "-p", "no:hypothesispytest")
-
-FAKE_CONFTEST = '''
-import os
-import pytest
-from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.engine.result import CaptureResult, KeyResult
-from pytest_graphcapture.summary import Summary
-
-
-def pytest_addhooks(pluginmanager):
-    caller = getattr(pluginmanager.hook, "pytest_graphcapture_postprocess_summary", None)
-    if caller is None or caller.spec is None:
-        from pytest_graphcapture.plugin import hookspecs
-        pluginmanager.add_hookspecs(hookspecs)
-
-
-def make_summary(bs, runner, platform):
-    hidden = int(os.environ.get("FAKE_HIDDEN", "256"))
-    extra = os.environ.get("FAKE_EXTRA_OP") == "1"
-    kernels = [{"name": "gemv_kernel" if bs < 4 else "gemm_kernel", "kind": "kernel", "count": 2},
-               {"name": "elementwise_kernel", "kind": "kernel", "count": 5 if extra else 3}]
-    ops = [{"name": "aten::mm", "input_dims": [[bs, hidden], [hidden, 256]], "input_types": ["float", "float"],
-            "count": 2},
-           {"name": "aten::add", "input_dims": [[bs, 256], [bs, 256]], "input_types": ["float", "float"], "count": 3}]
-    if extra:
-        ops.append({"name": "aten::relu", "input_dims": [[bs, 256]], "input_types": ["float"], "count": 2})
-    for i in range(int(os.environ.get("FAKE_MANY_OPS", "0"))):
-        ops.append({"name": f"aten::op{i:03d}", "input_dims": [[bs, i + 1]], "input_types": ["float"], "count": 1})
-    total = sum(k["count"] for k in kernels)
-    incomplete = os.environ.get("FAKE_INCOMPLETE")
-    if incomplete:
-        kernels = kernels[:1]
-    return Summary(key=CaptureKey(runner, bs), platform=platform, kernels=kernels, ops=ops,
-                   launches={"total": total, "by_api": {"cudaLaunchKernel": total}},
-                   complete=not incomplete, incomplete_reason=incomplete or None,
-                   environment={"torch": os.environ.get("FAKE_TORCH", "2.4.0"), "device": "FakeDevice"})
-
-
-@pytest.fixture
-def fake_capture():
-    def capture(runner="Fake", platform=None):
-        platform = platform or os.environ.get("FAKE_PLATFORM", "cpu")
-        sizes = [int(s) for s in os.environ.get("FAKE_BATCH_SIZES", "1,2,4").split(",")]
-        result = CaptureResult(runner_name=runner, platform=platform)
-        for bs in sorted(sizes, reverse=True):
-            key = CaptureKey(runner, bs)
-            summary = None if os.environ.get("FAKE_NO_SUMMARY") else make_summary(bs, runner, platform)
-            result.keys[key] = KeyResult(key=key, summary=summary)
-        return result
-    return capture
-'''
-
-TEST_DECODE = '''
-def test_decode(fake_capture, golden):
-    golden.check(fake_capture())
-
-
-def test_other(fake_capture, golden):
-    golden.check(fake_capture())
-'''
 
 
 @pytest.fixture
 def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester project with the fake capture; no CI or graph-capture variables leak in."""
-    for name in CI_VARS:
+    for name in CI_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name in list(os.environ):
         if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")):
             monkeypatch.delenv(name, raising=False)
     assert ci_environment() is None
     # xdist workers are fresh interpreters: let them import the package from this checkout.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    use_this_checkout(monkeypatch)
     pytester.makeconftest(FAKE_CONFTEST)
     pytester.makepyfile(test_model=TEST_DECODE)
     return pytester
@@ -104,11 +39,6 @@ def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.P
 def lit(text: str) -> str:
     """``text`` as an fnmatch pattern matching itself (shapes are full of brackets)."""
     return "".join(f"[{c}]" if c in "[]*?" else c for c in text)
-
-
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    # hypothesis's own plugin adds ~1 s per run (and per xdist worker) and is irrelevant here.
-    return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
 
 
 def golden_tree(root: Path) -> dict[str, bytes]:
@@ -130,20 +60,23 @@ def report_json(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult
 def test_first_run_fails_then_update_creates_then_passes_byte_identically(gate: pytest.Pytester) -> None:
     first = run(gate)
     first.assert_outcomes(failed=2)
-    first.stdout.fnmatch_lines([
-        "graph capture of Fake has no golden for bs=1, bs=2, bs=4 (platform cpu, level name, 3 of 3 keys)",
-        "bs=1: missing golden goldens/cpu/test_model.py/test_decode/Fake_bs_1.json",
-        "create them with: pytest test_model.py::test_decode --update-golden",
-        "cpu: 6 checked, 0 passed, 6 failed, 0 created, 0 updated, 0 deleted, 0 unused, 0 incomplete",
-    ])
+    first.stdout.fnmatch_lines(
+        [
+            "graph capture of Fake has no golden for bs=1, bs=2, bs=4 (platform cpu, level name, 3 of 3 keys)",
+            "bs=1: missing golden goldens/cpu/test_model.py/test_decode/Fake_bs_1.json",
+            "create them with: pytest test_model.py::test_decode --update-golden",
+            "cpu: 6 checked, 0 passed, 6 failed, 0 created, 0 updated, 0 deleted, 0 unused, 0 incomplete",
+        ]
+    )
     assert not (gate.path / "goldens").exists()
 
     update, data = report_json(gate, "--update-golden")
     update.assert_outcomes(passed=2)
     assert data["totals"]["created"] == 6 and data["totals"]["checked"] == 6
     tree = golden_tree(gate.path)
-    assert sorted(tree) == [f"cpu/test_model.py/{t}/Fake_bs_{bs}.json"
-                            for t in ("test_decode", "test_other") for bs in (1, 2, 4)]
+    assert sorted(tree) == [
+        f"cpu/test_model.py/{t}/Fake_bs_{bs}.json" for t in ("test_decode", "test_other") for bs in (1, 2, 4)
+    ]
     for rel in tree:
         store.read_golden(gate.path / "goldens" / rel)
 
@@ -155,7 +88,8 @@ def test_first_run_fails_then_update_creates_then_passes_byte_identically(gate: 
 
 
 def test_changed_model_fails_with_a_diff_and_dropped_size_is_removed_once_the_test_passes(
-        gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run(gate, "--update-golden").assert_outcomes(passed=2)
     monkeypatch.setenv("FAKE_HIDDEN", "512")
     monkeypatch.setenv("FAKE_EXTRA_OP", "1")
@@ -163,22 +97,24 @@ def test_changed_model_fails_with_a_diff_and_dropped_size_is_removed_once_the_te
     monkeypatch.setenv("FAKE_TORCH", "2.5.1")
     changed, data = report_json(gate, "test_model.py::test_decode")
     changed.assert_outcomes(failed=1)
-    changed.stdout.fnmatch_lines([
-        "graph capture of Fake does not match its goldens for bs=2, bs=4 (platform cpu, level name, 2 of 2 keys)",
-        "bs=2 (goldens/cpu/test_model.py/test_decode/Fake_bs_2.json):",
-        "  kernels: 1 changed",
-        "    ~ elementwise_kernel ×3 → ×5",
-        "  ops: 1 added, 1 changed",
-        lit("    ~ aten::mm [[2,256],[256,256]] → [[2,512],[512,256]]"),
-        lit("    + aten::relu [[2,256]] ×2"),
-        "  launches: 2 changed",
-        "    ~ total launches 5 → 7",
-        "    ~ cudaLaunchKernel 5 → 7",
-        "  note: environment differs from the golden's (may explain the diff): torch 2.4.0 → 2.5.1",
-        "bs=4 (goldens/cpu/test_model.py/test_decode/Fake_bs_4.json):",
-        "*" + lit("~ aten::mm [[4,256],[256,256]] → [[4,512],[512,256]]"),
-        "accept them with: pytest test_model.py::test_decode --update-golden",
-    ])
+    changed.stdout.fnmatch_lines(
+        [
+            "graph capture of Fake does not match its goldens for bs=2, bs=4 (platform cpu, level name, 2 of 2 keys)",
+            "bs=2 (goldens/cpu/test_model.py/test_decode/Fake_bs_2.json):",
+            "  kernels: 1 changed",
+            "    ~ elementwise_kernel ×3 → ×5",
+            "  ops: 1 added, 1 changed",
+            lit("    ~ aten::mm [[2,256],[256,256]] → [[2,512],[512,256]]"),
+            lit("    + aten::relu [[2,256]] ×2"),
+            "  launches: 2 changed",
+            "    ~ total launches 5 → 7",
+            "    ~ cudaLaunchKernel 5 → 7",
+            "  note: environment differs from the golden's (may explain the diff): torch 2.4.0 → 2.5.1",
+            "bs=4 (goldens/cpu/test_model.py/test_decode/Fake_bs_4.json):",
+            "*" + lit("~ aten::mm [[4,256],[256,256]] → [[4,512],[512,256]]"),
+            "accept them with: pytest test_model.py::test_decode --update-golden",
+        ]
+    )
     # The test failed, so it may not have checked every key: nothing in its folder is called unused.
     assert "unused: " not in changed.stdout.str()
     assert data["unused"] == []
@@ -186,8 +122,16 @@ def test_changed_model_fails_with_a_diff_and_dropped_size_is_removed_once_the_te
 
     updated, data = report_json(gate, "test_model.py::test_decode", "--update-golden")
     updated.assert_outcomes(passed=1)
-    assert data["counts"]["cpu"] == {"checked": 2, "passed": 0, "failed": 0, "created": 0, "updated": 2,
-                                     "deleted": 1, "unused": 0, "incomplete": 0}
+    assert data["counts"]["cpu"] == {
+        "checked": 2,
+        "passed": 0,
+        "failed": 0,
+        "created": 0,
+        "updated": 2,
+        "deleted": 1,
+        "unused": 0,
+        "incomplete": 0,
+    }
     tree = golden_tree(gate.path)
     assert "cpu/test_model.py/test_decode/Fake_bs_1.json" not in tree
     assert "cpu/test_model.py/test_other/Fake_bs_1.json" in tree
@@ -195,8 +139,9 @@ def test_changed_model_fails_with_a_diff_and_dropped_size_is_removed_once_the_te
     run(gate, "test_model.py::test_decode").assert_outcomes(passed=1)
 
 
-def test_k_restricted_run_does_not_report_other_tests_goldens(gate: pytest.Pytester,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_k_restricted_run_does_not_report_other_tests_goldens(
+    gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run(gate, "--update-golden").assert_outcomes(passed=2)
     monkeypatch.setenv("FAKE_BATCH_SIZES", "1,2")
     result, data = report_json(gate, "-k", "test_other", "--update-golden")
@@ -205,15 +150,18 @@ def test_k_restricted_run_does_not_report_other_tests_goldens(gate: pytest.Pytes
     assert (gate.path / "goldens/cpu/test_model.py/test_decode/Fake_bs_4.json").exists()
 
 
-def test_update_does_not_delete_in_folders_of_failed_tests(gate: pytest.Pytester,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    gate.makepyfile(test_model='''
+def test_update_does_not_delete_in_folders_of_failed_tests(
+    gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate.makepyfile(
+        test_model="""
 import os
 
 def test_decode(fake_capture, golden):
     golden.check(fake_capture())
     assert not os.environ.get("FAKE_FAIL_AFTER"), "a second check would have followed"
-''')
+"""
+    )
     run(gate, "--update-golden").assert_outcomes(passed=1)
     monkeypatch.setenv("FAKE_BATCH_SIZES", "1,2")
     monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
@@ -238,8 +186,9 @@ def test_update_on_ci_is_a_usage_error(gate: pytest.Pytester, monkeypatch: pytes
     assert not (gate.path / "goldens").exists()
 
 
-def test_golden_out_on_ci_harvests_without_touching_goldens(gate: pytest.Pytester,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_golden_out_on_ci_harvests_without_touching_goldens(
+    gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run(gate, "--update-golden").assert_outcomes(passed=2)
     before = golden_tree(gate.path)
     monkeypatch.setenv("CI", "1")
@@ -247,18 +196,20 @@ def test_golden_out_on_ci_harvests_without_touching_goldens(gate: pytest.Pyteste
     monkeypatch.setenv("FAKE_PLATFORM", "rocm-gfx942")
     result = run(gate, "--golden-out", "harvest")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines([
-        "bs=1: missing golden goldens/rocm-gfx942/test_model.py/test_decode/Fake_bs_1.json",
-        "obtained summaries written to harvest/rocm-gfx942/test_model.py/test_decode/; accept them with:",
-        "  mkdir -p goldens/rocm-gfx942/test_model.py/test_decode && "
-        "cp harvest/rocm-gfx942/test_model.py/test_decode/*.json goldens/rocm-gfx942/test_model.py/test_decode/",
-        "*locally: updating is refused on CI, CI is set*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "bs=1: missing golden goldens/rocm-gfx942/test_model.py/test_decode/Fake_bs_1.json",
+            "obtained summaries written to harvest/rocm-gfx942/test_model.py/test_decode/; accept them with:",
+            "  mkdir -p goldens/rocm-gfx942/test_model.py/test_decode && "
+            "cp harvest/rocm-gfx942/test_model.py/test_decode/*.json goldens/rocm-gfx942/test_model.py/test_decode/",
+            "*locally: updating is refused on CI, CI is set*",
+        ]
+    )
     assert golden_tree(gate.path) == before
-    harvested = sorted(p.relative_to(gate.path / "harvest").as_posix()
-                       for p in (gate.path / "harvest").rglob("*.json"))
-    assert harvested == [f"rocm-gfx942/test_model.py/{t}/Fake_bs_{bs}.json"
-                         for t in ("test_decode", "test_other") for bs in (1, 2, 4)]
+    harvested = sorted(p.relative_to(gate.path / "harvest").as_posix() for p in (gate.path / "harvest").rglob("*.json"))
+    assert harvested == [
+        f"rocm-gfx942/test_model.py/{t}/Fake_bs_{bs}.json" for t in ("test_decode", "test_other") for bs in (1, 2, 4)
+    ]
     harvested_summary = store.read_golden(gate.path / "harvest" / harvested[0])
     assert harvested_summary.platform == "rocm-gfx942"
     assert [op["input_dims"] for op in harvested_summary.ops if op["name"] == "aten::mm"] == [[[1, 512], [512, 256]]]
@@ -288,11 +239,13 @@ def test_missing_and_changed_keys_are_listed_together(gate: pytest.Pytester, mon
     monkeypatch.setenv("FAKE_BATCH_SIZES", "1,2,4,8")
     monkeypatch.setenv("FAKE_EXTRA_OP", "1")
     result = run(gate, "test_model.py::test_decode")
-    result.stdout.fnmatch_lines([
-        "graph capture of Fake does not match its goldens for bs=1, bs=2, bs=4, bs=8 (missing) *",
-        "bs=8: missing golden goldens/cpu/test_model.py/test_decode/Fake_bs_8.json",
-        "create only the missing ones with: pytest test_model.py::test_decode --update-golden=new",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "graph capture of Fake does not match its goldens for bs=1, bs=2, bs=4, bs=8 (missing) *",
+            "bs=8: missing golden goldens/cpu/test_model.py/test_decode/Fake_bs_8.json",
+            "create only the missing ones with: pytest test_model.py::test_decode --update-golden=new",
+        ]
+    )
 
 
 def test_long_diff_is_cut_with_the_full_diff_in_a_file(gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -337,8 +290,9 @@ def test_no_summary_fails_clearly(gate: pytest.Pytester, monkeypatch: pytest.Mon
     assert not (gate.path / "goldens").exists()
 
 
-def test_incomplete_capture_compares_ops_only_and_is_counted(gate: pytest.Pytester,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_incomplete_capture_compares_ops_only_and_is_counted(
+    gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run(gate, "--update-golden").assert_outcomes(passed=2)
     before = golden_tree(gate.path)
     monkeypatch.setenv("FAKE_INCOMPLETE", "profiler dropped records")
@@ -354,14 +308,16 @@ def test_incomplete_capture_compares_ops_only_and_is_counted(gate: pytest.Pytest
 
 
 def test_check_options_level_sections_ignores(gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    gate.makepyfile(test_model='''
+    gate.makepyfile(
+        test_model="""
 def test_decode(fake_capture, golden):
     golden.check(fake_capture(), sections=("kernels", "launches"), ignore_kernels=[r"^elementwise"],
                  level="family")
 
 def test_bad(fake_capture, golden):
     golden.check(fake_capture(), sections=("kernel",))
-''')
+"""
+    )
     run(gate, "test_model.py::test_decode", "--update-golden").assert_outcomes(passed=1)
     data = json.loads((gate.path / "goldens/cpu/test_model.py/test_decode/Fake_bs_1.json").read_text())
     assert data["level"] == "family" and [k["name"] for k in data["kernels"]] == ["gemv_kernel"]
@@ -373,13 +329,17 @@ def test_bad(fake_capture, golden):
     result.stdout.fnmatch_lines(["*sections=('kernel',): expected a non-empty subset of*"])
 
 
-def test_postprocess_hook_edits_the_summary_before_compare_and_write(gate: pytest.Pytester,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    gate.makeconftest(FAKE_CONFTEST + '''
+def test_postprocess_hook_edits_the_summary_before_compare_and_write(
+    gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate.makeconftest(
+        FAKE_CONFTEST
+        + """
 
 def pytest_graphcapture_postprocess_summary(config, summary):
     summary["ops"] = [op for op in summary["ops"] if op["name"] != "aten::relu"]
-''')
+"""
+    )
     run(gate, "--update-golden").assert_outcomes(passed=2)
     assert b"aten::relu" not in b"".join(golden_tree(gate.path).values())
     monkeypatch.setenv("FAKE_EXTRA_OP", "1")
@@ -397,8 +357,9 @@ def test_newer_golden_schema_says_upgrade_even_when_updating(gate: pytest.Pytest
     for extra in ((), ("--update-golden",)):
         result = run(gate, "test_model.py::test_decode", *extra)
         result.assert_outcomes(failed=1)
-        result.stdout.fnmatch_lines(["*Fake_bs_2.json: schema_version 99 is newer than this pytest-graphcapture*"
-                                     "upgrade the plugin*"])
+        result.stdout.fnmatch_lines(
+            ["*Fake_bs_2.json: schema_version 99 is newer than this pytest-graphcapture*upgrade the plugin*"]
+        )
 
 
 def test_corrupt_golden_fails_naming_it_and_update_repairs_it(gate: pytest.Pytester) -> None:
@@ -411,14 +372,16 @@ def test_corrupt_golden_fails_naming_it_and_update_repairs_it(gate: pytest.Pytes
 
 
 def test_names_from_classes_and_parametrize_ids_are_sanitized(gate: pytest.Pytester) -> None:
-    gate.makepyfile(test_model='''
+    gate.makepyfile(
+        test_model="""
 import pytest
 
 class TestDecode:
     @pytest.mark.parametrize("cfg", ["a/b", "../up", "ü"])
     def test_y(self, fake_capture, golden, cfg):
         golden.check(fake_capture())
-''')
+"""
+    )
     run(gate, "--update-golden").assert_outcomes(passed=3)
     files = [p for p in (gate.path / "goldens").rglob("*.json")]
     assert len(files) == 9
@@ -450,8 +413,7 @@ def test_default_golden_dir_is_relative_to_rootdir(gate: pytest.Pytester) -> Non
     (gate.path / "conftest.py").rename(sub / "conftest.py")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(sub)
-        result = gate.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", "test_model.py",
-                                "--update-golden")
+        result = gate.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", "test_model.py", "--update-golden")
     result.assert_outcomes(passed=2)
     assert (gate.path / "goldens/cpu/sub/test_model.py/test_decode/Fake_bs_1.json").exists()
 
@@ -466,21 +428,33 @@ def test_bad_level_option_is_a_usage_error(gate: pytest.Pytester) -> None:
 
 
 @pytest.mark.slow
-def test_xdist_update_over_shared_tree_and_merged_report(gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xdist_update_over_shared_tree_and_merged_report(
+    gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("xdist", reason="install pytest-xdist (pip install pytest-xdist) to test parallel runs")
-    gate.makepyfile(test_model='''
+    gate.makepyfile(
+        test_model="""
 import pytest
 
 @pytest.mark.parametrize("i", range(8))
 def test_many(fake_capture, golden, i):
     golden.check(fake_capture())
-''')
+"""
+    )
     # Loading the plugin imports no torch, so four workers on two cores stay at a few seconds per run.
     xdist = ("-n", "4")
     result, data = report_json(gate, *xdist, "--update-golden")
     result.assert_outcomes(passed=8)
-    assert data["totals"] == {"checked": 24, "passed": 0, "failed": 0, "created": 24, "updated": 0,
-                              "deleted": 0, "unused": 0, "incomplete": 0}
+    assert data["totals"] == {
+        "checked": 24,
+        "passed": 0,
+        "failed": 0,
+        "created": 24,
+        "updated": 0,
+        "deleted": 0,
+        "unused": 0,
+        "incomplete": 0,
+    }
     tree = golden_tree(gate.path)
     assert len(tree) == 24
     for rel in tree:
@@ -503,14 +477,16 @@ def test_many(fake_capture, golden, i):
 def test_xdist_gpu_pinning_narrows_visible_devices(gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("xdist", reason="install pytest-xdist (pip install pytest-xdist) to test parallel runs")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7,9")
-    gate.makepyfile(test_model='''
+    gate.makepyfile(
+        test_model="""
 import os, pytest
 
 @pytest.mark.parametrize("i", range(4))
 def test_env(i, worker_id):
     with open(f"seen_{worker_id}_{i}.txt", "w") as fh:
         fh.write(os.environ["CUDA_VISIBLE_DEVICES"])
-''')
+"""
+    )
     run(gate, "-n", "2", "--graph-capture-xdist-gpu").assert_outcomes(passed=4)
     seen = {p.name.split("_")[1]: p.read_text() for p in gate.path.glob("seen_*.txt")}
     assert seen == {"gw0": "5", "gw1": "7"}

@@ -20,11 +20,20 @@ from pytest_graphcapture.summary.model import SCHEMA_VERSION, Summary
 
 def make_summary(bs: int = 8, *, runner: str = "Fake", hidden: int = 256, variant=None, rank: int = 0) -> Summary:
     return Summary(
-        key=CaptureKey(runner, bs, variant, rank), platform="cpu",
-        kernels=[{"name": "elementwise_kernel", "kind": "kernel", "count": 3},
-                 {"name": "gemv_kernel", "kind": "kernel", "count": 1, "grid": [4, 1, 1], "block": [128, 1, 1]}],
-        ops=[{"name": "aten::mm", "input_dims": [[bs, hidden], [hidden, 256]], "input_types": ["float", "float"],
-              "count": 2}],
+        key=CaptureKey(runner, bs, variant, rank),
+        platform="cpu",
+        kernels=[
+            {"name": "elementwise_kernel", "kind": "kernel", "count": 3},
+            {"name": "gemv_kernel", "kind": "kernel", "count": 1, "grid": [4, 1, 1], "block": [128, 1, 1]},
+        ],
+        ops=[
+            {
+                "name": "aten::mm",
+                "input_dims": [[bs, hidden], [hidden, 256]],
+                "input_types": ["float", "float"],
+                "count": 2,
+            }
+        ],
         launches={"total": 4, "by_api": {"cudaLaunchKernel": 4}},
         environment={"torch": "2.4.0", "device": "FakeDevice"},
     )
@@ -46,14 +55,17 @@ def test_layout_class_variant_and_rank_suffix_only_for_nonzero_rank(tmp_path: Pa
     assert rank1.name == "R_bs_2_prefill_rank1.json"
 
 
-@pytest.mark.parametrize("nodeid", [
-    "tests/test_x.py::test_y[a/b]",
-    "tests/test_x.py::test_y[../../etc/passwd]",
-    "tests/test_x.py::test_y[ü-日本]",
-    "tests/test_x.py::test_y[a::b]",
-    "../outside/test_x.py::test_y",
-    "/abs/test_x.py::test_y",
-])
+@pytest.mark.parametrize(
+    "nodeid",
+    [
+        "tests/test_x.py::test_y[a/b]",
+        "tests/test_x.py::test_y[../../etc/passwd]",
+        "tests/test_x.py::test_y[ü-日本]",
+        "tests/test_x.py::test_y[a::b]",
+        "../outside/test_x.py::test_y",
+        "/abs/test_x.py::test_y",
+    ],
+)
 def test_user_names_are_sanitized_and_stay_inside(tmp_path: Path, nodeid: str) -> None:
     path = golden.golden_path(tmp_path, "../plat", nodeid, CaptureKey("../run", 1, "v/../x"))
     rel = path.relative_to(tmp_path)
@@ -68,10 +80,15 @@ def test_parametrize_ids_that_differ_get_distinct_folders(tmp_path: Path) -> Non
 
 
 @settings(max_examples=60, deadline=None)
-@given(module=st.text(min_size=1, max_size=40), test=st.text(max_size=40), runner=st.text(min_size=1, max_size=20),
-       platform=st.text(min_size=1, max_size=20))
-def test_any_name_lands_inside_the_golden_dir(tmp_path_factory: pytest.TempPathFactory, module: str, test: str,
-                                              runner: str, platform: str) -> None:
+@given(
+    module=st.text(min_size=1, max_size=40),
+    test=st.text(max_size=40),
+    runner=st.text(min_size=1, max_size=20),
+    platform=st.text(min_size=1, max_size=20),
+)
+def test_any_name_lands_inside_the_golden_dir(
+    tmp_path_factory: pytest.TempPathFactory, module: str, test: str, runner: str, platform: str
+) -> None:
     root = tmp_path_factory.getbasetemp() / "goldens"
     path = golden.golden_path(root, platform, f"{module}::{test}", CaptureKey(runner, 1))
     assert root.resolve() in path.resolve().parents
@@ -123,8 +140,9 @@ def test_written_file_is_readable_by_others(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("failing", ["write", "fsync", "replace"])
-def test_failed_write_keeps_previous_golden_and_removes_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             failing: str) -> None:
+def test_failed_write_keeps_previous_golden_and_removes_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
     path = tmp_path / "Fake_bs_8.json"
     golden.write_golden(path, make_summary().to_dict())
     before = path.read_bytes()
@@ -189,14 +207,17 @@ def test_duplicate_keys_are_an_error_naming_file_and_key(tmp_path: Path) -> None
     assert str(path) in str(info.value)
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("[1, 2]", "top level"),
-    ("{", "truncated JSON"),
-    ('{"schema_version": NaN}', "NaN/Infinity are not allowed"),
-    ('{"kernels": []}', "no schema_version"),
-    ('{"schema_version": "1"}', "schema_version must be an integer"),
-    ('{"schema_version": true}', "schema_version must be an integer"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("[1, 2]", "top level"),
+        ("{", "truncated JSON"),
+        ('{"schema_version": NaN}', "NaN/Infinity are not allowed"),
+        ('{"kernels": []}', "no schema_version"),
+        ('{"schema_version": "1"}', "schema_version must be an integer"),
+        ('{"schema_version": true}', "schema_version must be an integer"),
+    ],
+)
 def test_malformed_files(tmp_path: Path, text: str, problem: str) -> None:
     path = _write_raw(tmp_path, text)
     with pytest.raises(GoldenError, match=problem) as info:
@@ -211,14 +232,17 @@ def test_not_utf8(tmp_path: Path) -> None:
         golden.read_golden(path)
 
 
-@pytest.mark.parametrize("mutate, problem", [
-    (lambda d: d.update(kernels={"a": 1}), "kernels must be a list"),
-    (lambda d: d["kernels"][0].update(count="3"), r"kernels\[0\].count must be an integer"),
-    (lambda d: d["ops"][0].update(name=7), r"ops\[0\].name must be a string"),
-    (lambda d: d["launches"].update(total=None), "launches.total"),
-    (lambda d: d.update(platform=""), "platform"),
-    (lambda d: d.update(level="bogus"), "level"),
-])
+@pytest.mark.parametrize(
+    "mutate, problem",
+    [
+        (lambda d: d.update(kernels={"a": 1}), "kernels must be a list"),
+        (lambda d: d["kernels"][0].update(count="3"), r"kernels\[0\].count must be an integer"),
+        (lambda d: d["ops"][0].update(name=7), r"ops\[0\].name must be a string"),
+        (lambda d: d["launches"].update(total=None), "launches.total"),
+        (lambda d: d.update(platform=""), "platform"),
+        (lambda d: d.update(level="bogus"), "level"),
+    ],
+)
 def test_wrong_types_are_golden_errors_naming_the_file(tmp_path: Path, mutate, problem: str) -> None:
     data = make_summary().to_dict()
     mutate(data)

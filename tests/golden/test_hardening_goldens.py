@@ -50,13 +50,15 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "goldens").rglob("*"))
-            if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "goldens").rglob("*")) if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
 def test_a_failing_golden_write_names_the_file_and_keeps_the_old_golden(
-        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
     before = snapshot(project.path)
     monkeypatch.setenv("HARDEN_HIDDEN", "16")  # the model changed: --update-golden must rewrite
     monkeypatch.setenv("HARDEN_WRITE_ERRNO", str(code))
@@ -112,16 +114,19 @@ def test_a_bad_golden_fails_naming_the_file_and_is_left_as_it_was(project: pytes
 
 
 @pytest.mark.parametrize("platform", ["../../escape", "a/b\\c", "nul\x00x", "ünï/cødé", "p" * 300])
-def test_hostile_platform_runner_and_test_names_stay_inside_the_golden_dir(pytester: pytest.Pytester,
-                                                                           platform: str) -> None:
-    pytester.makepyfile(test_names="""
+def test_hostile_platform_runner_and_test_names_stay_inside_the_golden_dir(
+    pytester: pytest.Pytester, platform: str
+) -> None:
+    pytester.makepyfile(
+        test_names="""
         import pytest
         from pytest_graphcapture.testing import FakeRunner
 
         @pytest.mark.parametrize("name", ["../../../up", "a/b", "é\\\\x"])
         def test_gate(graph_capture, golden, name):
             golden.check(graph_capture(FakeRunner([1], variants=["../v"], name=name)))
-    """)
+    """
+    )
     # The platform comes from the platform hook, which (unlike argv) can carry any string, NUL included.
     pytester.makeconftest(f"def pytest_graphcapture_platform(config, device):\n    return {platform!r}\n")
     result = pytester.runpytest("--update-golden")

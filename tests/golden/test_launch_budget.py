@@ -11,39 +11,32 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import FAKE_CONFTEST, run
 
 from pytest_graphcapture.errors import GoldenError, UsageError
 from pytest_graphcapture.golden import budget as store
 from pytest_graphcapture.golden.store import checked_golden_dict
 from pytest_graphcapture.keys import CaptureKey
 
-CONFTEST = '''
-import os
-import pytest
-from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.engine.result import CaptureResult, KeyResult
-from pytest_graphcapture.summary import Summary
+# The shared fake capture with this module's model: 100 + bs (+ FAKE_EXTRA_LAUNCHES) launches per key.
+CONFTEST = (
+    FAKE_CONFTEST
+    + """
+PLATFORM = "cuda-sm90"
+BATCH_SIZES = "1,4,8"
 
 
-@pytest.fixture
-def fake_capture():
-    def capture():
-        extra = int(os.environ.get("FAKE_EXTRA_LAUNCHES", "0"))
-        result = CaptureResult(runner_name="Fake", platform="cuda-sm90")
-        for bs in (8, 4, 1):
-            total = 100 + bs + extra
-            key = CaptureKey("Fake", bs)
-            summary = Summary(key=key, platform="cuda-sm90",
-                              kernels=[{"name": "gemm_kernel", "kind": "kernel", "count": total}],
-                              ops=[{"name": "aten::mm", "input_dims": [[bs, 8], [8, 8]],
-                                    "input_types": ["float", "float"], "count": 1}],
-                              launches={"total": total, "by_api": {"cudaLaunchKernel": total}})
-            result.keys[key] = KeyResult(key=key, summary=summary)
-        return result
-    return capture
-'''
+def make_summary(bs, runner, platform):
+    total = 100 + bs + int(os.environ.get("FAKE_EXTRA_LAUNCHES", "0"))
+    return Summary(key=CaptureKey(runner, bs), platform=platform,
+                   kernels=[{"name": "gemm_kernel", "kind": "kernel", "count": total}],
+                   ops=[{"name": "aten::mm", "input_dims": [[bs, 8], [8, 8]],
+                         "input_types": ["float", "float"], "count": 1}],
+                   launches={"total": total, "by_api": {"cudaLaunchKernel": total}})
+"""
+)
 
-TESTS = '''
+TESTS = """
 def test_decode(fake_capture, golden):
     golden.check(fake_capture())
 
@@ -54,7 +47,7 @@ def test_option_int(fake_capture, golden):
 
 def test_option_per_bs(fake_capture, golden):
     golden.check(fake_capture(), max_launches={1: 101, 8: 120})
-'''
+"""
 
 GOLDEN_OF_BS8 = Path("goldens/cuda-sm90/test_model.py/test_decode/Fake_bs_8.json")
 
@@ -69,18 +62,15 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     return pytester
 
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
-
-
 def set_budget(path: Path, budget: object) -> None:
     data = json.loads(path.read_text())
     data["launch_budget"] = budget
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def test_golden_budget_fails_with_the_numbers_and_survives_update(project: pytest.Pytester,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_golden_budget_fails_with_the_numbers_and_survives_update(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run(project, "test_model.py::test_decode", "--update-golden").assert_outcomes(passed=1)
     golden = project.path / GOLDEN_OF_BS8
     set_budget(golden, 110)  # bs=8 records 108 launches
@@ -89,11 +79,13 @@ def test_golden_budget_fails_with_the_numbers_and_survives_update(project: pytes
     monkeypatch.setenv("FAKE_EXTRA_LAUNCHES", "4")  # 112 launches at bs=8: over budget, and the golden differs
     result = run(project, "test_model.py::test_decode")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*does not match its goldens for bs=1, bs=4, bs=8 (over launch budget)*",
-        f"bs=8: 112 kernel launches > budget 110 (launch_budget in {GOLDEN_OF_BS8.as_posix()})",
-        "launch budget exceeded for bs=8: cut the launches, or raise the budget*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*does not match its goldens for bs=1, bs=4, bs=8 (over launch budget)*",
+            f"bs=8: 112 kernel launches > budget 110 (launch_budget in {GOLDEN_OF_BS8.as_posix()})",
+            "launch budget exceeded for bs=8: cut the launches, or raise the budget*",
+        ]
+    )
     assert "bs=4: 108 kernel launches" not in result.stdout.str()  # bs=4 has no budget
 
     # --update-golden rewrites the summary but keeps the budget, and still fails the over-budget key.
@@ -114,8 +106,9 @@ def test_budget_only_failure_when_the_summary_matches(project: pytest.Pytester) 
     set_budget(project.path / GOLDEN_OF_BS8, 100)
     result = run(project, "test_model.py::test_decode", "--graph-capture-json", "report.json")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*does not match its goldens for bs=8 (over launch budget) *",
-                                 "bs=8: 108 kernel launches > budget 100 *"])
+    result.stdout.fnmatch_lines(
+        ["*does not match its goldens for bs=8 (over launch budget) *", "bs=8: 108 kernel launches > budget 100 *"]
+    )
     text = result.stdout.str()
     assert "kernels:" not in text  # no content diff, only the budget line
     assert "accept them with" not in text  # --update-golden cannot fix a budget
@@ -161,7 +154,8 @@ def test_budget_helpers() -> None:
         with pytest.raises(UsageError, match="max_launches"):
             store.budget_from_option(bad, key)
     assert store.launch_budget_violations(key, 212, [(200, "x"), (None, "y"), (300, "z")]) == [
-        "bs=8: 212 kernel launches > budget 200 (x)"]
+        "bs=8: 212 kernel launches > budget 200 (x)"
+    ]
     assert store.launch_budget_violations(key, 200, [(200, "x")]) == []
     with pytest.raises(GoldenError, match="launch_budget"):
         checked_golden_dict({"schema_version": 1, "launch_budget": True}, "g.json")

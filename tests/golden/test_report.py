@@ -13,23 +13,46 @@ def worker(records: list[tuple[str, str, str, str]], *, incomplete: str | None =
     report = SessionReport(golden_dir="goldens")
     for nodeid, platform, bs, outcome in records:
         golden = f"{platform}/t.py/{nodeid.split('::')[-1]}/Fake_bs_{bs}.json"
-        report.add_record(KeyRecord(nodeid, platform, f"bs={bs}", golden, outcome,
-                                    incomplete if outcome == "passed" else None))
+        report.add_record(
+            KeyRecord(nodeid, platform, f"bs={bs}", golden, outcome, incomplete if outcome == "passed" else None)
+        )
         report.add_folder(platform, golden.rsplit("/", 1)[0], nodeid)
     return report
 
 
 def test_counts_per_platform() -> None:
-    report = worker([("t.py::a", "cpu", "1", "passed"), ("t.py::a", "cpu", "2", "failed"),
-                     ("t.py::b", "cpu", "1", "created"), ("t.py::b", "cuda-sm90", "1", "updated")],
-                    incomplete="dropped records")
+    report = worker(
+        [
+            ("t.py::a", "cpu", "1", "passed"),
+            ("t.py::a", "cpu", "2", "failed"),
+            ("t.py::b", "cpu", "1", "created"),
+            ("t.py::b", "cuda-sm90", "1", "updated"),
+        ],
+        incomplete="dropped records",
+    )
     report.unused.append(FileRecord("cpu", "cpu/t.py/a/Fake_bs_4.json"))
     report.deleted.append(FileRecord("cuda-sm90", "cuda-sm90/t.py/b/Fake_bs_8.json"))
     counts = report.counts()
-    assert counts["cpu"] == {"checked": 3, "passed": 1, "failed": 1, "created": 1, "updated": 0,
-                             "deleted": 0, "unused": 1, "incomplete": 1}
-    assert counts["cuda-sm90"] == {"checked": 1, "passed": 0, "failed": 0, "created": 0, "updated": 1,
-                                   "deleted": 1, "unused": 0, "incomplete": 0}
+    assert counts["cpu"] == {
+        "checked": 3,
+        "passed": 1,
+        "failed": 1,
+        "created": 1,
+        "updated": 0,
+        "deleted": 0,
+        "unused": 1,
+        "incomplete": 1,
+    }
+    assert counts["cuda-sm90"] == {
+        "checked": 1,
+        "passed": 0,
+        "failed": 0,
+        "created": 0,
+        "updated": 1,
+        "deleted": 1,
+        "unused": 0,
+        "incomplete": 0,
+    }
     assert list(counts["cpu"]) == list(COUNT_NAMES)
     assert report.totals()["checked"] == 4
 
@@ -57,12 +80,13 @@ def test_from_dict_rejects_foreign_data() -> None:
 
 
 def test_terminal_lines_list_failures_incomplete_and_unused() -> None:
-    report = worker([("t.py::a", "cpu", "1", "passed"), ("t.py::a", "cpu", "2", "failed"),
-                     ("t.py::a", "cpu", "4", "failed")], incomplete="no kernels recorded")
+    report = worker(
+        [("t.py::a", "cpu", "1", "passed"), ("t.py::a", "cpu", "2", "failed"), ("t.py::a", "cpu", "4", "failed")],
+        incomplete="no kernels recorded",
+    )
     report.unused.append(FileRecord("cpu", "cpu/t.py/a/Fake_bs_8.json"))
     lines = report.terminal_lines()
-    assert lines[0] == ("cpu: 3 checked, 1 passed, 2 failed, 0 created, 0 updated, 0 deleted, 1 unused, "
-                        "1 incomplete")
+    assert lines[0] == ("cpu: 3 checked, 1 passed, 2 failed, 0 created, 0 updated, 0 deleted, 1 unused, 1 incomplete")
     assert "failed: t.py::a (bs=2, bs=4)" in lines
     assert "incomplete: t.py::a bs=1: no kernels recorded" in lines
     assert "unused: goldens/cpu/t.py/a/Fake_bs_8.json (remove with --update-golden)" in lines
@@ -98,5 +122,7 @@ def test_json_has_counts_totals_and_records() -> None:
     data = json.loads(report.to_json())
     assert data["counts"]["cpu"]["created"] == 1 and data["totals"]["failed"] == 1
     assert [r["nodeid"] for r in data["records"]] == ["t.py::a", "t.py::b"]
-    assert data["used"] == [{"platform": "cpu", "path": "cpu/t.py/a/Fake_bs_1.json"},
-                            {"platform": "cpu", "path": "cpu/t.py/b/Fake_bs_1.json"}]
+    assert data["used"] == [
+        {"platform": "cpu", "path": "cpu/t.py/a/Fake_bs_1.json"},
+        {"platform": "cpu", "path": "cpu/t.py/b/Fake_bs_1.json"},
+    ]

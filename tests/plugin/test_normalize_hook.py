@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-CONFTEST = '''
+CONFTEST = """
 import os
 import pytest
 from pytest_graphcapture.engine.result import CaptureResult, KeyResult
@@ -29,15 +29,16 @@ def pytest_graphcapture_normalize_kernel(config, name, level):
     if os.environ.get("RENAME_KERNELS") == "1":
         return "renamed::" + name.split("::")[-1] if not name.startswith("renamed::") else name
     return None
-'''
-TEST = '''
+"""
+TEST = """
 def test_gate(capture, golden):
     golden.check(capture)
-'''
+"""
 
 
-def test_a_users_hook_changes_the_kernel_names_a_golden_holds(pytester: pytest.Pytester,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_users_hook_changes_the_kernel_names_a_golden_holds(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_gate=TEST)
     monkeypatch.delenv("RENAME_KERNELS", raising=False)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 SHOW_SETTINGS = """
@@ -33,13 +31,15 @@ def test_command_line_beats_environment_beats_ini(pytester: pytest.Pytester, mon
     monkeypatch.setenv("GRAPH_CAPTURE_BATCH_SIZES", "4")
     result = pytester.runpytest("-s")
     result.stdout.fnmatch_lines([f"*OUT_DIR={pytester.path / 'from_env'}", "SIZES=[4]"])
-    result = pytester.runpytest("-s", f"--graph-capture-dir={pytester.path / 'from_cli'}",
-                                "--graph-capture-batch-sizes=8,2")
+    result = pytester.runpytest(
+        "-s", f"--graph-capture-dir={pytester.path / 'from_cli'}", "--graph-capture-batch-sizes=8,2"
+    )
     result.stdout.fnmatch_lines([f"*OUT_DIR={pytester.path / 'from_cli'}", "SIZES=[2, 8]"])
 
 
-def test_command_line_beats_environment_and_ini_for_the_trace_mode(pytester: pytest.Pytester,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_command_line_beats_environment_and_ini_for_the_trace_mode(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The documented precedence holds for the trace mode too: command line > environment > ini."""
     pytester.makepyfile(SHOW_SETTINGS)
     pytester.makeini("[pytest]\ngraph_capture_trace = single\n")
@@ -54,14 +54,21 @@ def test_command_line_beats_environment_and_ini_for_the_trace_mode(pytester: pyt
     result.assert_outcomes(passed=1)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--graph-capture-device=tpu"], "*--graph-capture-device: 'tpu' is not one of auto, cpu, cuda*"),
-    (["--graph-capture-batch-sizes=1,x"], "*--graph-capture-batch-sizes: 'x' is not an integer batch size*"),
-    (["--graph-capture-trace=everything"], "*--graph-capture-trace: 'everything' is not one of per-bs, single, off*"),
-    (["--graph-capture-profiler-flags=stack,colour"], "*unknown profiler flag(s) colour*"),
-])
-def test_bad_option_values_are_usage_errors_naming_the_option(pytester: pytest.Pytester, args: list,
-                                                             message: str) -> None:
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--graph-capture-device=tpu"], "*--graph-capture-device: 'tpu' is not one of auto, cpu, cuda*"),
+        (["--graph-capture-batch-sizes=1,x"], "*--graph-capture-batch-sizes: 'x' is not an integer batch size*"),
+        (
+            ["--graph-capture-trace=everything"],
+            "*--graph-capture-trace: 'everything' is not one of per-bs, single, off*",
+        ),
+        (["--graph-capture-profiler-flags=stack,colour"], "*unknown profiler flag(s) colour*"),
+    ],
+)
+def test_bad_option_values_are_usage_errors_naming_the_option(
+    pytester: pytest.Pytester, args: list, message: str
+) -> None:
     pytester.makepyfile(SHOW_SETTINGS)
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -97,14 +104,23 @@ def test_gpu_marker_skips_with_an_actionable_reason_on_cpu(pytester: pytest.Pyte
 
 def test_trace_option_writes_one_file_per_batch_size(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(CAPTURE_DECODE)
-    result = pytester.runpytest("-s", "--graph-capture-trace", "--graph-capture-dir=out",
-                                "--graph-capture-batch-sizes=1,2,4", "-W", "error")
+    result = pytester.runpytest(
+        "-s", "--graph-capture-trace", "--graph-capture-dir=out", "--graph-capture-batch-sizes=1,2,4", "-W", "error"
+    )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*KEYS=4,2,1", "TRACES=TinyDecodeRunner_bs_4_rank0.json.gz,"
-                                 "TinyDecodeRunner_bs_2_rank0.json.gz,TinyDecodeRunner_bs_1_rank0.json.gz"])
+    result.stdout.fnmatch_lines(
+        [
+            "*KEYS=4,2,1",
+            "TRACES=TinyDecodeRunner_bs_4_rank0.json.gz,"
+            "TinyDecodeRunner_bs_2_rank0.json.gz,TinyDecodeRunner_bs_1_rank0.json.gz",
+        ]
+    )
     written = sorted(p.name for p in (pytester.path / "out" / "graph_capture_profile").iterdir())
-    assert written == ["TinyDecodeRunner_bs_1_rank0.json.gz", "TinyDecodeRunner_bs_2_rank0.json.gz",
-                       "TinyDecodeRunner_bs_4_rank0.json.gz"]
+    assert written == [
+        "TinyDecodeRunner_bs_1_rank0.json.gz",
+        "TinyDecodeRunner_bs_2_rank0.json.gz",
+        "TinyDecodeRunner_bs_4_rank0.json.gz",
+    ]
 
 
 def test_without_the_trace_option_no_directory_is_created(pytester: pytest.Pytester) -> None:
@@ -124,12 +140,14 @@ def test_verbose_mode_prints_one_progress_line_per_key(pytester: pytest.Pytester
     """)
     result = pytester.runpytest("-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "graph-capture: FakeRunner bs=2 rank=0 captured in *s",
-        "graph-capture: FakeRunner bs=2 variant=lora rank=0 captured in *s",
-        "graph-capture: FakeRunner bs=1 rank=0 captured in *s",
-        "graph-capture: FakeRunner bs=1 variant=lora rank=0 captured in *s",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "graph-capture: FakeRunner bs=2 rank=0 captured in *s",
+            "graph-capture: FakeRunner bs=2 variant=lora rank=0 captured in *s",
+            "graph-capture: FakeRunner bs=1 rank=0 captured in *s",
+            "graph-capture: FakeRunner bs=1 variant=lora rank=0 captured in *s",
+        ]
+    )
     quiet = pytester.runpytest()
     assert "graph-capture: FakeRunner" not in quiet.stdout.str()
 

@@ -19,8 +19,14 @@ from pytest_graphcapture.errors import TraceFormatError
 from pytest_graphcapture.summary.files import summarize_trace_file
 from pytest_graphcapture.tools.cli import main as cli_main
 
-OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1,
-      "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}
+OP = {
+    "ph": "X",
+    "cat": "cpu_op",
+    "name": "aten::mm",
+    "ts": 1,
+    "dur": 1,
+    "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]},
+}
 
 
 def trace_bytes(events: list, **top: object) -> bytes:
@@ -69,8 +75,7 @@ def test_rejected_by_the_summarizer_with_one_line_naming_file_and_problem(tmp_pa
 
 
 @pytest.mark.parametrize("case", sorted(REJECTED))
-def test_rejected_by_the_cli_with_exit_2_and_one_line(tmp_path: Path, case: str,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_rejected_by_the_cli_with_exit_2_and_one_line(tmp_path: Path, case: str, capsys: pytest.CaptureFixture) -> None:
     data, problem = REJECTED[case]
     path = write(tmp_path, "R_bs_2_rank0.json", data)
     assert cli_main(["summarize", str(path)]) == 2
@@ -96,8 +101,7 @@ def test_a_million_tiny_events_summarize(tmp_path: Path) -> None:
     assert summary.ops == [{"name": "aten::add", "input_dims": [[1]], "input_types": [], "count": 1_000_000}]
 
 
-def test_a_gzip_bomb_stops_at_the_cap_and_says_how_to_raise_it(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gzip_bomb_stops_at_the_cap_and_says_how_to_raise_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "R_bs_1_rank0.json.gz"
     with gzip.open(path, "wb") as handle:
         handle.write(b'{"traceEvents": [' + b" " * (64 * 1024 * 1024))  # 64 MiB of spaces, ~64 KiB on disk
@@ -109,11 +113,14 @@ def test_a_gzip_bomb_stops_at_the_cap_and_says_how_to_raise_it(tmp_path: Path,
 
 
 def test_the_cli_module_prints_no_traceback_for_any_rejected_input(tmp_path: Path) -> None:
-    paths = [str(write(tmp_path, f"R_bs_{i + 1}_rank0.json", data)) for i, (data, _) in
-             enumerate(REJECTED.values())]
+    paths = [str(write(tmp_path, f"R_bs_{i + 1}_rank0.json", data)) for i, (data, _) in enumerate(REJECTED.values())]
     for path in paths:
-        done = subprocess.run([sys.executable, "-m", "pytest_graphcapture", "summarize", path],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_graphcapture", "summarize", path],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert done.stderr.count("\n") == 1 and path in done.stderr
 

@@ -102,7 +102,10 @@ def test_family_level() -> None:
     assert normalize_kernel_name(ELEMENTWISE, "family") == "at::native::vectorized_elementwise_kernel"
     assert normalize_kernel_name(AITER, "family") == "aiter::add_rmsnorm_quant_kernel"
     assert normalize_kernel_name(SGL, "family") == "sgl_hip::activation::act_and_mul_kernel"
-    assert normalize_kernel_name("void flash_fwd_kernel<Flash_kernel_traits<128> >(Params)", "family") == "flash_fwd_kernel"
+    assert (
+        normalize_kernel_name("void flash_fwd_kernel<Flash_kernel_traits<128> >(Params)", "family")
+        == "flash_fwd_kernel"
+    )
     # an aten elementwise kernel is not a GEMM even though it computes one element of something
     assert normalize_kernel_name("void at::native::reduce_kernel<512, 1>(R)", "family") == "at::native::reduce_kernel"
 
@@ -111,14 +114,52 @@ def test_levels_are_ordered_refinements() -> None:
     for name in (ELEMENTWISE, AITER, SGL, "triton_poi_fused_0", "Cijk_foo"):
         exact = normalize_kernel_name(name, "exact")
         assert normalize_kernel_name(exact, "name") == normalize_kernel_name(name, "name")
-        assert normalize_kernel_name(normalize_kernel_name(name, "name"), "family") == normalize_kernel_name(name, "family")
+        assert normalize_kernel_name(normalize_kernel_name(name, "name"), "family") == normalize_kernel_name(
+            name, "family"
+        )
 
 
-_PIECES = st.sampled_from([
-    "void ", "at::", "native::", "kernel", "<", ">", "(", ")", ", ", "int", "0x1f", "0xZ", "#3}", "{lambda(",
-    "'lambda2'", "$_7", "_GLOBAL__N_1", "_Z", "N", "E", "3foo", "I", "i", "Li4E", ".kd", "triton_poi_", "_1", "_22",
-    "gemm", "Cijk_", " const", "operator", "::", " ", "S_", "T_", "v",
-])
+_PIECES = st.sampled_from(
+    [
+        "void ",
+        "at::",
+        "native::",
+        "kernel",
+        "<",
+        ">",
+        "(",
+        ")",
+        ", ",
+        "int",
+        "0x1f",
+        "0xZ",
+        "#3}",
+        "{lambda(",
+        "'lambda2'",
+        "$_7",
+        "_GLOBAL__N_1",
+        "_Z",
+        "N",
+        "E",
+        "3foo",
+        "I",
+        "i",
+        "Li4E",
+        ".kd",
+        "triton_poi_",
+        "_1",
+        "_22",
+        "gemm",
+        "Cijk_",
+        " const",
+        "operator",
+        "::",
+        " ",
+        "S_",
+        "T_",
+        "v",
+    ]
+)
 _KERNELISH = st.lists(_PIECES, max_size=14).map("".join)
 
 

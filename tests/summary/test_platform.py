@@ -25,8 +25,15 @@ def _trace(major: int, minor: int, **extra) -> dict:
 
 @pytest.mark.parametrize(
     "compute, gfx",
-    [((9, 4), "gfx942"), ((9, 0), "gfx90a"), ((9, 5), "gfx950"), ((11, 0), "gfx1100"), ((10, 3), "gfx1030"),
-     ((12, 0), "gfx1200"), ((12, 1), "gfx1201")],
+    [
+        ((9, 4), "gfx942"),
+        ((9, 0), "gfx90a"),
+        ((9, 5), "gfx950"),
+        ((11, 0), "gfx1100"),
+        ((10, 3), "gfx1030"),
+        ((12, 0), "gfx1200"),
+        ((12, 1), "gfx1201"),
+    ],
 )
 def test_rocm_compute_capability_table(compute: tuple, gfx: str) -> None:
     assert ROCM_COMPUTE_TO_GFX[compute] == gfx
@@ -49,8 +56,10 @@ def test_rocm_detection_keys() -> None:
     assert platform_from_trace(_trace(9, 4, roctracer_version=4.1)) == "rocm-gfx942"
     assert platform_from_trace(_trace(9, 4, hip_driver_version=1)) == "rocm-gfx942"
     # an architecture name in the trace wins over the lossy table; feature flags are dropped
-    assert platform_from_trace(_trace(9, 0, hip_runtime_version=1, props={"gcnArchName": "gfx908:sramecc+:xnack-"})) \
+    assert (
+        platform_from_trace(_trace(9, 0, hip_runtime_version=1, props={"gcnArchName": "gfx908:sramecc+:xnack-"}))
         == "rocm-gfx908"
+    )
     # unknown capability: documented fallback
     assert platform_from_trace(_trace(13, 2, hip_runtime_version=1)) == "rocm-gfx1320"
 
@@ -98,14 +107,27 @@ def test_detect_platform_rocm(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_environment_from_trace() -> None:
-    trace = _trace(9, 0, name="NVIDIA H100", cuda_runtime_version=12040, record_shapes=1, with_stack=1,
-                   metadata={"torch_version": "2.6.0"}, distributedInfo={"backend": "nccl", "rank": 3, "world_size": 8})
+    trace = _trace(
+        9,
+        0,
+        name="NVIDIA H100",
+        cuda_runtime_version=12040,
+        record_shapes=1,
+        with_stack=1,
+        metadata={"torch_version": "2.6.0"},
+        distributedInfo={"backend": "nccl", "rank": 3, "world_size": 8},
+    )
     env = environment_from_trace(trace)
     assert env["device_name"] == "NVIDIA H100"
     assert env["torch_version"] == "2.6.0"
     assert env["cuda_runtime_version"] == 12040
-    assert env["profiler"] == {"record_shapes": True, "with_stack": True, "with_flops": False,
-                               "profile_memory": False, "with_modules": False}
+    assert env["profiler"] == {
+        "record_shapes": True,
+        "with_stack": True,
+        "with_flops": False,
+        "profile_memory": False,
+        "with_modules": False,
+    }
     assert env["distributed"] == {"backend": "nccl", "rank": 3, "world_size": 8}
     assert environment_from_trace({"traceEvents": []})["profiler"]["record_shapes"] is False
 

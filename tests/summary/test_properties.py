@@ -19,8 +19,14 @@ from pytest_graphcapture.summary.scan import summarize_events
 KEY = CaptureKey("Prop", 8)
 OP_NAMES = st.sampled_from(["aten::mm", "aten::add", "aten::copy_", "aten::softmax", "c10d::allreduce_"])
 DIMS = st.lists(st.lists(st.integers(0, 64), max_size=3), max_size=3)
-KERNELS = st.sampled_from(["void at::native::vectorized_elementwise_kernel<4, float>(int)",
-                           "Cijk_Alik_Bljk_BBS_BH_MT64x64", "sm90_xmma_gemm_bf16", "triton_poi_fused_add_0"])
+KERNELS = st.sampled_from(
+    [
+        "void at::native::vectorized_elementwise_kernel<4, float>(int)",
+        "Cijk_Alik_Bljk_BBS_BH_MT64x64",
+        "sm90_xmma_gemm_bf16",
+        "triton_poi_fused_add_0",
+    ]
+)
 
 
 @st.composite
@@ -32,12 +38,27 @@ def capture_events(draw: st.DrawFn) -> list[dict]:
     ]
     for index in range(draw(st.integers(0, 25))):
         ts = draw(st.integers(0, 11_000))
-        events.append({"ph": "X", "cat": "cpu_op", "name": draw(OP_NAMES), "ts": ts, "dur": 1,
-                       "args": {"Input Dims": draw(DIMS), "Input type": ["float"]}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": draw(OP_NAMES),
+                "ts": ts,
+                "dur": 1,
+                "args": {"Input Dims": draw(DIMS), "Input type": ["float"]},
+            }
+        )
         if draw(st.booleans()):
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "ts": ts + 0.5, "dur": 1,
-                           "args": {"kernel": draw(KERNELS), "grid": [1, 1, 1], "block": [64, 1, 1],
-                                    "correlation": index + 1}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "hipLaunchKernel",
+                    "ts": ts + 0.5,
+                    "dur": 1,
+                    "args": {"kernel": draw(KERNELS), "grid": [1, 1, 1], "block": [64, 1, 1], "correlation": index + 1},
+                }
+            )
     return events
 
 
@@ -54,8 +75,9 @@ def test_event_order_does_not_change_a_summary(events: list[dict], rng: random.R
 @settings(max_examples=60, deadline=None)
 @given(capture_events(), st.sampled_from(LEVELS))
 def test_summaries_round_trip_through_json_unchanged(events: list[dict], level: str) -> None:
-    summary = summarize_events(events, key=KEY, platform="rocm-gfx942", level=level,
-                               environment={"torch_version": "2.13.0"})
+    summary = summarize_events(
+        events, key=KEY, platform="rocm-gfx942", level=level, environment={"torch_version": "2.13.0"}
+    )
     text = json.dumps(summary.to_dict(), sort_keys=True)
     again = Summary.from_dict(json.loads(text))
     assert again == summary

@@ -32,8 +32,10 @@ HTA_A100 = "hta_negative_queue_length_values_check__rank0.json.gz"
 def _path(name: str) -> Path:
     path = real_traces_dir() / name
     if not path.is_file():
-        pytest.skip(f"real trace {name} not found in {real_traces_dir()}; set GRAPH_CAPTURE_REAL_TRACES to the "
-                    "folder holding the shared real_traces (see tests/helpers.py)")
+        pytest.skip(
+            f"real trace {name} not found in {real_traces_dir()}; set GRAPH_CAPTURE_REAL_TRACES to the "
+            "folder holding the shared real_traces (see tests/helpers.py)"
+        )
     return path
 
 
@@ -45,18 +47,26 @@ def _naive_capture_kernels(events: list) -> Counter:
     """Kernel names of hip launches between hipStreamBeginCapture and hipStreamEndCapture."""
     begin = next(e["ts"] for e in events if e.get("name") == "hipStreamBeginCapture")
     end = next(e["ts"] for e in events if e.get("name") == "hipStreamEndCapture")
-    return Counter(e["args"]["kernel"] for e in events
-                   if e.get("cat") == "cuda_runtime" and e["name"] in ("hipLaunchKernel", "hipExtModuleLaunchKernel")
-                   and begin <= e["ts"] <= end)
+    return Counter(
+        e["args"]["kernel"]
+        for e in events
+        if e.get("cat") == "cuda_runtime"
+        and e["name"] in ("hipLaunchKernel", "hipExtModuleLaunchKernel")
+        and begin <= e["ts"] <= end
+    )
 
 
 def _naive_graph_kernels(events: list, launch: str) -> Counter:
     corr = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime" and e["name"] == launch}
-    return Counter(e["name"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-                   and e.get("args", {}).get("correlation") in corr)
+    return Counter(
+        e["name"]
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("args", {}).get("correlation") in corr
+    )
 
 
 # ---- AMD MI300X: sglang capture vs. replay
+
 
 def test_sglang_capture_window_matches_graph_replay() -> None:
     capture_events, replay_events = _events(SGLANG_CAPTURE), _events(SGLANG_REPLAY)
@@ -98,16 +108,21 @@ def test_sglang_summary_from_files_with_replay() -> None:
     assert all("grid" in k and "block" in k for k in summary.kernels)  # ROCm launch args carry them
     assert summary.environment["device_name"] == "AMD Instinct MI300X"
     # byte-stable across runs
-    assert summarize_trace_file(_path(SGLANG_CAPTURE)).to_json() == summarize_trace_file(_path(SGLANG_CAPTURE)).to_json()
+    assert (
+        summarize_trace_file(_path(SGLANG_CAPTURE)).to_json() == summarize_trace_file(_path(SGLANG_CAPTURE)).to_json()
+    )
 
 
 def test_dropped_replay_record_flips_complete_with_warning() -> None:
     capture = summarize_trace_file(_path(SGLANG_CAPTURE))
     replay_events = _events(SGLANG_REPLAY)
     graph_corr = {e["args"]["correlation"] for e in replay_events if e.get("name") == "hipGraphLaunch"}
-    victim = next(i for i, e in enumerate(replay_events)
-                  if e.get("cat") == "kernel" and e["args"].get("correlation") in graph_corr)
-    lossy = replay_events[:victim] + replay_events[victim + 1:]
+    victim = next(
+        i
+        for i, e in enumerate(replay_events)
+        if e.get("cat") == "kernel" and e["args"].get("correlation") in graph_corr
+    )
+    lossy = replay_events[:victim] + replay_events[victim + 1 :]
     with pytest.warns(KernelEvidenceWarning, match=r"tracelens_sglang_decode_capture_\[bs=32, rank=0\]"):
         result = with_replay(capture, replay_kernels_from_events(lossy))
     assert result.complete is False
@@ -125,6 +140,7 @@ def test_sglang_replay_trace_eager_summary() -> None:
 
 
 # ---- NVIDIA
+
 
 def test_h100_summary() -> None:
     path = _path(H100)
@@ -158,8 +174,11 @@ def test_hta_a100_graph_launch_attribution() -> None:
     summary = summarize_trace_file(_path(HTA_A100), key=CaptureKey("dlrm", 1))
     assert summary.platform == "cuda-sm80"
     assert summary.op_count() == 25185
-    ops_with_dims = Counter((e["name"], str(e["args"]["Input Dims"])) for e in events
-                            if e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {}))
+    ops_with_dims = Counter(
+        (e["name"], str(e["args"]["Input Dims"]))
+        for e in events
+        if e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})
+    )
     assert sum(ops_with_dims.values()) == 24015
     for o in summary.ops:
         if o["input_dims"]:

@@ -25,6 +25,7 @@ NORM = "void rms_norm_kernel<c10::BFloat16>(c10::BFloat16*)"
 
 # ---- tiny event builders (Chrome trace dicts as Kineto writes them)
 
+
 def op(name: str, ts: float, dims=None, types=None) -> dict:
     args = {"External id": int(ts)}
     if dims is not None:
@@ -35,13 +36,29 @@ def op(name: str, ts: float, dims=None, types=None) -> dict:
 
 
 def rt(name: str, ts: float, corr: int, **args) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1,
-            "args": {"correlation": corr, **args}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": 1,
+        "args": {"correlation": corr, **args},
+    }
 
 
 def gpu(name: str, ts: float, corr: int, cat: str = "kernel", **args) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 1,
-            "args": {"correlation": corr, "stream": 7, **args}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": 1,
+        "args": {"correlation": corr, "stream": 7, **args},
+    }
 
 
 def rocm_capture_events() -> list:
@@ -81,6 +98,7 @@ ROCM_REPLAY = [("kernel", GEMM), ("kernel", GEMM), ("kernel", NORM), ("memcpy", 
 
 # ---- eager (no capture calls)
 
+
 def test_eager_cpu_counts_every_op_in_the_trace() -> None:
     events = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "ts": 0, "dur": 100},
@@ -106,9 +124,12 @@ def test_eager_cpu_counts_every_op_in_the_trace() -> None:
 
 def test_eager_gpu_uses_executed_kernels_with_grid_and_block() -> None:
     events = [
-        rt("cudaLaunchKernel", 1, 1), gpu(GEMM, 2, 1, grid=[4, 1, 1], block=[128, 1, 1]),
-        rt("cudaLaunchKernel", 3, 2), gpu(GEMM, 4, 2, grid=[4, 1, 1], block=[128, 1, 1]),
-        rt("cudaMemsetAsync", 5, 3), gpu("Memset (Device)", 6, 3, cat="gpu_memset"),
+        rt("cudaLaunchKernel", 1, 1),
+        gpu(GEMM, 2, 1, grid=[4, 1, 1], block=[128, 1, 1]),
+        rt("cudaLaunchKernel", 3, 2),
+        gpu(GEMM, 4, 2, grid=[4, 1, 1], block=[128, 1, 1]),
+        rt("cudaMemsetAsync", 5, 3),
+        gpu("Memset (Device)", 6, 3, cat="gpu_memset"),
         gpu("kernel_without_config", 7, 4),
     ]
     summary = summarize_events(events, key=KEY, platform="cuda-sm90")
@@ -122,16 +143,24 @@ def test_eager_gpu_uses_executed_kernels_with_grid_and_block() -> None:
 
 # ---- capture window
 
+
 def test_rocm_capture_window() -> None:
     summary = summarize_events(rocm_capture_events(), key=KEY, platform="rocm-gfx942")
     assert summary.complete and summary.incomplete_reason is None
-    assert summary.launches == {"total": 4, "by_api": {"hipExtModuleLaunchKernel": 2, "hipLaunchKernel": 1,
-                                                      "hipMemcpyAsync": 1}}
+    assert summary.launches == {
+        "total": 4,
+        "by_api": {"hipExtModuleLaunchKernel": 2, "hipLaunchKernel": 1, "hipMemcpyAsync": 1},
+    }
     assert summary.kernels == [
         {"name": "hipMemcpyAsync", "kind": "memcpy", "count": 1},
         {"name": "void gemm_kernel<float, 128>", "kind": "kernel", "count": 2, "grid": [4, 1, 1], "block": [256, 1, 1]},
-        {"name": "void rms_norm_kernel<c10::BFloat16>", "kind": "kernel", "count": 1, "grid": [8, 1, 1],
-         "block": [64, 1, 1]},
+        {
+            "name": "void rms_norm_kernel<c10::BFloat16>",
+            "kind": "kernel",
+            "count": 1,
+            "grid": [8, 1, 1],
+            "block": [64, 1, 1],
+        },
     ]
     # ops before BeginCapture / after EndCapture are not part of the graph
     assert [(o["name"], o["count"]) for o in summary.ops] == [("aten::mm", 2), ("aten::rms_norm", 1)]
@@ -149,14 +178,22 @@ def test_nvidia_capture_needs_replay_and_driver_names_count() -> None:
         gpu("after_capture", 8, 7),
     ]
     summary = summarize_events(events, key=KEY, platform="cuda-sm90")
-    assert summary.launches == {"total": 4, "by_api": {"cuLaunchKernel": 1, "cudaLaunchKernel": 1,
-                                                      "cudaLaunchKernelExC": 1, "cudaMemsetAsync": 1}}
+    assert summary.launches == {
+        "total": 4,
+        "by_api": {"cuLaunchKernel": 1, "cudaLaunchKernel": 1, "cudaLaunchKernelExC": 1, "cudaMemsetAsync": 1},
+    }
     assert not summary.complete and "3 of 4 launches" in summary.incomplete_reason
     assert summary.kernels == [{"name": "cudaMemsetAsync", "kind": "memset", "count": 1}]
 
-    replay = [rt("cudaGraphLaunch_v10000", 50, 500), gpu("k1", 51, 500, grid=[1, 1, 1], block=[32, 1, 1]),
-              gpu("k2", 52, 500), gpu("k1", 53, 500, grid=[1, 1, 1], block=[32, 1, 1]),
-              gpu("Memset (Device)", 54, 500, cat="gpu_memset"), rt("cudaLaunchKernel", 40, 400), gpu("fill", 41, 400)]
+    replay = [
+        rt("cudaGraphLaunch_v10000", 50, 500),
+        gpu("k1", 51, 500, grid=[1, 1, 1], block=[32, 1, 1]),
+        gpu("k2", 52, 500),
+        gpu("k1", 53, 500, grid=[1, 1, 1], block=[32, 1, 1]),
+        gpu("Memset (Device)", 54, 500, cat="gpu_memset"),
+        rt("cudaLaunchKernel", 40, 400),
+        gpu("fill", 41, 400),
+    ]
     kernels = replay_kernels_from_events(replay)
     assert [k["name"] for k in kernels] == ["k1", "k2", "k1", "Memset (Device)"]
     with warnings.catch_warnings():
@@ -240,16 +277,30 @@ def test_byte_stable_regardless_of_event_order() -> None:
 
 # ---- Summary contract
 
+
 def _summary() -> Summary:
-    return summarize_events(rocm_capture_events(), key=CaptureKey("r", 8, "DECODE", 1), platform="rocm-gfx942",
-                            environment={"device_name": "MI300X"})
+    return summarize_events(
+        rocm_capture_events(),
+        key=CaptureKey("r", 8, "DECODE", 1),
+        platform="rocm-gfx942",
+        environment={"device_name": "MI300X"},
+    )
 
 
 def test_to_dict_layout_and_round_trip() -> None:
     summary = _summary()
     data = summary.to_dict()
-    assert list(data) == ["schema_version", "key", "platform", "level", "kernels", "ops", "launches", "complete",
-                          "environment"]
+    assert list(data) == [
+        "schema_version",
+        "key",
+        "platform",
+        "level",
+        "kernels",
+        "ops",
+        "launches",
+        "complete",
+        "environment",
+    ]
     assert data["key"] == {"runner": "r", "batch_size": 8, "variant": "DECODE", "rank": 1}
     assert data["complete"] == {"value": True, "reason": None}
     again = Summary.from_dict(json.loads(json.dumps(data)))
@@ -296,14 +347,22 @@ def test_from_dict_names_the_problem(mutate, problem: str) -> None:
 
 
 def test_normalized_merges_filters_and_refuses_finer_levels() -> None:
-    events = [gpu("void k<1>(int)", 1, 1), gpu("void k<2>(int)", 2, 2), gpu("Cijk_Alik_MT64", 3, 3),
-              gpu("Memset (Device)", 4, 4, cat="gpu_memset"), op("aten::mm", 5), op("aten::fill_", 6)]
+    events = [
+        gpu("void k<1>(int)", 1, 1),
+        gpu("void k<2>(int)", 2, 2),
+        gpu("Cijk_Alik_MT64", 3, 3),
+        gpu("Memset (Device)", 4, 4, cat="gpu_memset"),
+        op("aten::mm", 5),
+        op("aten::fill_", 6),
+    ]
     exact = summarize_events(events, key=KEY, platform="cuda-sm90", level="exact")
     assert exact.level == "exact" and len(exact.kernels) == 4
     family = exact.normalized("family", ignore_kernels=[r"^Memset"], ignore_ops=["fill"])
     assert family.level == "family"
-    assert family.kernels == [{"name": "GEMM", "kind": "kernel", "count": 1},
-                              {"name": "k", "kind": "kernel", "count": 2}]
+    assert family.kernels == [
+        {"name": "GEMM", "kind": "kernel", "count": 1},
+        {"name": "k", "kind": "kernel", "count": 2},
+    ]
     assert [o["name"] for o in family.ops] == ["aten::mm"]
     assert family.normalized("family") == family  # idempotent
     assert exact.normalized("name") == summarize_events(events, key=KEY, platform="cuda-sm90", level="name")
@@ -314,6 +373,7 @@ def test_normalized_merges_filters_and_refuses_finer_levels() -> None:
 
 
 # ---- keys from file names and annotations
+
 
 @pytest.mark.parametrize(
     "name, key",
@@ -340,9 +400,12 @@ def test_key_from_annotations_and_errors() -> None:
 
 
 def test_summarize_trace_file_with_replay(tmp_path: Path) -> None:
-    trace = {"schemaVersion": 1, "hip_runtime_version": 1,
-             "deviceProperties": [{"id": 0, "name": "", "computeMajor": 9, "computeMinor": 4}],
-             "traceEvents": rocm_capture_events()}
+    trace = {
+        "schemaVersion": 1,
+        "hip_runtime_version": 1,
+        "deviceProperties": [{"id": 0, "name": "", "computeMajor": 9, "computeMinor": 4}],
+        "traceEvents": rocm_capture_events(),
+    }
     capture = tmp_path / "eng_bs_8_rank0.json.gz"
     capture.write_bytes(gzip.compress(json.dumps(trace).encode()))
     replay = tmp_path / "replay.json"

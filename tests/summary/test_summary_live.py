@@ -40,9 +40,16 @@ def _profile_steps(tmp_path: Path, on_ready: Any, *, wrap: Any = None, **kwargs:
         (tmp_path / "trace.json").write_bytes(gzip.decompress((tmp_path / "trace.json.gz").read_bytes()))
         out["steps"] = out.get("steps", 0) + 1
 
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                                  schedule=schedule(wait=2, warmup=0, active=1, repeat=0),
-                                  on_trace_ready=ready, **kwargs) as prof:
+    with (
+        torch.no_grad(),
+        profile(
+            activities=[ProfilerActivity.CPU],
+            record_shapes=True,
+            schedule=schedule(wait=2, warmup=0, active=1, repeat=0),
+            on_trace_ready=ready,
+            **kwargs,
+        ) as prof,
+    ):
         for step in range(4):
             model(torch.randn(3 + step, 8))  # batch changes per step: only the active one must show
             prof.step()
@@ -59,8 +66,10 @@ def test_live_equals_file(tmp_path: Path) -> None:
         assert from_file == live, name
     # only the active step (wait=2 → third forward, batch 5) is summarized
     linear = [o for o in live.ops if o["name"] == "aten::linear"]
-    assert sorted((o["input_dims"], o["count"]) for o in linear) == [([[5, 8], [16, 8], [16]], 1),
-                                                                     ([[5, 16], [4, 16], [4]], 1)]
+    assert sorted((o["input_dims"], o["count"]) for o in linear) == [
+        ([[5, 8], [16, 8], [16]], 1),
+        ([[5, 16], [4, 16], [4]], 1),
+    ]
     assert all(o["input_types"][0] == "float" for o in linear)
     cat = [o for o in live.ops if o["name"] == "aten::cat"]
     assert len(cat) == 1 and cat[0]["input_types"][0] == "TensorList"

@@ -24,17 +24,44 @@ def _trace(kernels: dict, ops: dict | None = None, major: int = 9) -> dict:
     for name, count in kernels.items():
         for _ in range(count):
             ts += 2
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1,
-                           "args": {"correlation": ts}})
-            events.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts + 1, "dur": 1,
-                           "args": {"correlation": ts, "grid": [1, 1, 1], "block": [128, 1, 1]}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "ts": ts,
+                    "dur": 1,
+                    "args": {"correlation": ts},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "ts": ts + 1,
+                    "dur": 1,
+                    "args": {"correlation": ts, "grid": [1, 1, 1], "block": [128, 1, 1]},
+                }
+            )
     for name, count in (ops or {}).items():
         for _ in range(count):
             ts += 1
-            events.append({"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": 1,
-                           "args": {"Input Dims": [[4, 4]], "Input type": ["float"]}})
-    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU", "computeMajor": major, "computeMinor": 0}],
-            "traceEvents": events}
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": name,
+                    "ts": ts,
+                    "dur": 1,
+                    "args": {"Input Dims": [[4, 4]], "Input type": ["float"]},
+                }
+            )
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "GPU", "computeMajor": major, "computeMinor": 0}],
+        "traceEvents": events,
+    }
 
 
 def _write(path: Path, trace: dict) -> Path:
@@ -57,7 +84,9 @@ def test_summarize_prints_canonical_json(tmp_path: Path, capsys: pytest.CaptureF
     assert out == json.dumps(data, sort_keys=True, indent=2) + "\n"
     assert data["key"] == {"runner": "eng", "batch_size": 4, "variant": None, "rank": 0}
     assert data["platform"] == "cuda-sm90" and data["level"] == "name"
-    assert data["kernels"] == [{"block": [128, 1, 1], "count": 2, "grid": [1, 1, 1], "kind": "kernel", "name": "void k<1>"}]
+    assert data["kernels"] == [
+        {"block": [128, 1, 1], "count": 2, "grid": [1, 1, 1], "kind": "kernel", "name": "void k<1>"}
+    ]
     assert data["launches"] == {"by_api": {"cudaLaunchKernel": 2}, "total": 2}
 
     code, out, _ = _run(capsys, "summarize", str(trace), "--level", "family")
@@ -77,10 +106,16 @@ def test_summarize_several_and_out_file(tmp_path: Path, capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize(
     "content, problem",
-    [(b"", "file is empty"), (b"{", "truncated JSON"), (b'{"traceEvents": 1}', "traceEvents is a JSON int"),
-     (b"\x1f\x8bxx", "corrupt gzip")],
+    [
+        (b"", "file is empty"),
+        (b"{", "truncated JSON"),
+        (b'{"traceEvents": 1}', "traceEvents is a JSON int"),
+        (b"\x1f\x8bxx", "corrupt gzip"),
+    ],
 )
-def test_bad_trace_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture, content: bytes, problem: str) -> None:
+def test_bad_trace_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture, content: bytes, problem: str
+) -> None:
     bad = tmp_path / "eng_bs_1_rank0.json"
     bad.write_bytes(content)
     code, out, err = _run(capsys, "summarize", str(bad))
@@ -157,13 +192,20 @@ def test_kernel_matrix() -> None:
     def summary(bs: int, kernels: list) -> Summary:
         return Summary(key=CaptureKey("r", bs), platform="cpu", kernels=kernels)
 
-    a = summary(8, [{"name": "k", "kind": "kernel", "count": 2, "grid": [1, 1, 1]},
-                    {"name": "k", "kind": "kernel", "count": 1, "grid": [2, 1, 1]}])
+    a = summary(
+        8,
+        [
+            {"name": "k", "kind": "kernel", "count": 2, "grid": [1, 1, 1]},
+            {"name": "k", "kind": "kernel", "count": 1, "grid": [2, 1, 1]},
+        ],
+    )
     b = summary(1, [{"name": "k", "kind": "kernel", "count": 1}, {"name": "Memset", "kind": "memset", "count": 1}])
     batch_sizes, rows = kernel_matrix([a, b])
     assert batch_sizes == [1, 8]
-    assert rows == [{"name": "Memset", "kind": "memset", "counts": {1: 1}},
-                    {"name": "k", "kind": "kernel", "counts": {1: 1, 8: 3}}]
+    assert rows == [
+        {"name": "Memset", "kind": "memset", "counts": {1: 1}},
+        {"name": "k", "kind": "kernel", "counts": {1: 1, 8: 3}},
+    ]
     with pytest.raises(UsageError, match="two summaries for batch size 8"):
         kernel_matrix([a, summary(8, [])])
 
@@ -171,8 +213,12 @@ def test_kernel_matrix() -> None:
 def test_module_entry_point_never_prints_a_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "x_bs_1_rank0.json"
     bad.write_text('{"traceEvents": [1]}')
-    proc = subprocess.run([sys.executable, "-m", "pytest_graphcapture", "summarize", str(bad)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_graphcapture", "summarize", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith("traceEvents[0] is a JSON int, expected an object")
     assert "Traceback" not in proc.stderr and proc.stdout == ""

@@ -18,15 +18,25 @@ from pytest_graphcapture.tools.merge import ID_STRIDE, PID_STRIDE, merge_rank_tr
 def rank_trace(rank: int, base_ns: int, ts0: float) -> dict:
     pid = 4000 + rank
     return {
-        "schemaVersion": 1, "baseTimeNanoseconds": base_ns, "distributedInfo": {"rank": rank, "world_size": 2},
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": base_ns,
+        "distributedInfo": {"rank": rank, "world_size": 2},
         "traceEvents": [
             {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}},
             {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}},
             {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": pid, "tid": 7, "ts": ts0 + 5, "dur": 2},
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": 7, "ts": ts0, "dur": 3},
             {"ph": "s", "cat": "ac2g", "name": "flow", "id": 11, "pid": pid, "tid": 7, "ts": ts0 + 1},
-            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": "stream 7", "ts": ts0 + 2, "dur": 1,
-             "args": {"correlation": 11}},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "gemm",
+                "pid": 0,
+                "tid": "stream 7",
+                "ts": ts0 + 2,
+                "dur": 1,
+                "args": {"correlation": 11},
+            },
             {"ph": "i", "name": "Iteration Start", "pid": "Spans", "tid": "PyTorch Profiler", "ts": ts0},
         ],
     }
@@ -54,8 +64,14 @@ def test_merge_labels_every_rank_s_processes_and_keeps_ids_and_time_apart(two_ra
     events = merged["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     # Sorted original pids per rank: 0 (GPU), 4000+r (CPU), "Spans" → rank * PID_STRIDE + index.
-    assert names == {0: "[TP00] pid 0", 1: "[TP00] python", 2: "[TP00] pid Spans",
-                     PID_STRIDE: "[TP01] pid 0", PID_STRIDE + 1: "[TP01] python", PID_STRIDE + 2: "[TP01] pid Spans"}
+    assert names == {
+        0: "[TP00] pid 0",
+        1: "[TP00] python",
+        2: "[TP00] pid Spans",
+        PID_STRIDE: "[TP01] pid 0",
+        PID_STRIDE + 1: "[TP01] python",
+        PID_STRIDE + 2: "[TP01] pid Spans",
+    }
     sort_index = {e["pid"]: e["args"]["sort_index"] for e in events if e["name"] == "process_sort_index"}
     assert sort_index == {pid: pid for pid in names}
     allreduce = {e["pid"]: e["ts"] for e in events if e["name"] == "c10d::allreduce_"}
@@ -93,8 +109,9 @@ def test_bad_inputs_name_the_file(tmp_path: Path) -> None:
         merge_trace_files({0: tmp_path / "M_bs_1_rank1.json.gz"}, tmp_path / "x.json.gz")
 
 
-def test_cli_merge(two_ranks: Path, tmp_path_factory: pytest.TempPathFactory,
-                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_merge(
+    two_ranks: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path_factory.mktemp("merged")
     assert main(["merge", str(two_ranks), "--out-dir", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out / "Model_bs_4_merged.json.gz")

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import real_traces_dir
+from helpers import FAKE_CONFTEST, real_traces_dir, run
 
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.naming import key_stem
@@ -15,14 +15,24 @@ from pytest_graphcapture.summary.model import Summary
 from pytest_graphcapture.tools import cli, matrix, picture
 
 
-def summary(bs: int, kernels: dict[str, int], *, runner: str = "R", variant: str | None = None,
-            ops: dict[str, int] | None = None, complete: bool = True) -> Summary:
-    return Summary(key=CaptureKey(runner, bs, variant), platform="cuda-sm90",
-                   kernels=[{"name": n, "kind": "kernel", "count": c} for n, c in kernels.items()],
-                   ops=[{"name": n, "input_dims": [[bs]], "input_types": ["float"], "count": c}
-                        for n, c in (ops or {}).items()],
-                   launches={"total": sum(kernels.values()), "by_api": {"cudaLaunchKernel": sum(kernels.values())}},
-                   complete=complete, incomplete_reason=None if complete else "replay missing")
+def summary(
+    bs: int,
+    kernels: dict[str, int],
+    *,
+    runner: str = "R",
+    variant: str | None = None,
+    ops: dict[str, int] | None = None,
+    complete: bool = True,
+) -> Summary:
+    return Summary(
+        key=CaptureKey(runner, bs, variant),
+        platform="cuda-sm90",
+        kernels=[{"name": n, "kind": "kernel", "count": c} for n, c in kernels.items()],
+        ops=[{"name": n, "input_dims": [[bs]], "input_types": ["float"], "count": c} for n, c in (ops or {}).items()],
+        launches={"total": sum(kernels.values()), "by_api": {"cudaLaunchKernel": sum(kernels.values())}},
+        complete=complete,
+        incomplete_reason=None if complete else "replay missing",
+    )
 
 
 def write(folder: Path, s: Summary) -> None:
@@ -37,27 +47,42 @@ def cells(page: str) -> list[tuple[str, str]]:
 
 def test_rows_and_cells_against_goldens() -> None:
     golden = [summary(1, {"gemv": 2, "rmsnorm_fused": 3}), summary(8, {"gemm": 2, "rmsnorm_fused": 3})]
-    now = [summary(1, {"gemv": 2, "rms_a": 3, "rms_b": 3}), summary(8, {"gemm": 4, "rms_a": 3, "rms_b": 3}),
-           summary(16, {"gemm": 4})]
+    now = [
+        summary(1, {"gemv": 2, "rms_a": 3, "rms_b": 3}),
+        summary(8, {"gemm": 4, "rms_a": 3, "rms_b": 3}),
+        summary(16, {"gemm": 4}),
+    ]
     (table,) = picture.build_tables([("t", s) for s in now], [("t", s) for s in golden])
     assert table.batch_sizes == [1, 8, 16] and table.golden_batch_sizes == {1, 8}
     states = {row.name: row.state for row in table.kernels}
-    assert states == {"gemm": "changed", "gemv": "same", "rms_a": "added", "rms_b": "added",
-                      "rmsnorm_fused": "removed"}
+    assert states == {"gemm": "changed", "gemv": "same", "rms_a": "added", "rms_b": "added", "rmsnorm_fused": "removed"}
     gemm = next(r for r in table.kernels if r.name == "gemm")
     assert [gemm.cell_state(bs, bs in table.golden_batch_sizes) for bs in table.batch_sizes] == [
-        "same", "changed", "no-golden"]
+        "same",
+        "changed",
+        "no-golden",
+    ]
     assert table.counts() == {"added": 2, "removed": 1, "changed": 1}
 
     page = picture.render_html([table], compared=True)
     # Changed rows first, by name (gemm, rms_a, rms_b, rmsnorm_fused), then gemv; columns bs=1, 8, 16.
     assert [r.name for r in table.kernels] == ["gemm", "rms_a", "rms_b", "rmsnorm_fused", "gemv"]
     assert cells(page) == [
-        ("zero", "·"), ("changed", "2→4"), ("", "4"),
-        ("added", "+3"), ("added", "+3"), ("zero", "·"),
-        ("added", "+3"), ("added", "+3"), ("zero", "·"),
-        ("removed", "<s>3</s>"), ("removed", "<s>3</s>"), ("zero", "·"),
-        ("", "2"), ("zero", "·"), ("zero", "·"),
+        ("zero", "·"),
+        ("changed", "2→4"),
+        ("", "4"),
+        ("added", "+3"),
+        ("added", "+3"),
+        ("zero", "·"),
+        ("added", "+3"),
+        ("added", "+3"),
+        ("zero", "·"),
+        ("removed", "<s>3</s>"),
+        ("removed", "<s>3</s>"),
+        ("zero", "·"),
+        ("", "2"),
+        ("zero", "·"),
+        ("zero", "·"),
     ]
     assert '<tr class="removed"><td class="name" title="rmsnorm_fused">− rmsnorm_fused</td>' in page
     assert 'class="nogolden"' in page and "bs=16*" in page
@@ -78,19 +103,25 @@ def test_ops_table_and_cpu_note() -> None:
     now = [summary(bs, {}, ops={"aten::mm": 2, "aten::silu": 1}) for bs in (1, 2)]
     before = [summary(bs, {}, ops={"aten::mm": 2, "aten::gelu": 1}) for bs in (1, 2)]
     (table,) = picture.build_tables([("", s) for s in now], [("", s) for s in before])
-    assert {r.name: r.state for r in table.ops} == {"aten::gelu": "removed", "aten::mm": "same",
-                                                     "aten::silu": "added"}
+    assert {r.name: r.state for r in table.ops} == {"aten::gelu": "removed", "aten::mm": "same", "aten::silu": "added"}
     page = picture.render_html([table], compared=True)
     assert "No kernels recorded" in page and "<details open>" in page
     assert "<b>3 ops</b>" in page and "1 added" in page and "1 removed" in page
 
 
 def test_groups_by_folder_and_variant_and_marks_incomplete() -> None:
-    obtained = [("a", summary(1, {"k": 1})), ("b", summary(1, {"k": 1})),
-                ("a", summary(1, {"k": 1}, variant="lora")), ("a", summary(2, {"k": 1}, complete=False))]
+    obtained = [
+        ("a", summary(1, {"k": 1})),
+        ("b", summary(1, {"k": 1})),
+        ("a", summary(1, {"k": 1}, variant="lora")),
+        ("a", summary(2, {"k": 1}, complete=False)),
+    ]
     tables = picture.build_tables(obtained)
-    assert [(t.folder, t.variant, t.batch_sizes) for t in tables] == [("a", None, [1, 2]), ("a", "lora", [1]),
-                                                                       ("b", None, [1])]
+    assert [(t.folder, t.variant, t.batch_sizes) for t in tables] == [
+        ("a", None, [1, 2]),
+        ("a", "lora", [1]),
+        ("b", None, [1]),
+    ]
     assert tables[0].incomplete == {2: "replay missing"}
     assert "bs=2: incomplete kernel evidence" in picture.render_html(tables)
 
@@ -123,8 +154,10 @@ def test_cli_show_html_errors_are_one_line(tmp_path: Path, capsys: pytest.Captur
 def test_real_mi300x_capture_renders_its_kernels(tmp_path: Path) -> None:
     trace = real_traces_dir() / "tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
     if not trace.exists():
-        pytest.skip(f"real traces not found at {trace.parent}: set GRAPH_CAPTURE_REAL_TRACES to the folder "
-                    f"holding tracelens_sglang_decode_capture__bs_32_rank0.json.gz")
+        pytest.skip(
+            f"real traces not found at {trace.parent}: set GRAPH_CAPTURE_REAL_TRACES to the folder "
+            f"holding tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
+        )
     folder = tmp_path / "traces"
     folder.mkdir()
     (folder / trace.name).symlink_to(trace)
@@ -137,38 +170,32 @@ def test_real_mi300x_capture_renders_its_kernels(tmp_path: Path) -> None:
     assert page.count('<td class="name"') >= len(table.kernels)
 
 
-SESSION_CONFTEST = '''
-import os
-import pytest
-from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.engine.result import CaptureResult, KeyResult
-from pytest_graphcapture.summary import Summary
+# The shared fake capture with this module's model: a GEMM and a norm kernel named by FAKE_NORM.
+SESSION_CONFTEST = (
+    FAKE_CONFTEST
+    + """
+PLATFORM = "cuda-sm90"
+BATCH_SIZES = "1,4"
 
 
-@pytest.fixture
-def fake_capture():
-    def capture():
-        norm = os.environ.get("FAKE_NORM", "fused_rmsnorm_kernel")
-        result = CaptureResult(runner_name="Fake", platform="cuda-sm90")
-        for bs in (4, 1):
-            key = CaptureKey("Fake", bs)
-            kernels = [{"name": "gemm_kernel", "kind": "kernel", "count": 2},
-                       {"name": norm, "kind": "kernel", "count": 3}]
-            result.keys[key] = KeyResult(key=key, summary=Summary(
-                key=key, platform="cuda-sm90", kernels=kernels, ops=[], launches={"total": 5, "by_api": {}}))
-        return result
-    return capture
-'''
+def make_summary(bs, runner, platform):
+    norm = os.environ.get("FAKE_NORM", "fused_rmsnorm_kernel")
+    kernels = [{"name": "gemm_kernel", "kind": "kernel", "count": 2},
+               {"name": norm, "kind": "kernel", "count": 3}]
+    return Summary(key=CaptureKey(runner, bs), platform=platform, kernels=kernels, ops=[],
+                   launches={"total": 5, "by_api": {}})
+"""
+)
 
 
 def test_session_report_links_the_picture(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("FAKE_NORM", raising=False)
+    for name in ("FAKE_NORM", "FAKE_PLATFORM", "FAKE_BATCH_SIZES", "FAKE_NO_SUMMARY"):
+        monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(SESSION_CONFTEST)
     pytester.makepyfile(test_model="def test_decode(fake_capture, golden):\n    golden.check(fake_capture())\n")
-    args = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
-    pytester.runpytest(*args, "--update-golden").assert_outcomes(passed=1)
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
     monkeypatch.setenv("FAKE_NORM", "rsqrt_kernel")
-    result = pytester.runpytest(*args, "--golden-out", "out", "--graph-capture-report", "ci/report.md")
+    result = run(pytester, "--golden-out", "out", "--graph-capture-report", "ci/report.md")
     result.assert_outcomes(failed=1)
     markdown = (pytester.path / "ci" / "report.md").read_text()
     assert "[report.html](<report.html>)" in markdown
@@ -178,6 +205,6 @@ def test_session_report_links_the_picture(pytester: pytest.Pytester, monkeypatch
     assert re.search(r'<tr class="removed"><td class="name" title="fused_rmsnorm_kernel">', page)
     # Without --golden-out there is nothing obtained on disk to picture: no HTML, no link.
     (pytester.path / "ci" / "report.html").unlink()
-    pytester.runpytest(*args, "--graph-capture-report", "ci/report.md").assert_outcomes(failed=1)
+    run(pytester, "--graph-capture-report", "ci/report.md").assert_outcomes(failed=1)
     assert not (pytester.path / "ci" / "report.html").exists()
     assert "report.html" not in (pytester.path / "ci" / "report.md").read_text()
