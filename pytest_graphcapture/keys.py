@@ -8,11 +8,13 @@ variants of one batch size or a failed capture can never shift names.
 
 from __future__ import annotations
 
+import enum
+import functools
 import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Hashable, Iterable, Optional
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
 MAX_NAME_LENGTH = 80
@@ -45,13 +47,39 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-@dataclass(frozen=True, order=True)
+def variant_text(variant: Any) -> Optional[str]:
+    """The string form of a variant: None stays None, an enum member is its name, anything else ``str()``.
+
+    Runners may name variants with any hashable value (engines use enums for their
+    forward modes); files, labels and summaries use this text.
+    """
+    if variant is None:
+        return None
+    if isinstance(variant, enum.Enum):
+        return variant.name
+    return str(variant)
+
+
+def _variant_shown(variant: Any) -> str:
+    """A variant in messages; one spelled like the plain graph (``None``) is quoted."""
+    text = variant_text(variant) or ""
+    return f'"{text}"' if text == "None" else text
+
+
+@functools.total_ordering
+@dataclass(frozen=True)
 class CaptureKey:
-    """One captured graph: which runner, batch size, variant and rank."""
+    """One captured graph: which runner, batch size, variant and rank.
+
+    ``variant`` is ``None`` for the plain graph, or any hashable value with a
+    string form (a string, an enum member...); the runner gets it back unchanged
+    in :meth:`~pytest_graphcapture.engine.runner.GraphRunner.forward_for`.
+    Keys order by runner, batch size, variant text and rank.
+    """
 
     runner: str
     batch_size: int
-    variant: Optional[str] = None
+    variant: Optional[Hashable] = None
     rank: int = 0
 
     def __post_init__(self) -> None:
@@ -59,16 +87,36 @@ class CaptureKey:
             raise ValueError(f"batch size must be a positive integer, got {self.batch_size!r}")
         if not isinstance(self.rank, int) or self.rank < 0:
             raise ValueError(f"rank must be a non-negative integer, got {self.rank!r}")
+        if self.variant is not None:
+            try:
+                hash(self.variant)
+            except TypeError:
+                raise ValueError(f"a variant must be hashable, got {self.variant!r}") from None
+            if not variant_text(self.variant):
+                raise ValueError(f"a variant needs a non-empty string form, got {self.variant!r}")
+
+    @property
+    def variant_name(self) -> Optional[str]:
+        """The variant's string form (:func:`variant_text`): what files and summaries hold."""
+        return variant_text(self.variant)
+
+    def _order(self) -> tuple:
+        return (self.runner, self.batch_size, self.variant is not None, self.variant_name or "", self.rank)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, CaptureKey):
+            return NotImplemented
+        return self._order() < other._order()
 
     def to_dict(self) -> dict:
-        return {"runner": self.runner, "batch_size": self.batch_size, "variant": self.variant, "rank": self.rank}
+        return {"runner": self.runner, "batch_size": self.batch_size, "variant": self.variant_name, "rank": self.rank}
 
     @classmethod
     def from_dict(cls, data: dict) -> "CaptureKey":
         return cls(str(data["runner"]), int(data["batch_size"]), data.get("variant"), int(data.get("rank", 0)))
 
     def __str__(self) -> str:
-        variant = f", variant={self.variant}" if self.variant is not None else ""
+        variant = f", variant={_variant_shown(self.variant)}" if self.variant is not None else ""
         return f"{self.runner}[bs={self.batch_size}{variant}, rank={self.rank}]"
 
 
@@ -76,7 +124,7 @@ def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
     """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``."""
     label = f"bs={key.batch_size}"
     if key.variant is not None:
-        label += f" variant={key.variant}"
+        label += f" variant={_variant_shown(key.variant)}"
     if key.rank or explicit_rank:
         label += f" rank={key.rank}"
     return label
@@ -88,4 +136,4 @@ def capture_order(keys: Iterable[CaptureKey]) -> list[CaptureKey]:
     Smaller graphs then reuse the memory pool of the larger ones.  Ties keep a
     stable order by variant (``None`` first) so the order is deterministic.
     """
-    return sorted(keys, key=lambda k: (-k.batch_size, k.variant is not None, k.variant or "", k.rank, k.runner))
+    return sorted(keys, key=lambda k: (-k.batch_size, k.variant is not None, k.variant_name or "", k.rank, k.runner))

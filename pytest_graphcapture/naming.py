@@ -43,16 +43,21 @@ def is_hidden(path: PathLike) -> bool:
 # --------------------------------------------------------------------------- traces
 
 
-def trace_dir(base_dir: PathLike) -> Path:
-    """``<graph-capture-dir>/graph_capture_profile/``: where every trace is written."""
-    return Path(base_dir) / TRACE_SUBDIR
+def trace_dir(base_dir: PathLike, group: Optional[str] = None) -> Path:
+    """``<graph-capture-dir>/graph_capture_profile/[<group>/]``: where every trace is written.
+
+    ``group`` (a parametrized test's parameter id) keeps the traces of captures
+    that share a runner apart.
+    """
+    folder = Path(base_dir) / TRACE_SUBDIR
+    return folder / safe_name(group) if group else folder
 
 
 def key_stem(key: CaptureKey) -> str:
     """File stem of a key without the rank: ``{runner}_bs_{bs}[_{variant}]``."""
     parts = [safe_name(key.runner), "bs", str(key.batch_size)]
     if key.variant is not None:
-        parts.append(safe_name(key.variant))
+        parts.append(safe_name(key.variant_name))
     return "_".join(parts)
 
 
@@ -61,9 +66,9 @@ def trace_file_name(key: CaptureKey) -> str:
     return f"{key_stem(key)}_rank{key.rank}.json.gz"
 
 
-def per_bs_trace_path(base_dir: PathLike, key: CaptureKey) -> Path:
+def per_bs_trace_path(base_dir: PathLike, key: CaptureKey, group: Optional[str] = None) -> Path:
     """:func:`trace_file_name` under :func:`trace_dir`."""
-    return trace_dir(base_dir) / trace_file_name(key)
+    return trace_dir(base_dir, group) / trace_file_name(key)
 
 
 def single_trace_name(runner: str, rank: int) -> str:
@@ -71,9 +76,9 @@ def single_trace_name(runner: str, rank: int) -> str:
     return f"cuda_graph_capture-{safe_name(runner)}-TP-{rank}.json.gz"
 
 
-def single_trace_path(base_dir: PathLike, runner: str, rank: int) -> Path:
+def single_trace_path(base_dir: PathLike, runner: str, rank: int, group: Optional[str] = None) -> Path:
     """:func:`single_trace_name` under :func:`trace_dir`."""
-    return trace_dir(base_dir) / single_trace_name(runner, rank)
+    return trace_dir(base_dir, group) / single_trace_name(runner, rank)
 
 
 def is_trace_path(path: PathLike) -> bool:

@@ -247,7 +247,7 @@ class FakeRunner(GraphRunner):
 
 def expected_key_sequence(*, profiling: bool, hook: bool = True) -> list[str]:
     """The calls of one key: two warmups, then the capture, then (profiling) one step."""
-    warmup = [SYNCHRONIZE, BARRIER, FORWARD] + ([STEP] if profiling else []) + ([HOOK] if hook else [])
+    warmup = [SYNCHRONIZE, BARRIER, FORWARD] + ([HOOK] if hook else []) + ([STEP] if profiling else [])
     return warmup * 2 + [GRAPH_ENTER, FORWARD, GRAPH_EXIT] + ([STEP] if profiling else [])
 
 

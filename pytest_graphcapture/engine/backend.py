@@ -111,8 +111,9 @@ class Backend:
     ) -> Any:
         """Warm up ``key`` twice, capture it once, and return the graph.
 
-        Each warmup is synchronize → barrier → forward → ``profiler.step()`` (when
-        profiling and a profiler is given) → ``post_warmup(key)``.  The capture
+        Each warmup is synchronize → barrier → forward → ``post_warmup(key)`` →
+        ``profiler.step()`` (when profiling and a profiler is given), so nothing the
+        hook does is recorded: the recorded step holds the capture forward alone.  The capture
         forward runs inside the graph context; the profiler steps once more only
         **after** the context has exited, because stepping (or stopping) a
         profiler synchronizes the device, which stream capture forbids.
@@ -125,10 +126,12 @@ class Backend:
             self.synchronize()
             self.barrier()
             self.run_forward(forward)
-            if stepping:
-                profiler.step()
+            # The hook runs before the step, so its work stays in the unrecorded wait
+            # step: after the second warmup, stepping opens the recorded one.
             if post_warmup is not None:
                 post_warmup(key)
+            if stepping:
+                profiler.step()
         self.enter_stage(progress, "capture")
         with self.graph_context(key, forward) as graph:
             self.run_forward(forward)

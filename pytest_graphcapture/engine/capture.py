@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..errors import CaptureError
-from ..keys import CaptureKey
+from ..errors import CaptureError, UsageError
+from ..keys import CaptureKey, key_label
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_replay
 from .backend import Backend, CaptureProgress
@@ -51,6 +51,12 @@ class CaptureSettings:
     progress: Optional[Callable[[str], None]] = None
     #: Told of every stage change of every key (see :class:`~.backend.CaptureProgress`).
     on_stage: Optional[Callable[[Optional[CaptureKey], str], None]] = None
+    #: Capture only these batch sizes of the runner (``--graph-capture-batch-sizes``); None = all it lists.
+    batch_sizes: Optional[tuple[int, ...]] = None
+    #: How messages name where ``batch_sizes`` came from.
+    batch_sizes_origin: str = "batch_sizes"
+    #: Exported traces go to this sub-folder of the trace folder (keeps parametrized tests' traces apart).
+    trace_group: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.trace not in TRACE_MODES:
@@ -88,7 +94,7 @@ def capture_runner(
     """
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
-    keys = runner.capture_keys(rank)
+    keys = selected_keys(runner, rank, settings)
     result = CaptureResult(runner_name=runner.name, platform=settings.platform, rank=rank, mode=settings.trace)
     per_bs = settings.trace == "per-bs" or (settings.summarize and settings.trace != "single")
     profiler: Any = None
@@ -98,9 +104,10 @@ def capture_runner(
             export_dir=settings.out_dir if settings.trace == "per-bs" else None,
             summarizer=_summarizer(settings) if settings.summarize else None,
             flags=settings.profiler_flags,
+            group=settings.trace_group,
         )
     elif settings.trace == "single":
-        profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner.name, rank)
+        profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner.name, rank, settings.trace_group)
 
     progress = CaptureProgress(on_stage=settings.on_stage)
     try:
@@ -114,7 +121,7 @@ def capture_runner(
                 profiler.begin_key(key)
             graph = backend.capture_one(
                 key,
-                runner.forward_for(key),
+                _forward(runner, key),
                 profiler=profiler if per_bs else None,
                 profiling=per_bs,
                 post_warmup=runner.post_warmup,
@@ -130,10 +137,8 @@ def capture_runner(
                 seconds=seconds,
             )
             if settings.progress is not None:
-                variant = f" variant={key.variant}" if key.variant is not None else ""
                 settings.progress(
-                    f"graph-capture: {key.runner} bs={key.batch_size}{variant} rank={key.rank} "
-                    f"captured in {seconds:.3f}s"
+                    f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)} captured in {seconds:.3f}s"
                 )
         if profiler is not None:
             progress.key = None
@@ -154,6 +159,40 @@ def capture_runner(
             result.keys.pop(progress.key, None)
         raise CaptureError(progress.key or runner.name, progress.stage, exc, partial=result) from exc
     return result
+
+
+def selected_keys(runner: GraphRunner, rank: int, settings: CaptureSettings) -> list[CaptureKey]:
+    """The runner's keys in capture order, cut to ``settings.batch_sizes``; UsageError for a bad list.
+
+    The batch-size setting applies to every runner: a size the runner does not
+    list is an error naming the setting, never silently skipped.
+    """
+    try:
+        keys = runner.capture_keys(rank)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if settings.batch_sizes is None:
+        return keys
+    listed = sorted({k.batch_size for k in keys})
+    lacking = [bs for bs in settings.batch_sizes if bs not in listed]
+    if lacking:
+        raise UsageError(
+            f"{settings.batch_sizes_origin} asks for batch size {', '.join(map(str, lacking))}, which runner "
+            f"{runner.name} does not capture (it lists {', '.join(map(str, listed))})"
+        )
+    wanted = set(settings.batch_sizes)
+    return [k for k in keys if k.batch_size in wanted]
+
+
+def _forward(runner: GraphRunner, key: CaptureKey) -> Callable[[], Any]:
+    """``runner.forward_for(key)``, checked to be what the backend can call."""
+    forward = runner.forward_for(key)
+    if not callable(forward):
+        raise TypeError(
+            f"{type(runner).__name__}.forward_for({key}) returned a {type(forward).__name__}, not a callable: "
+            f"it must return a function taking no arguments that runs one forward on the static buffers"
+        )
+    return forward
 
 
 def _stop_quietly(profiler: Any) -> None:
@@ -177,7 +216,7 @@ def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: Ca
     """Replay each graph once under a short profiler; its kernels join the summary."""
     from torch.profiler import profile
 
-    from .profiling import profiler_activities
+    from .profiling import profiler_activities, quiet_kineto
 
     for key, key_result in result.keys.items():
         if key_result.summary is None:
@@ -185,7 +224,7 @@ def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: Ca
         progress.key = key
         progress.enter("replay")
         backend.synchronize()
-        with profile(activities=profiler_activities(backend.device)) as prof:
+        with quiet_kineto(), profile(activities=profiler_activities(backend.device)) as prof:
             backend.replay(key_result.graph)
             backend.synchronize()
         key_result.summary = with_replay(key_result.summary, replay_kernels_from_profile(prof))

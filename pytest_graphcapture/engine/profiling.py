@@ -15,12 +15,17 @@ Where traces go and how they are named is :mod:`pytest_graphcapture.naming`'s.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
+import re
 import shutil
+import sys
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -28,6 +33,52 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from .._io import write_via
 from ..keys import CaptureKey
 from ..naming import per_bs_trace_path, single_trace_path
+
+#: Kineto's trace-point lines, printed to the stderr descriptor on every profiler start and stop.
+_KINETO_NOISE = re.compile(rb"^USDT:.*\bprofiler_(?:start|stop)\s*$")
+
+
+@contextlib.contextmanager
+def quiet_kineto() -> Iterator[None]:
+    """Drop Kineto's ``USDT: … profiler_start/profiler_stop`` lines from the stderr descriptor.
+
+    Kineto writes two of them per profiled key straight to file descriptor 2,
+    past Python, so they fill every failure's captured stderr.  For the duration
+    of the block descriptor 2 points at a temporary file; afterwards every other
+    line is written back, in order, so no other stderr output is lost.
+    """
+    try:
+        fd = sys.stderr.fileno() if sys.stderr is not None else 2
+    except (AttributeError, ValueError, OSError):
+        fd = 2
+    try:
+        saved = os.dup(fd)
+    except OSError:  # no descriptor to filter (closed stderr): nothing to hide
+        yield
+        return
+    try:
+        with tempfile.TemporaryFile() as held:
+            _flush_stderr()
+            os.dup2(held.fileno(), fd)
+            try:
+                yield
+            finally:
+                _flush_stderr()
+                os.dup2(saved, fd)
+                held.seek(0)
+                kept = b"".join(line for line in held if not _KINETO_NOISE.match(line))
+                if kept:
+                    os.write(fd, kept)
+    finally:
+        os.close(saved)
+
+
+def _flush_stderr() -> None:
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def profiler_activities(device: torch.device) -> list[ProfilerActivity]:
@@ -101,6 +152,8 @@ class PerBatchSizeProfiler:
     export_dir: Optional[Path] = None
     summarizer: Optional[Summarizer] = None
     flags: frozenset = frozenset()
+    #: Sub-folder of the trace folder (see :func:`~pytest_graphcapture.naming.trace_dir`).
+    group: Optional[str] = None
     results: dict = field(default_factory=dict)
     _prof: Optional[profile] = field(default=None, init=False, repr=False)
     _active: Optional[CaptureKey] = field(default=None, init=False)
@@ -122,7 +175,8 @@ class PerBatchSizeProfiler:
 
     def __enter__(self) -> "PerBatchSizeProfiler":
         self._prof = self._make_profile()
-        self._prof.__enter__()
+        with quiet_kineto():
+            self._prof.__enter__()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -135,7 +189,8 @@ class PerBatchSizeProfiler:
             return
         self._aborted = True
         try:
-            prof.__exit__(None, None, None)
+            with quiet_kineto():
+                prof.__exit__(None, None, None)
         finally:
             self._aborted = False
             self._active = None
@@ -151,7 +206,8 @@ class PerBatchSizeProfiler:
             with warnings.catch_warnings():
                 # Each cycle must start empty (that is the point); torch warns about it.
                 warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
-                self._prof.step()
+                with quiet_kineto():
+                    self._prof.step()
 
     def abort_key(self) -> None:
         """Discard the current key's partial cycle and leave the profiler stopped."""
@@ -165,7 +221,7 @@ class PerBatchSizeProfiler:
         if self.summarizer is not None:
             done.summary = self.summarizer(prof, key)
         if self.export_dir is not None:
-            path = per_bs_trace_path(self.export_dir, key)
+            path = per_bs_trace_path(self.export_dir, key, self.group)
             export_trace(prof, path)
             done.trace_path = path
         self.results[key] = done
@@ -179,20 +235,23 @@ class SingleTraceProfiler:
     export_dir: Path
     runner_name: str
     rank: int = 0
+    group: Optional[str] = None
     trace_path: Optional[Path] = None
     _prof: Optional[profile] = field(default=None, init=False, repr=False)
 
     def __enter__(self) -> "SingleTraceProfiler":
         self._prof = profile(activities=profiler_activities(self.device), record_shapes=True)
-        self._prof.__enter__()
+        with quiet_kineto():
+            self._prof.__enter__()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         prof, self._prof = self._prof, None
         if prof is None:
             return
-        prof.__exit__(exc_type, exc, tb)
+        with quiet_kineto():
+            prof.__exit__(exc_type, exc, tb)
         if exc_type is None:
-            path = single_trace_path(self.export_dir, self.runner_name, self.rank)
+            path = single_trace_path(self.export_dir, self.runner_name, self.rank, self.group)
             export_trace(prof, path)
             self.trace_path = path

@@ -47,14 +47,30 @@ class GraphRunner:
         """Called after each warmup forward; the default does nothing."""
 
     def capture_keys(self, rank: int = 0) -> list[CaptureKey]:
-        """All keys of this runner in capture order (largest batch size first)."""
-        sizes = list(self.batch_sizes())
+        """All keys of this runner in capture order (largest batch size first).
+
+        A batch size or variant listed twice is captured once, as
+        ``--graph-capture-batch-sizes`` does; anything that is not a positive
+        integer batch size is a ValueError naming the runner.
+        """
+        sizes = list(dict.fromkeys(_batch_size(self.name, bs) for bs in self.batch_sizes()))
         if not sizes:
             raise ValueError(f"runner {self.name} lists no batch sizes to capture")
-        keys = [CaptureKey(self.name, int(bs), variant, rank) for bs in sizes for variant in self.variants()]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"runner {self.name} lists a batch size or variant twice: {sizes}")
-        return capture_order(keys)
+        variants = list(dict.fromkeys(self.variants()))
+        if not variants:
+            raise ValueError(f"runner {self.name} lists no variants (use [None] for the plain graph)")
+        return capture_order(CaptureKey(self.name, bs, variant, rank) for bs in sizes for variant in variants)
+
+
+def _batch_size(runner: str, value: Any) -> int:
+    """A runner's batch size as an int (numpy integers too); ValueError naming the runner otherwise."""
+    try:
+        as_int = None if isinstance(value, (bool, float, str)) else int(value)
+    except (TypeError, ValueError):
+        as_int = None
+    if as_int is None or as_int != value or as_int < 1:
+        raise ValueError(f"runner {runner} lists batch size {value!r}, which is not a positive integer")
+    return as_int
 
 
 def default_batch_sizes(max_batch_size: int = 32) -> list[int]:

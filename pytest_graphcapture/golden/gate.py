@@ -22,7 +22,7 @@ from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import GOLDEN_SUFFIX, golden_file_name
 from ..summary.model import Summary
-from ..summary.normalize import LEVELS
+from ..summary.normalize import LEVELS, compile_patterns
 from . import store
 from .budget import BUDGET_FIELD, budget_from_option, launch_budget_of, launch_budget_violations
 from .diff import SECTIONS, _check_level, _check_sections, _complete, compare, compare_dicts
@@ -49,6 +49,12 @@ class CheckOptions:
         if self.level not in LEVELS:
             raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
         object.__setattr__(self, "sections", _check_sections(self.sections))
+        # A bad pattern is the caller's mistake, not a mismatch of every key: refuse it up front.
+        for option in ("ignore_kernels", "ignore_ops"):
+            given = getattr(self, option)
+            patterns = (given,) if isinstance(given, str) else tuple(given)
+            compile_patterns(patterns, what=f"golden.check({option}=...):")
+            object.__setattr__(self, option, patterns)
 
 
 @dataclass
@@ -191,6 +197,8 @@ class _Gate:
             return out
         try:
             actual = self.normalized(item.summary, key)
+        except UsageError:
+            raise  # the check's own arguments are wrong: a usage error, not this key's mismatch
         except GraphCaptureError as exc:
             out.lines = [f"{out.label} ({shown}):", f"  {exc}"]
             return out
@@ -304,7 +312,7 @@ class _Gate:
         """``share_ranks=True``: rank 0's items where all ranks agree, a failed outcome per key where not."""
         groups: dict[tuple, list] = {}
         for item in items:
-            groups.setdefault((item.key.runner, item.key.variant or "", item.key.batch_size), []).append(item)
+            groups.setdefault((item.key.runner, item.key.variant_name or "", item.key.batch_size), []).append(item)
         kept: list = []
         failures: list[KeyOutcome] = []
         for members in groups.values():
@@ -373,7 +381,7 @@ def check_result(
     golden path that leads outside ``golden_dir``.
     """
     budgets = {kr.key: budget_from_option(options.max_launches, kr.key) for kr in result}
-    items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant or "", kr.key.rank, kr.key.batch_size))
+    items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant_name or "", kr.key.rank, kr.key.batch_size))
     runner = getattr(result, "runner_name", "") or "capture"
     if not items:
         raise UsageError(f"golden.check: the capture result of {runner} has no captured keys, nothing to compare")
@@ -382,6 +390,12 @@ def check_result(
             "golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
             "for the whole capture phase and no per-batch-size summaries to compare; golden checks "
             "need the per-bs mode (the default, or --graph-capture-trace=per-bs)"
+        )
+    if all(kr.summary is None for kr in items):
+        raise UsageError(
+            f"golden.check: the capture result of {runner} holds no summaries (captured with "
+            f"graph_capture(summarize=False)?), so there is nothing to compare; capture with summaries "
+            f"(the default) to check goldens"
         )
     explicit_rank = int(getattr(result, "world_size", 1) or 1) > 1 and not options.share_ranks
     gate = _Gate(golden_dir, folder, out_folder, update, options, explicit_rank, postprocess, display)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from .._io import JSONProblem, loads_strict, write_atomic
 from ..errors import GoldenError
@@ -50,9 +50,10 @@ def ensure_inside(root: Path, path: Path) -> Path:
     return Path(path)
 
 
-def golden_folder(golden_dir: Path, platform: str, nodeid: str) -> Path:
-    """Folder holding the goldens of test ``nodeid`` on ``platform``."""
-    folder = Path(golden_dir).joinpath(safe_name(platform), *nodeid_components(nodeid))
+def golden_folder(golden_dir: Path, platform: str, nodeid: str, check: Optional[str] = None) -> Path:
+    """Folder holding the goldens of test ``nodeid`` on ``platform`` (of its check named ``check``, if given)."""
+    parts = [safe_name(platform), *nodeid_components(nodeid)] + ([safe_name(check)] if check else [])
+    folder = Path(golden_dir).joinpath(*parts)
     return ensure_inside(golden_dir, folder)
 
 

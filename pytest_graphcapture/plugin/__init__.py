@@ -8,7 +8,10 @@ the hook specifications in :mod:`.hookspecs`.  Loading the plugin imports no tor
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -100,21 +103,42 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
-    """Show errors a user caused (bad trace, bad golden, bad option) as one line, not our traceback.
+    """Show errors from the plugin as a short message, not our traceback.
 
-    A :class:`~pytest_graphcapture.errors.CaptureError` keeps its traceback: its
-    cause is in the user's own forward, where the traceback is what helps.
+    A user-caused error (bad trace, bad golden, bad option) is one line.  A
+    :class:`~pytest_graphcapture.errors.CaptureError` — the user's forward failed —
+    names the key and stage and shows the user's own frames, where the cause is.
     """
     outcome = yield
     report = outcome.get_result()
     excinfo = call.excinfo
-    if (
-        report.failed
-        and excinfo is not None
-        and excinfo.errisinstance(GraphCaptureError)
-        and not excinfo.errisinstance(CaptureError)
-    ):
+    if report.failed and excinfo is not None and excinfo.errisinstance(GraphCaptureError):
         report.longrepr = f"{excinfo.typename}: {excinfo.value}"
+        if excinfo.errisinstance(CaptureError):
+            report.longrepr += "".join(user_frames(excinfo.value.cause))
+
+
+def user_frames(error: BaseException, *, limit: int = 5) -> list[str]:
+    """The innermost traceback frames of ``error`` outside this plugin, torch and pytest, formatted.
+
+    That is where a failing forward's cause is; our capture loop around it is noise.
+    """
+    import traceback
+
+    skip = tuple(str(Path(m.__file__).parent) + os.sep for m in _library_modules())
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(skip)]
+    if not frames:
+        return []
+    return ["\nin your code (innermost last):\n", *traceback.format_list(frames[-limit:])]
+
+
+def _library_modules() -> list[Any]:
+    import _pytest
+    import pluggy
+
+    modules = [sys.modules[__name__.partition(".")[0]], _pytest, pluggy]
+    torch = sys.modules.get("torch")
+    return modules + ([torch] if torch is not None else [])
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -9,7 +9,9 @@ a pytest failure.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -25,6 +27,9 @@ from ..golden.store import golden_folder
 from ..keys import safe_name
 from . import settings
 from .session import CaptureSession, GoldenSession
+
+#: A capture taking longer than this many seconds reports its total on one line even without ``-v``.
+LONG_CAPTURE_S = 10.0
 
 CAPTURE = pytest.StashKey[CaptureSession]()
 GOLDEN = pytest.StashKey[GoldenSession]()
@@ -104,8 +109,15 @@ class GraphCapture:
         except UsageError as exc:
             pytest.fail(str(exc), pytrace=False)
         self.backend = backend if backend is not None else make_backend(device)
-        capture_settings = self._state.capture_settings(trace=trace, summarize=summarize, progress=self._progress())
-        return capture_runner(runner, self.backend, capture_settings)
+        capture_settings = self._state.capture_settings(
+            trace=trace, summarize=summarize, progress=self._progress(), trace_group=self._trace_group()
+        )
+        started = time.perf_counter()
+        result = capture_runner(runner, self.backend, capture_settings)
+        seconds = time.perf_counter() - started
+        if capture_settings.progress is None and seconds >= LONG_CAPTURE_S:
+            self._write(f"graph-capture: {result.runner_name}: {len(result.keys)} keys captured in {seconds:.1f}s")
+        return result
 
     def _capture_on_ranks(
         self, factory: Any, ranks: Any, *, trace: Optional[str], summarize: bool, timeout: Optional[float]
@@ -121,7 +133,9 @@ class GraphCapture:
                     f"each rank builds its own runner: pass a module-level factory function "
                     f"(RankContext -> runner) or a 'module:function' string"
                 )
-            capture_settings = self._state.capture_settings(trace=trace, summarize=summarize, progress=self._progress())
+            capture_settings = self._state.capture_settings(
+                trace=trace, summarize=summarize, progress=self._progress(), trace_group=self._trace_group()
+            )
             result = capture_on_ranks(
                 factory or DEFAULT_FACTORY,
                 ranks,
@@ -141,19 +155,28 @@ class GraphCapture:
         self._state.rank_traces.extend(result.single_trace_paths.values())
         return result
 
-    def _progress(self) -> Optional[Callable[[str], None]]:
+    def _trace_group(self) -> Optional[str]:
+        """A parametrized test's parameter id: its traces go to their own sub-folder, apart from its siblings'."""
+        callspec = getattr(self._request.node, "callspec", None)
+        return getattr(callspec, "id", None) or None
+
+    def _write(self, line: str) -> None:
+        """Write a line to the terminal now, past pytest's output capturing (so it shows without ``-s``)."""
         config = self._request.config
-        if config.get_verbosity() < 1:
-            return None
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
-            return None
-
-        def report(line: str) -> None:
+            return
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        suspended = capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext()
+        with suspended:
             reporter.ensure_newline()
             reporter.write_line(line)
 
-        return report
+    def _progress(self) -> Optional[Callable[[str], None]]:
+        """With ``-v``: one live line per captured key (without it, long captures report their total)."""
+        if self._request.config.get_verbosity() < 1:
+            return None
+        return self._write
 
 
 @pytest.fixture
@@ -172,6 +195,8 @@ class GoldenChecker:
     def __init__(self, session: GoldenSession, nodeid: str) -> None:
         self._session = session
         self._nodeid = nodeid
+        #: (golden folder, runner) of every check so far in this test: each check owns its goldens.
+        self._checked: set[tuple[Path, str]] = set()
 
     def check(
         self,
@@ -183,6 +208,7 @@ class GoldenChecker:
         ignore_ops: Sequence[str] = (),
         sections: Optional[Sequence[str]] = None,
         max_launches: Union[int, Mapping[int, int], None] = None,
+        name: Optional[str] = None,
     ) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
@@ -197,23 +223,29 @@ class GoldenChecker:
         ``max_launches`` is a launch budget — one int for every key or
         ``{batch_size: int}`` — checked like a golden's ``launch_budget`` field:
         a capture recording more launches fails with the numbers.
+
+        ``name`` gives a check its own goldens, in the sub-folder ``<name>/`` of
+        the test's folder: a test that checks the same runner twice (say a second
+        time at ``level="family"``) names the second check; checking the same
+        runner twice under one name is a usage error.
         """
         s = self._session
         try:
             options = CheckOptions(
                 level=level or s.level,
-                ignore_kernels=tuple(ignore_kernels),
-                ignore_ops=tuple(ignore_ops),
+                ignore_kernels=ignore_kernels,  # type: ignore[arg-type]
+                ignore_ops=ignore_ops,  # type: ignore[arg-type]
                 sections=SECTIONS if sections is None else sections,
                 max_launches=max_launches,
                 share_ranks=share_ranks,
                 rename=self._rename(),
             )
             platform = str(result.platform)
-            folder = golden_folder(s.golden_dir, platform, self._nodeid)
+            folder = golden_folder(s.golden_dir, platform, self._nodeid, name)
+            self._claim(folder, result, name)
             # Registered first: whatever fails below, the folder is known to belong to this test.
             s.report.add_folder(platform, s.rel(folder), self._nodeid)
-            out_folder = golden_folder(s.out_dir, platform, self._nodeid) if s.out_dir else None
+            out_folder = golden_folder(s.out_dir, platform, self._nodeid, name) if s.out_dir else None
             outcome = check_result(
                 result,
                 golden_dir=s.golden_dir,
@@ -231,6 +263,18 @@ class GoldenChecker:
         if problem is not None:  # failed outside the except block: no chained traceback in the report
             pytest.fail(problem, pytrace=False)
         self._record(outcome)
+
+    def _claim(self, folder: Path, result: Any, name: Optional[str]) -> None:
+        """Refuse a second check that would read and write the goldens of an earlier one in this test."""
+        runner = str(getattr(result, "runner_name", "") or "capture")
+        if (folder, runner) in self._checked:
+            again = f'under name="{name}" ' if name else ""
+            raise UsageError(
+                f"golden.check: this test already checked runner {runner} {again}against the goldens in "
+                f"{self._session.display(folder)}/; both checks would write the same files. Give the "
+                f'second check its own goldens with a distinct name, e.g. golden.check(result, name="family")'
+            )
+        self._checked.add((folder, runner))
 
     def _rename(self) -> Optional[Callable[[str, str], Optional[str]]]:
         """The ``pytest_graphcapture_normalize_kernel`` hook as a callable, when a project implements it."""

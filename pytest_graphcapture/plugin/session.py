@@ -39,6 +39,8 @@ class CaptureSession:
     replay: Optional[bool]
     rank_timeout: float = 120.0
     merge: bool = False
+    #: Where ``batch_sizes`` came from, as messages name it (the option, variable or ini key).
+    batch_sizes_origin: str = "--graph-capture-batch-sizes"
     #: Per-rank trace files of this process's multi-rank captures, merged at session end with --graph-capture-merge.
     rank_traces: list = field(default_factory=list)
     merged: list = field(default_factory=list)
@@ -64,6 +66,7 @@ class CaptureSession:
             replay=replay,
             rank_timeout=_rank_timeout(config),
             merge=s.resolve(config, s.MERGE) == "on",
+            batch_sizes_origin=s.where(s.BATCH_SIZES, sizes_source),
         )
 
     @property
@@ -102,9 +105,18 @@ class CaptureSession:
         return self._platform
 
     def capture_settings(
-        self, *, trace: Optional[str] = None, summarize: bool = True, progress: Optional[Callable[[str], None]] = None
+        self,
+        *,
+        trace: Optional[str] = None,
+        summarize: bool = True,
+        progress: Optional[Callable[[str], None]] = None,
+        trace_group: Optional[str] = None,
     ) -> Any:
-        """The engine's :class:`~pytest_graphcapture.engine.capture.CaptureSettings` for one capture."""
+        """The engine's :class:`~pytest_graphcapture.engine.capture.CaptureSettings` for one capture.
+
+        The session's batch sizes apply to every runner (the embedded one is built
+        with them; any other captures only those of its sizes).
+        """
         from ..engine.capture import CaptureSettings
         from ..engine.device import environment_from_device
 
@@ -122,6 +134,9 @@ class CaptureSession:
             profiler_flags=self.profiler_flags,
             environment=environment,
             progress=progress,
+            batch_sizes=tuple(self.batch_sizes) if self.batch_sizes else None,
+            batch_sizes_origin=self.batch_sizes_origin,
+            trace_group=trace_group,
         )
 
     def merge_rank_traces(self) -> None:

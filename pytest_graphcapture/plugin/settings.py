@@ -210,7 +210,8 @@ BATCH_SIZES = declare(
     Setting(
         "--graph-capture-batch-sizes",
         "GRAPH_CAPTURE_BATCH_SIZES",
-        "comma-separated batch sizes the embedded runner captures, e.g. 1,2,4",
+        "comma-separated batch sizes to capture, e.g. 1,2,4: the embedded runner is built with them, "
+        "any other runner captures only these of its sizes (a size it does not list is an error)",
         metavar="LIST",
     )
 )

@@ -282,11 +282,13 @@ def test_markdown_report_has_the_diffs(gate: pytest.Pytester, monkeypatch: pytes
 # --------------------------------------------------------------------------- check() behaviour
 
 
-def test_no_summary_fails_clearly(gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_summary_is_a_usage_error_not_a_mismatch(gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NO_SUMMARY", "1")
     result = run(gate, "test_model.py::test_decode", "--update-golden")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*not profiled: the capture returned no summary for this key*"])
+    result.stdout.fnmatch_lines(["*golden.check: the capture result of Fake holds no summaries*summarize=False*"])
+    assert "--update-golden" not in result.stdout.str().split("FAILURES")[1]
+    assert "does not match" not in result.stdout.str()
     assert not (gate.path / "goldens").exists()
 
 
