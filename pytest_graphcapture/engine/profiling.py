@@ -47,10 +47,7 @@ def quiet_kineto() -> Iterator[None]:
     of the block descriptor 2 points at a temporary file; afterwards every other
     line is written back, in order, so no other stderr output is lost.
     """
-    try:
-        fd = sys.stderr.fileno() if sys.stderr is not None else 2
-    except (AttributeError, ValueError, OSError):
-        fd = 2
+    fd = 2  # Kineto writes to the C runtime's stderr, whatever Python's sys.stderr is now
     try:
         saved = os.dup(fd)
     except OSError:  # no descriptor to filter (closed stderr): nothing to hide

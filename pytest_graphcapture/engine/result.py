@@ -77,10 +77,10 @@ class CaptureResult:
     def __getitem__(self, key: CaptureKey) -> KeyResult:
         return self.keys[key]
 
-    def for_batch_size(self, batch_size: int, variant: Optional[str] = None) -> KeyResult:
-        """The result of ``batch_size`` (and ``variant``); KeyError naming what exists if absent."""
+    def for_batch_size(self, batch_size: int, variant: Any = None) -> KeyResult:
+        """The result of ``batch_size`` (and ``variant``, itself or its text); KeyError naming what exists if absent."""
         for key, result in self.keys.items():
-            if key.batch_size == batch_size and key.variant == variant:
+            if key.batch_size == batch_size and (key.variant == variant or key.variant_name == variant):
                 return result
         have = ", ".join(str(k) for k in self.keys) or "nothing"
         raise KeyError(f"no capture for bs={batch_size} variant={variant!r}; captured: {have}")
