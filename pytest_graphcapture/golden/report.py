@@ -14,7 +14,8 @@ Counting rules (per platform):
 * ``incomplete`` — checked keys whose capture had incomplete kernel evidence
   (kernels were not compared);
 * ``deleted`` / ``unused`` — golden files in the folders of tests that ran a
-  check but that no check used; ``--update-golden`` deletes them, otherwise they
+  check but that no check used, and (after a run of the whole suite) golden
+  files of no collected test; ``--update-golden`` deletes them, otherwise they
   are listed as unused.
 
 No pytest imports here: the plugin feeds it and prints what it renders.
@@ -63,6 +64,8 @@ class FileRecord:
 
     platform: str
     path: str
+    #: Set for a golden of no collected test (a deleted or renamed test), empty for an unused one.
+    orphan: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,8 @@ class SessionReport:
         for f in sorted(self.deleted, key=lambda f: f.path):
             lines.append(f"deleted: {self._golden_path(f.path)}")
         for f in sorted(self.unused, key=lambda f: f.path):
-            lines.append(f"unused: {self._golden_path(f.path)} (remove with --update-golden)")
+            why = "belongs to no collected test; " if f.orphan else ""
+            lines.append(f"unused: {self._golden_path(f.path)} ({why}remove with --update-golden)")
         if self.obtained_dir and self.records:
             lines.append(f"obtained summaries written under {self.obtained_dir}")
         return lines
@@ -282,7 +286,10 @@ class SessionReport:
         for title, files in (("Deleted goldens", self.deleted), ("Unused goldens", self.unused)):
             if files:
                 out += [f"### {title}", ""]
-                out += [f"- `{self._golden_path(f.path)}`" for f in sorted(files, key=lambda f: f.path)]
+                out += [
+                    f"- `{self._golden_path(f.path)}`" + (" (belongs to no collected test)" if f.orphan else "")
+                    for f in sorted(files, key=lambda f: f.path)
+                ]
                 out.append("")
         if self.obtained_dir and self.records:
             out += [f"Obtained summaries were written under `{self.obtained_dir}`.", ""]

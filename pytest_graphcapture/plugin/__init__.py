@@ -62,13 +62,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class _ReportListener:
-    """Feeds every test report to the golden session (the controller also hears xdist workers' reports)."""
+    """Feeds every test and collection report to the golden session (the controller also hears xdist workers')."""
 
     def __init__(self, session: GoldenSession) -> None:
         self.session = session
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.session.note_test(report)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if not report.passed:  # a skipped or broken module: its goldens are not orphans
+            self.session.protected.add(report.nodeid)
+
+    def pytest_deselected(self, items: Any) -> None:
+        self.session.deselected = True
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.session.collected.update(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        self.session.collected.update(ids)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

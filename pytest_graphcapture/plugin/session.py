@@ -197,6 +197,12 @@ class GoldenSession:
         )
         #: nodeid -> True when every phase of the test passed, False when any failed.
         self.test_passed: dict[str, bool] = {}
+        #: Node ids of every collected test (xdist: as the workers report them).
+        self.collected: set[str] = set()
+        #: Node ids of collectors that were skipped or failed: their goldens are never orphans.
+        self.protected: set[str] = set()
+        #: Set when a plugin deselected tests: the run did not collect the whole suite.
+        self.deselected = False
         self.finalized = False
         self._diff_dir: Optional[Path] = None
         if self.update:
@@ -256,6 +262,8 @@ class GoldenSession:
                 except GoldenError as exc:
                     warnings.warn(pytest.PytestWarning(str(exc)), stacklevel=1)
             self.report.unused.append(entry)
+        if self.whole_suite():
+            self._orphans(delete=self.update == "all" and not interrupted)
         if self.report_md is not None and self.out_dir is not None and self.report.folders:
             self._write_picture(self.report_md, self.out_dir)
         for target, text in ((self.report_md, self.report.markdown()), (self.report_json, self.report.to_json())):
@@ -264,6 +272,44 @@ class GoldenSession:
                     write_atomic(target, text)
                 except FileError as exc:
                     warnings.warn(pytest.PytestWarning(f"graph capture report not written: {exc}"), stacklevel=1)
+
+    def whole_suite(self) -> bool:
+        """Whether this run collected the whole suite: no paths or node ids given, nothing selected out.
+
+        Only then can a golden of no collected test be told to belong to a deleted
+        or renamed test rather than to one this run left out.
+        """
+        from _pytest.config import Config
+
+        option = self.config.option
+        narrowed = any(
+            getattr(option, name, None)
+            for name in ("keyword", "markexpr", "deselect", "ignore", "ignore_glob", "lf", "stepwise", "collectonly")
+        )
+        return (
+            self.config.args_source != Config.ArgsSource.ARGS
+            and not narrowed
+            and not self.deselected
+            and bool(self.collected)
+        )
+
+    def _orphans(self, *, delete: bool) -> None:
+        """Report (or, deleting, remove) the goldens of no collected test."""
+        from ..golden.orphans import orphaned_goldens
+
+        listed = {(f.platform, f.path) for f in self.report.unused + self.report.deleted}
+        for platform, path in orphaned_goldens(self.golden_dir, self.collected, self.protected):
+            entry = FileRecord(platform, self.rel(path), orphan=True)
+            if (platform, entry.path) in listed:
+                continue
+            if delete:
+                try:
+                    store.remove_golden(path, self.golden_dir)
+                    self.report.deleted.append(entry)
+                    continue
+                except GoldenError as exc:
+                    warnings.warn(pytest.PytestWarning(str(exc)), stacklevel=1)
+            self.report.unused.append(entry)
 
     def _write_picture(self, report_md: Path, out_dir: Path) -> None:
         """The HTML kernel × batch-size picture beside the Markdown report, which links it."""
