@@ -121,7 +121,11 @@ class SessionReport:
         """Plain JSON-ready dict (what a worker sends through ``workeroutput``)."""
 
         def files(items: Iterable[FileRecord]) -> list[dict]:
-            return [asdict(f) for f in sorted(items, key=lambda f: (f.platform, f.path))]
+            # ``orphan`` only where set: the entries of unused files in tests' folders keep their shape.
+            return [
+                {k: v for k, v in asdict(f).items() if k != "orphan" or v}
+                for f in sorted(items, key=lambda f: (f.platform, f.path))
+            ]
 
         return {
             "format": REPORT_FORMAT,
