@@ -30,7 +30,7 @@ from ..golden.diff import compare_dicts
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
-from .matrix import coarsest, collect_dir, kernel_matrix, load_any, render_matrix_text
+from .matrix import coarsest, kernel_matrix, load_any, render_matrix_text
 
 PROG = "graphcapture"
 
@@ -109,15 +109,21 @@ def _cmd_show(args: argparse.Namespace) -> int:
             raise UsageError(f"--html {args.html}: {getattr(exc, 'problem', exc)}") from None
         print(f"wrote {args.html}")
         return 0
-    summaries = collect_dir(Path(args.directory), args.level)
+    from .picture import at_level, collect_tree
+
+    # One table per folder (searched recursively, as the HTML picture does) / runner / variant / rank / platform.
     groups: dict[tuple, list[Summary]] = {}
-    for s in summaries:
-        groups.setdefault((s.key.runner, s.key.variant or "", s.key.rank, s.platform), []).append(s)
+    for folder, s in at_level(collect_tree(args.directory), args.level):
+        k = s.key  # type: ignore[attr-defined]
+        groups.setdefault((folder, k.runner, k.variant_name or "", k.rank, s.platform), []).append(s)  # type: ignore[attr-defined]
     blocks = []
-    for (runner, variant, rank, platform), members in sorted(groups.items()):
+    for (folder, runner, variant, rank, platform), members in sorted(groups.items()):
         batch_sizes, rows = kernel_matrix(members)
+        where = f"{folder} — " if folder not in ("", ".") else ""
         title = (
-            f"{runner}" + (f" [{variant}]" if variant else "") + f" rank {rank}, {platform}, level {members[0].level}"
+            f"{where}{runner}"
+            + (f" [{variant}]" if variant else "")
+            + f" rank {rank}, {platform}, level {members[0].level}"
         )
         blocks.append("\n".join(render_matrix_text(title, batch_sizes, rows)))
     sys.stdout.write("\n\n".join(blocks) + "\n")

@@ -84,14 +84,3 @@ def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[di
         cells = [str(row["counts"].get(bs, "-")).rjust(w) for bs, w in zip(batch_sizes, widths)]
         lines.append("  ".join(cells) + f"  {row['kind']:<6}  {row['name']}")
     return lines
-
-
-def collect_dir(directory: Path, level: Optional[str]) -> list[Summary]:
-    if not directory.is_dir():
-        raise TraceFormatError(directory, "is not a directory")
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
-    if not files:
-        raise TraceFormatError(directory, "contains no summary JSON or trace files (*.json, *.json.gz)")
-    summaries = [load_any(p, level=None) for p in files]
-    target = level or coarsest(s.level for s in summaries)
-    return [s if s.level == target else s.normalized(target) for s in summaries]

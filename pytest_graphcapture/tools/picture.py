@@ -41,6 +41,13 @@ class Row:
     counts: dict[int, int] = field(default_factory=dict)
     golden: dict[int, int] = field(default_factory=dict)
     state: str = SAME
+    #: Ops only: the input shapes and dtypes per batch size (obtained and golden), so a
+    #: shape-only change shows even when the count stayed.
+    shapes: dict[int, tuple] = field(default_factory=dict)
+    golden_shapes: dict[int, tuple] = field(default_factory=dict)
+
+    def shapes_changed(self, bs: int) -> bool:
+        return bs in self.shapes and bs in self.golden_shapes and self.shapes[bs] != self.golden_shapes[bs]
 
     def cell_state(self, bs: int, has_golden: bool) -> str:
         """State of one cell: compared only at batch sizes that have a golden."""
@@ -48,7 +55,7 @@ class Row:
             return NO_GOLDEN
         now, before = self.counts.get(bs, 0), self.golden.get(bs, 0)
         if now == before:
-            return SAME
+            return CHANGED if self.shapes_changed(bs) else SAME
         if before == 0:
             return ADDED
         if now == 0:
@@ -71,6 +78,8 @@ class Table:
     kernels: list[Row]
     ops: list[Row]
     incomplete: dict[int, str] = field(default_factory=dict)
+    #: Why no golden matched this table (set only when compared and none did).
+    unmatched: Optional[str] = None
 
     @property
     def title(self) -> str:
@@ -91,15 +100,32 @@ def _matrix(summaries: Sequence) -> tuple[list[int], list[dict]]:
     return kernel_matrix(summaries)
 
 
-def _op_matrix(summaries: Sequence) -> dict[str, dict[int, int]]:
-    """``{op name: {batch size: count}}`` (all shapes of an op summed)."""
-    rows: dict[str, dict[int, int]] = {}
+def _op_matrix(summaries: Sequence) -> tuple[dict[tuple, dict[int, int]], dict[str, dict[int, tuple]]]:
+    """``({(op name, "op"): {batch size: count}}, {op name: {batch size: shapes}})``.
+
+    Counts sum every shape of an op; ``shapes`` keeps each shape with its count, so
+    a change of shape at an unchanged count is still told apart.
+    """
+    counts: dict[tuple, dict[int, int]] = {}
+    shapes: dict[str, dict[int, list]] = {}
     for summary in summaries:
+        bs = summary.key.batch_size
         for entry in summary.ops:
-            counts = rows.setdefault(entry["name"], {})
-            bs = summary.key.batch_size
-            counts[bs] = counts.get(bs, 0) + int(entry["count"])
-    return rows
+            row = counts.setdefault((entry["name"], "op"), {})
+            row[bs] = row.get(bs, 0) + int(entry["count"])
+            signature = (_shape_text(entry), int(entry["count"]))
+            shapes.setdefault(entry["name"], {}).setdefault(bs, []).append(signature)
+    return counts, {name: {bs: tuple(sorted(s)) for bs, s in per_bs.items()} for name, per_bs in shapes.items()}
+
+
+def _shape_text(entry: dict) -> str:
+    dims = ",".join("[" + ",".join(map(str, d)) + "]" if isinstance(d, list) else str(d) for d in entry["input_dims"])
+    types = ",".join(map(str, entry.get("input_types") or ()))
+    return f"[{dims}]" + (f" {types}" if types else "")
+
+
+def _shapes_title(shapes: tuple) -> str:
+    return "; ".join(f"{text} ×{count}" for text, count in shapes)
 
 
 def _row_state(row: Row, golden_sizes: set[int]) -> str:
@@ -116,11 +142,17 @@ def _row_state(row: Row, golden_sizes: set[int]) -> str:
 
 
 def _merge_rows(
-    obtained: dict[tuple, dict[int, int]], golden: dict[tuple, dict[int, int]], golden_sizes: set[int]
+    obtained: dict[tuple, dict[int, int]],
+    golden: dict[tuple, dict[int, int]],
+    golden_sizes: set[int],
+    shapes: Optional[dict[str, dict[int, tuple]]] = None,
+    golden_shapes: Optional[dict[str, dict[int, tuple]]] = None,
 ) -> list[Row]:
     rows = []
     for name, kind in sorted(set(obtained) | set(golden)):
         row = Row(name, kind, dict(obtained.get((name, kind), {})), dict(golden.get((name, kind), {})))
+        row.shapes = dict((shapes or {}).get(name, {}))
+        row.golden_shapes = dict((golden_shapes or {}).get(name, {}))
         row.state = _row_state(row, golden_sizes)
         rows.append(row)
     # Changed rows first (read at a glance), then the rest; by name within each group.
@@ -128,17 +160,23 @@ def _merge_rows(
 
 
 def build_tables(
-    obtained: Iterable[tuple[str, object]], goldens: Iterable[tuple[str, object]] = (), *, level: Optional[str] = None
+    obtained: Iterable[tuple[str, object]],
+    goldens: Iterable[tuple[str, object]] = (),
+    *,
+    level: Optional[str] = None,
+    compared: Optional[bool] = None,
 ) -> list[Table]:
     """Tables of ``(folder, Summary)`` pairs, each compared with the golden of the same folder and key.
 
+    ``compared`` (default: whether any golden is given) says that goldens were
+    asked for: a table no golden matched then says why (:func:`why_no_golden`).
     All summaries are normalized to ``level`` (default: the coarsest level among
     them, so traces at ``exact`` and goldens at ``name`` meet at ``name``).
     """
     obtained, goldens = list(obtained), list(goldens)
-    target = level or coarsest(s.level for _, s in obtained + goldens)
-    obtained = [(f, s if s.level == target else s.normalized(target)) for f, s in obtained]
-    goldens = [(f, s if s.level == target else s.normalized(target)) for f, s in goldens]
+    compared = bool(goldens) if compared is None else compared
+    target = level or coarsest(s.level for _, s in obtained + goldens)  # type: ignore[attr-defined]
+    obtained, goldens = at_level(obtained, target), at_level(goldens, target)
 
     def group_key(folder: str, s: object) -> tuple:
         k = s.key  # type: ignore[attr-defined]
@@ -147,6 +185,7 @@ def build_tables(
     groups: dict[tuple, tuple[list, list]] = {}
     for folder, s in obtained:
         groups.setdefault(group_key(folder, s), ([], []))[0].append(s)
+    golden_groups = sorted({group_key(folder, s) for folder, s in goldens})
     for folder, s in goldens:
         key = group_key(folder, s)
         if key in groups:  # goldens without an obtained summary in that folder are not pictured
@@ -160,11 +199,8 @@ def build_tables(
             {(r["name"], r["kind"]): r["counts"] for r in golden_rows},
             set(golden_sizes),
         )
-        ops = _merge_rows(
-            {(n, "op"): c for n, c in _op_matrix(now).items()},
-            {(n, "op"): c for n, c in _op_matrix(before).items()},
-            set(golden_sizes),
-        )
+        (now_ops, now_shapes), (old_ops, old_shapes) = _op_matrix(now), _op_matrix(before)
+        ops = _merge_rows(now_ops, old_ops, set(golden_sizes), now_shapes, old_shapes)
         incomplete = {s.key.batch_size: s.incomplete_reason or "no reason given" for s in now if not s.complete}
         tables.append(
             Table(
@@ -179,9 +215,37 @@ def build_tables(
                 kernels,
                 ops,
                 incomplete,
+                None
+                if before or not compared
+                else why_no_golden((folder, runner, variant, rank, platform), golden_groups),
             )
         )
     return tables
+
+
+def why_no_golden(group: tuple, golden_groups: Sequence[tuple]) -> str:
+    """Why no golden matched ``group`` ``(folder, runner, variant, rank, platform)``, saying what exists instead.
+
+    Goldens match by folder relative to their root, runner, variant, rank and platform.
+    """
+    folder, rest = group[0], group[1:]
+    elsewhere = sorted({g[0] or "." for g in golden_groups if g[1:] == rest})
+    if elsewhere:
+        shown = ", ".join(elsewhere[:3]) + (f" and {len(elsewhere) - 3} more" if len(elsewhere) > 3 else "")
+        return (
+            f"no golden in folder {folder or '.'!r} of the golden dir: goldens of this runner, variant, rank and "
+            f"platform are in {shown}; goldens are matched by their folder relative to the golden dir, so point "
+            f"--against at the folder that mirrors this one"
+        )
+    here = [g for g in golden_groups if g[0] == folder]
+    if here:
+        have = "; ".join(f"{g[1]}{f' [{g[2]}]' if g[2] else ''} rank {g[3]} on {g[4]}" for g in here[:3])
+        return (
+            f"the goldens in folder {folder or '.'!r} are for {have}, not {rest[0]}"
+            f"{f' [{rest[1]}]' if rest[1] else ''} rank {rest[2]} on {rest[3]}: goldens are matched by runner, "
+            f"variant, rank and platform"
+        )
+    return f"no golden files in folder {folder or '.'!r} of the golden dir"
 
 
 # --------------------------------------------------------------------------- rendering
@@ -218,6 +282,9 @@ def _cell(row: Row, bs: int, has_golden: bool) -> str:
         return f'<td class="n removed" title="removed: golden {before}, now 0"><s>{before}</s></td>'
     if state == ADDED:
         return f'<td class="n added" title="added: golden 0, now {now}">+{now}</td>'
+    if state == CHANGED and now == before:
+        title = f"shapes changed: golden {_shapes_title(row.golden_shapes[bs])}; now {_shapes_title(row.shapes[bs])}"
+        return f'<td class="n changed" title="{_e(title)}">{now} shapes</td>'
     if state == CHANGED:
         return f'<td class="n changed" title="changed: golden {before}, now {now}">{before}→{now}</td>'
     if now is None:
@@ -247,14 +314,19 @@ def _table_html(table: Table, compared: bool) -> list[str]:
             heads.append(f"<th>bs={bs}</th>")
     head = f"<tr><th>kernel</th><th>kind</th>{''.join(heads)}</tr>"
     out = [f"<h2>{_e(table.title)}</h2>"]
-    if compared:
-        rows, what = (table.kernels, "kernels") if table.kernels else (table.ops, "ops")
-        c = table.counts(rows)
-        out.append(
-            f'<p class="counts"><b>{len(rows)} {what}</b><span class="added">{c[ADDED]} added'
-            f'</span> <span class="removed">{c[REMOVED]} removed</span> '
-            f'<span class="changed">{c[CHANGED]} changed</span></p>'
-        )
+    if table.unmatched:
+        out.append(f'<p class="note">No golden matched: {_e(table.unmatched)}.</p>')
+    elif compared:
+        # Kernels (when recorded) and ops each get their line: a shape-only change lives in the ops.
+        for rows, what in ((table.kernels, "kernels"), (table.ops, "ops")):
+            if not rows and what == "kernels":
+                continue
+            c = table.counts(rows)
+            out.append(
+                f'<p class="counts"><b>{len(rows)} {what}</b><span class="added">{c[ADDED]} added'
+                f'</span> <span class="removed">{c[REMOVED]} removed</span> '
+                f'<span class="changed">{c[CHANGED]} changed</span></p>'
+            )
     for bs, reason in sorted(table.incomplete.items()):
         out.append(f'<p class="note">bs={bs}: incomplete kernel evidence — {_e(reason)}</p>')
     if table.kernels:
@@ -293,7 +365,8 @@ def render_html(
     if compared:
         body.append(
             '<p class="legend"><span class="added">+n added</span><span class="removed"><s>n</s> removed'
-            '</span><span class="changed">a→b count changed</span>against the goldens</p>'
+            '</span><span class="changed">a→b count changed, "n shapes": same count, other shapes</span>'
+            "against the goldens</p>"
         )
     if not tables:
         body.append('<p class="note">Nothing to show.</p>')
@@ -326,6 +399,20 @@ def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object
     return pairs
 
 
+def at_level(pairs: Sequence[tuple[str, object]], level: Optional[str] = None) -> list[tuple[str, object]]:
+    """``pairs`` with every summary normalized to ``level`` (default: the coarsest level among them)."""
+    target = level or coarsest(s.level for _, s in pairs)  # type: ignore[attr-defined]
+    return [(f, s if s.level == target else s.normalized(target)) for f, s in pairs]  # type: ignore[attr-defined]
+
+
+def collect_tree(directory: PathLike) -> list[tuple[str, object]]:
+    """:func:`collect` of ``directory``; TraceFormatError when it holds no summary or trace file at all."""
+    found = collect(directory)
+    if not found:
+        raise TraceFormatError(Path(directory), "contains no summary JSON or trace files (*.json, *.json.gz)")
+    return found
+
+
 def picture_from_dirs(
     directory: PathLike, *, against: Optional[PathLike] = None, level: Optional[str] = None, title: Optional[str] = None
 ) -> str:
@@ -334,11 +421,9 @@ def picture_from_dirs(
     A golden matches an obtained summary when it sits in the same folder relative to
     its root and has the same runner, variant, rank and platform.
     """
-    obtained = collect(directory)
-    if not obtained:
-        raise TraceFormatError(Path(directory), "contains no summary JSON or trace files (*.json, *.json.gz)")
+    obtained = collect_tree(directory)
     goldens = collect(against) if against is not None else []
-    tables = build_tables(obtained, goldens, level=level)
+    tables = build_tables(obtained, goldens, level=level, compared=against is not None)
     source = f"{directory}" + (f" against goldens in {against}" if against is not None else "")
     return render_html(
         tables, title=title or "Graph capture: kernels × batch size", source=source, compared=against is not None
@@ -364,7 +449,7 @@ def session_picture(
         for root, into in ((Path(out_dir), obtained), (Path(golden_dir), goldens)):
             if (root / folder).is_dir():
                 into += [(folder, s) for _, s in collect(root / folder, recursive=False)]
-    tables = build_tables(obtained, goldens, level=level)
+    tables = build_tables(obtained, goldens, level=level, compared=True)
     return render_html(
         tables,
         title="Graph capture goldens: kernels × batch size",

@@ -208,3 +208,81 @@ def test_session_report_links_the_picture(pytester: pytest.Pytester, monkeypatch
     run(pytester, "--graph-capture-report", "ci/report.md").assert_outcomes(failed=1)
     assert not (pytester.path / "ci" / "report.html").exists()
     assert "report.html" not in (pytester.path / "ci" / "report.md").read_text()
+
+
+# --------------------------------------------------------------------------- shapes, unmatched goldens, subfolders
+
+
+def mm_summary(bs: int, hidden: int) -> Summary:
+    """A CPU capture whose only op is ``aten::mm`` of ``[bs, hidden] x [hidden, 256]``, twice."""
+    return Summary(
+        key=CaptureKey("R", bs),
+        platform="cpu",
+        ops=[
+            {
+                "name": "aten::mm",
+                "input_dims": [[bs, hidden], [hidden, 256]],
+                "input_types": ["float", "float"],
+                "count": 2,
+            }
+        ],
+        launches={"total": 0, "by_api": {}},
+    )
+
+
+def test_a_shape_only_change_shows_as_a_changed_op() -> None:
+    now = [mm_summary(bs, 128) for bs in (1, 2)]
+    before = [mm_summary(bs, 256) for bs in (1, 2)]
+    (table,) = picture.build_tables([("", s) for s in now], [("", s) for s in before])
+    (mm,) = table.ops
+    assert mm.state == "changed" and mm.counts == mm.golden == {1: 2, 2: 2}
+    page = picture.render_html([table], compared=True)
+    assert "<b>1 ops</b>" in page and '<span class="changed">1 changed</span>' in page
+    assert cells(page) == [("changed", "2 shapes"), ("changed", "2 shapes")]
+    assert "golden [[1,256],[256,256]] float,float ×2; now [[1,128],[128,256]] float,float ×2" in page
+    (same,) = picture.build_tables([("", s) for s in before], [("", s) for s in before])
+    assert same.ops[0].state == "same"
+
+
+def test_kernels_and_ops_get_their_own_counts_line() -> None:
+    now = [summary(1, {"gemm": 1}, ops={"aten::mm": 1})]
+    before = [summary(1, {"gemm": 1}, ops={"aten::mm": 1, "aten::add": 1})]
+    (table,) = picture.build_tables([("", s) for s in now], [("", s) for s in before])
+    page = picture.render_html([table], compared=True)
+    assert "<b>1 kernels</b>" in page and "<b>2 ops</b>" in page and "1 removed" in page
+
+
+def test_show_against_says_why_no_golden_matched(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    traces, goldens = tmp_path / "graph_capture_profile", tmp_path / "goldens"
+    write(traces, summary(1, {"gemm": 1}))
+    write(goldens / "cuda-sm90" / "test_x.py" / "test_y", summary(1, {"gemm": 1}))
+    out = tmp_path / "p.html"
+    assert cli.main(["show", str(traces), "--html", str(out), "--against", str(goldens)]) == 0, capsys.readouterr()
+    page = out.read_text(encoding="utf-8")
+    assert (
+        "No golden matched: no golden in folder &#x27;.&#x27; of the golden dir: goldens of this runner, variant, "
+        "rank and platform are in cuda-sm90/test_x.py/test_y; goldens are matched by their folder relative to the "
+        "golden dir, so point --against at the folder that mirrors this one." in page
+    )
+    # Pointed at the test's folder, the same trace folder is compared.
+    assert (
+        cli.main(["show", str(traces), "--html", str(out), "--against", str(goldens / "cuda-sm90/test_x.py/test_y")])
+        == 0
+    )
+    assert "No golden matched" not in out.read_text(encoding="utf-8")
+    write(tmp_path / "others" / "other", summary(1, {"gemm": 1}, runner="Other"))
+    write(tmp_path / "mine" / "other", summary(1, {"gemm": 1}))
+    assert cli.main(["show", str(tmp_path / "mine"), "--html", str(out), "--against", str(tmp_path / "others")]) == 0
+    assert (
+        "the goldens in folder &#x27;other&#x27; are for Other rank 0 on cuda-sm90, not R rank 0 on cuda-sm90: "
+        "goldens are matched by runner, variant, rank and platform" in out.read_text(encoding="utf-8")
+    )
+
+
+def test_cli_show_text_searches_subfolders(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write(tmp_path / "fp16", summary(1, {"gemm_fp16": 1}))
+    write(tmp_path / "bf16", summary(2, {"gemm_bf16": 3}))
+    assert cli.main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "bf16 — R rank 0, cuda-sm90, level name" in out and "fp16 — R rank 0, cuda-sm90, level name" in out
+    assert "gemm_fp16" in out and "gemm_bf16" in out
