@@ -92,6 +92,8 @@ def test_golden_budget_fails_with_the_numbers_and_survives_update(
     update = run(project, "test_model.py::test_decode", "--update-golden")
     update.assert_outcomes(failed=1)
     update.stdout.fnmatch_lines(["bs=8: 112 kernel launches > budget 110 *"])
+    # The report counts what was written: three goldens changed on disk, three updated.
+    update.stdout.fnmatch_lines(["cuda-sm90: 3 checked, 0 passed, 0 failed, 0 created, 3 updated, *"])
     data = json.loads(golden.read_text())
     assert data["launch_budget"] == 110 and data["launches"]["total"] == 112
 
