@@ -62,6 +62,16 @@ def run(
     return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
 
 
+def fake_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> pytest.Pytester:
+    """A pytester project with FAKE_CONFTEST (plus ``extra``); no graph-capture, fake-model or CI variables leak in."""
+    for name in list(os.environ):
+        if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
+            monkeypatch.delenv(name, raising=False)
+    use_this_checkout(monkeypatch)
+    pytester.makeconftest(FAKE_CONFTEST + extra)
+    return pytester
+
+
 def use_this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
     """Subprocesses (xdist workers, ``runpytest_subprocess``) import the package from this checkout."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))

@@ -252,18 +252,11 @@ class GoldenSession:
         self.finalized = True
         used = {(f.platform, f.path) for f in self.report.used}
         folders = [(f.platform, f.path, self.test_passed.get(f.nodeid, False)) for f in self.report.folders]
+        delete = self.update == "all" and not interrupted
         for platform, path in unused_goldens(self.golden_dir, folders, used):
-            entry = FileRecord(platform, self.rel(path))
-            if self.update == "all" and not interrupted:
-                try:
-                    store.remove_golden(path, self.golden_dir)
-                    self.report.deleted.append(entry)
-                    continue
-                except GoldenError as exc:
-                    warnings.warn(pytest.PytestWarning(str(exc)), stacklevel=1)
-            self.report.unused.append(entry)
+            self._unused(FileRecord(platform, self.rel(path)), path, delete=delete)
         if self.whole_suite():
-            self._orphans(delete=self.update == "all" and not interrupted)
+            self._orphans(delete=delete)
         if self.report_md is not None and self.out_dir is not None and self.report.folders:
             self._write_picture(self.report_md, self.out_dir)
         for target, text in ((self.report_md, self.report.markdown()), (self.report_json, self.report.to_json())):
@@ -299,17 +292,19 @@ class GoldenSession:
 
         listed = {(f.platform, f.path) for f in self.report.unused + self.report.deleted}
         for platform, path in orphaned_goldens(self.golden_dir, self.collected, self.protected):
-            entry = FileRecord(platform, self.rel(path), orphan=True)
-            if (platform, entry.path) in listed:
-                continue
-            if delete:
-                try:
-                    store.remove_golden(path, self.golden_dir)
-                    self.report.deleted.append(entry)
-                    continue
-                except GoldenError as exc:
-                    warnings.warn(pytest.PytestWarning(str(exc)), stacklevel=1)
-            self.report.unused.append(entry)
+            if (platform, self.rel(path)) not in listed:
+                self._unused(FileRecord(platform, self.rel(path), orphan=True), path, delete=delete)
+
+    def _unused(self, entry: FileRecord, path: Path, *, delete: bool) -> None:
+        """Delete an unused golden (listing it as deleted), or list it as unused when not deleting or that fails."""
+        if delete:
+            try:
+                store.remove_golden(path, self.golden_dir)
+                self.report.deleted.append(entry)
+                return
+            except GoldenError as exc:
+                warnings.warn(pytest.PytestWarning(str(exc)), stacklevel=1)
+        self.report.unused.append(entry)
 
     def _write_picture(self, report_md: Path, out_dir: Path) -> None:
         """The HTML kernel × batch-size picture beside the Markdown report, which links it."""

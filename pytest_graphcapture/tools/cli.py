@@ -30,7 +30,7 @@ from ..golden.diff import compare_dicts
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
-from .matrix import coarsest, kernel_matrix, load_any, render_matrix_text
+from .matrix import at_level, coarsest, collect_tree, kernel_matrix, load_any, render_matrix_text
 
 PROG = "graphcapture"
 
@@ -109,8 +109,6 @@ def _cmd_show(args: argparse.Namespace) -> int:
             raise UsageError(f"--html {args.html}: {getattr(exc, 'problem', exc)}") from None
         print(f"wrote {args.html}")
         return 0
-    from .picture import at_level, collect_tree
-
     # One table per folder (searched recursively, as the HTML picture does) / runner / variant / rank / platform.
     groups: dict[tuple, list[Summary]] = {}
     for folder, s in at_level(collect_tree(args.directory), args.level):

@@ -2,7 +2,8 @@
 
 :func:`load_any` reads a summary JSON file or a trace; :func:`kernel_matrix` turns
 the summaries of one runner/variant/rank into the table that ``graphcapture show``
-prints (:func:`render_matrix_text`) and the HTML picture draws.
+prints (:func:`render_matrix_text`) and the HTML picture draws; :func:`collect`
+finds every summary and trace under a folder, recursively, for both.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
 from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
+
+PathLike = Union[str, Path]
 
 
 def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
@@ -84,3 +87,35 @@ def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[di
         cells = [str(row["counts"].get(bs, "-")).rjust(w) for bs, w in zip(batch_sizes, widths)]
         lines.append("  ".join(cells) + f"  {row['kind']:<6}  {row['name']}")
     return lines
+
+
+def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
+    files = root.rglob("*") if recursive else root.iterdir()
+    return sorted(
+        p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith(".")
+    )
+
+
+def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object]]:
+    """``(folder relative to root, Summary)`` for each summary JSON / trace file under ``root``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise TraceFormatError(root, "is not a directory")
+    pairs = []
+    for path in _summary_files(root, recursive=recursive):
+        pairs.append((path.parent.relative_to(root).as_posix(), load_any(path)))
+    return pairs
+
+
+def at_level(pairs: Sequence[tuple[str, object]], level: Optional[str] = None) -> list[tuple[str, object]]:
+    """``pairs`` with every summary normalized to ``level`` (default: the coarsest level among them)."""
+    target = level or coarsest(s.level for _, s in pairs)  # type: ignore[attr-defined]
+    return [(f, s if s.level == target else s.normalized(target)) for f, s in pairs]  # type: ignore[attr-defined]
+
+
+def collect_tree(directory: PathLike) -> list[tuple[str, object]]:
+    """:func:`collect` of ``directory``; TraceFormatError when it holds no summary or trace file at all."""
+    found = collect(directory)
+    if not found:
+        raise TraceFormatError(Path(directory), "contains no summary JSON or trace files (*.json, *.json.gz)")
+    return found

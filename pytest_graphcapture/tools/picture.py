@@ -21,12 +21,9 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence
 
-from ..errors import TraceFormatError
-from .matrix import coarsest, kernel_matrix, load_any
-
-PathLike = Union[str, Path]
+from .matrix import PathLike, at_level, coarsest, collect, collect_tree, kernel_matrix
 
 #: Cell / row states against the goldens.
 SAME, ADDED, REMOVED, CHANGED, NO_GOLDEN = "same", "added", "removed", "changed", "no-golden"
@@ -378,39 +375,7 @@ def render_html(
     )
 
 
-# --------------------------------------------------------------------------- collecting
-
-
-def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
-    files = root.rglob("*") if recursive else root.iterdir()
-    return sorted(
-        p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith(".")
-    )
-
-
-def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object]]:
-    """``(folder relative to root, Summary)`` for each summary JSON / trace file under ``root``."""
-    root = Path(root)
-    if not root.is_dir():
-        raise TraceFormatError(root, "is not a directory")
-    pairs = []
-    for path in _summary_files(root, recursive=recursive):
-        pairs.append((path.parent.relative_to(root).as_posix(), load_any(path)))
-    return pairs
-
-
-def at_level(pairs: Sequence[tuple[str, object]], level: Optional[str] = None) -> list[tuple[str, object]]:
-    """``pairs`` with every summary normalized to ``level`` (default: the coarsest level among them)."""
-    target = level or coarsest(s.level for _, s in pairs)  # type: ignore[attr-defined]
-    return [(f, s if s.level == target else s.normalized(target)) for f, s in pairs]  # type: ignore[attr-defined]
-
-
-def collect_tree(directory: PathLike) -> list[tuple[str, object]]:
-    """:func:`collect` of ``directory``; TraceFormatError when it holds no summary or trace file at all."""
-    found = collect(directory)
-    if not found:
-        raise TraceFormatError(Path(directory), "contains no summary JSON or trace files (*.json, *.json.gz)")
-    return found
+# --------------------------------------------------------------------------- from directories
 
 
 def picture_from_dirs(

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from helpers import FAKE_CONFTEST, TEST_DECODE, run, use_this_checkout
+from helpers import TEST_DECODE, fake_project, run
 
 TWO_CHECKS = """
 import os
@@ -25,13 +23,7 @@ def test_decode(fake_capture, golden):
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """The fake capture, no graph-capture, fake-model or CI variables from the outer run."""
-    for name in list(os.environ):
-        if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
-            monkeypatch.delenv(name, raising=False)
-    use_this_checkout(monkeypatch)
-    pytester.makeconftest(FAKE_CONFTEST)
-    return pytester
+    return fake_project(pytester, monkeypatch)
 
 
 def goldens(project: pytest.Pytester) -> list[str]:

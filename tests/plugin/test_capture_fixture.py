@@ -46,6 +46,16 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+def failing_run(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> tuple[pytest.RunResult, str]:
+    """Run the project with ``variable`` set (a broken runner, or a test failing after its capture)."""
+    monkeypatch.setenv(variable, "1")
+    result = run(project)
+    result.assert_outcomes(failed=1)
+    return result, result.stdout.str()
+
+
 def test_batch_sizes_option_applies_to_a_conftest_runner(project: pytest.Pytester) -> None:
     result = run(project, "-s", "--graph-capture-batch-sizes=4,1")
     result.assert_outcomes(passed=1)
@@ -68,10 +78,7 @@ def test_a_batch_size_the_runner_lacks_is_one_line_naming_the_setting(project: p
 def test_a_failing_forward_is_a_short_message_naming_key_stage_and_user_frame(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("BROKEN_RUNNER", "1")
-    result = run(project)
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
+    result, out = failing_run(project, monkeypatch, "BROKEN_RUNNER")
     failure = out[out.index("_ test_capture _") : out.index("short test summary")]
     result.stdout.fnmatch_lines(
         [
@@ -90,10 +97,7 @@ def test_a_failing_forward_is_a_short_message_naming_key_stage_and_user_frame(
 def test_kineto_trace_points_stay_out_of_a_failures_captured_stderr(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("FAIL_AFTER", "1")
-    result = run(project)
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
+    _, out = failing_run(project, monkeypatch, "FAIL_AFTER")
     assert "the test writes to stderr" in out, "other stderr output is kept"
     assert "USDT" not in out and "profiler_start" not in out
 
