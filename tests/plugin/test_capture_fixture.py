@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import run, use_this_checkout
 
+from pytest_graphcapture.plugin import fixtures
+
 RUNNER_CONFTEST = """
 import os
 import pytest
@@ -118,12 +120,12 @@ def test_progress_per_key_shows_live_with_v_and_without_s(
     )
 
 
-def test_a_long_capture_reports_its_total_on_one_line_without_v(project: pytest.Pytester) -> None:
+def test_a_long_capture_reports_its_total_on_one_line_without_v(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = run(project)
     assert "graph-capture:" not in result.stdout.str(), "a short capture prints nothing without -v"
-    project.makeconftest(
-        RUNNER_CONFTEST + "\nimport pytest_graphcapture.plugin.fixtures as f\nf.LONG_CAPTURE_S = 0.0\n"
-    )
+    monkeypatch.setattr(fixtures, "LONG_CAPTURE_S", 0.0)  # the in-process run shares the module
     result = run(project)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*graph-capture: FakeRunner: 3 keys captured in *s"])
