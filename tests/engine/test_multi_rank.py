@@ -238,14 +238,15 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
         "ModelB_bs_2_rank1.json",
     ]
     assert len({p.parent for p in files}) == 2 and all(p.parent.name.startswith("test_model_") for p in files)
-    traces = sorted(p.name for p in (tmp_path / "graph_capture_profile").iterdir())
+    # Each parametrization exports to its own sub-folder (named by its id), merged there.
+    traces = sorted(p.relative_to(tmp_path / "graph_capture_profile").as_posix() for p in tmp_path.rglob("*.gz"))
     assert traces == [
-        "ModelA_bs_1_merged.json.gz",
-        "ModelA_bs_1_rank0.json.gz",
-        "ModelA_bs_1_rank1.json.gz",
-        "ModelB_bs_2_merged.json.gz",
-        "ModelB_bs_2_rank0.json.gz",
-        "ModelB_bs_2_rank1.json.gz",
+        "a/ModelA_bs_1_merged.json.gz",
+        "a/ModelA_bs_1_rank0.json.gz",
+        "a/ModelA_bs_1_rank1.json.gz",
+        "b/ModelB_bs_2_merged.json.gz",
+        "b/ModelB_bs_2_rank0.json.gz",
+        "b/ModelB_bs_2_rank1.json.gz",
     ]
     again = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", timeout=300)
     again.assert_outcomes(passed=2)
