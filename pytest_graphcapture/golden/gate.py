@@ -24,8 +24,9 @@ from ..naming import GOLDEN_SUFFIX, golden_file_name
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS
 from . import store
+from .axis import failure_body
 from .budget import BUDGET_FIELD, budget_from_option, launch_budget_of, launch_budget_violations
-from .diff import SECTIONS, _check_level, _check_sections, _complete, compare, compare_dicts
+from .diff import SECTIONS, KeyDiff, _check_level, _check_sections, _complete, compare, compare_dicts
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
 Postprocess = Optional[Callable[[dict], None]]
@@ -65,6 +66,8 @@ class KeyOutcome:
     #: Over its launch budget and otherwise fine: ``--update-golden`` cannot fix it.
     budget_only: bool = False
     incomplete: Optional[str] = None
+    #: The comparison behind ``lines`` when they start with its rendering.
+    diff: Optional[KeyDiff] = None
 
     @property
     def failed(self) -> bool:
@@ -114,7 +117,10 @@ class CheckOutcome:
             f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
             f"{len(failed)} of {self.total} keys)"
         )
-        body = [line for k in failed for line in k.lines]
+        body = failure_body(failed, self.keys)
+        toolchain = list(dict.fromkeys(t for k in failed if k.diff is not None for t in k.diff.toolchain))
+        if toolchain:  # the likeliest explanation of a kernel change leads the message
+            head = f"environment changed since the goldens were written: {'; '.join(toolchain)}\n{head}"
         tail = [f"goldens: {display(self.folder)}/"]
         if self.out_folder is not None:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
@@ -133,6 +139,10 @@ class CheckOutcome:
             verb = "create" if len(missing) == len(failed) else "accept"
             tail.append(f"{verb} them with: {rerun} --update-golden{where}")
         return head, body, tail
+
+    def per_key_lines(self) -> list[str]:
+        """Every failed key's own lines, batch size by batch size: the full record (diff file)."""
+        return [line for k in self.failed for line in k.lines]
 
 
 def copy_command(src_folder: Path, dst_folder: Path) -> str:
@@ -290,7 +300,7 @@ class _Gate:
         if diff.ok:
             out.outcome = "passed"
         else:
-            out.lines = diff.render()
+            out.lines, out.diff = diff.render(), diff
 
     def write(self, out: KeyOutcome, path: Path, data: dict, outcome: str) -> None:
         try:
