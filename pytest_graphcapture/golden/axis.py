@@ -58,10 +58,11 @@ def _grouped(items: dict[int, list[str]]) -> list[tuple[list[int], str]]:
             template = _fill(template, covered[0])  # one size: print it as it is
         out.append((covered, template))
 
-    # In the order the per-size diffs list them (by subject, removed before added).
+    # By op or kernel name, then in the order the per-size diffs list them (removed before added).
     def position(item: tuple[list[int], str]) -> tuple:
         sizes, template = item
-        return (min(items[bs].index(_fill(template, bs)) for bs in sizes), sizes)
+        subject = template.split(" ", 2)[1] if template.count(" ") >= 2 else template
+        return (subject, min(items[bs].index(_fill(template, bs)) for bs in sizes), sizes)
 
     return sorted(out, key=position)
 

@@ -120,7 +120,7 @@ class CheckOutcome:
         body = failure_body(failed, self.keys)
         toolchain = list(dict.fromkeys(t for k in failed if k.diff is not None for t in k.diff.toolchain))
         if toolchain:  # the likeliest explanation of a kernel change leads the message
-            head = f"environment changed since the goldens were written: {'; '.join(toolchain)}\n{head}"
+            head = f"{'; '.join(toolchain)} since the goldens were written (may explain the diff)\n{head}"
         tail = [f"goldens: {display(self.folder)}/"]
         if self.out_folder is not None:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
