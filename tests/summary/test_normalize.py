@@ -51,6 +51,22 @@ def test_demangle(mangled: str, expected: str) -> None:
     assert demangle(mangled) == expected
 
 
+# Template parameter packs (CK/aiter kernels); each expectation is binutils 2.40 c++filt's output.
+@pytest.mark.parametrize(
+    "mangled, expected",
+    [
+        ("_ZN2ns3fooIJifEEEvDpT_", "void ns::foo<int, float>(int, float)"),
+        ("_ZN2ck6kernelIJNS_4gemmILi128EEEfEEEvDpT_", "void ck::kernel<ck::gemm<128>, float>(ck::gemm<128>, float)"),
+        ("_Z3barIJEEvDpT_", "void bar<>()"),
+        ("_ZN5aiter6kernelIJiiEEEvPKfDpT_", "void aiter::kernel<int, int>(float const*, int, int)"),
+        ("_ZN2ns3fooIJiEEEvDpRKT_", "void ns::foo<int>(int const&)"),
+    ],
+)
+def test_demangle_parameter_packs_like_cxxfilt(mangled: str, expected: str) -> None:
+    assert demangle(mangled) == expected
+    assert normalize_kernel_name(mangled, "exact") == expected
+
+
 def test_demangle_gives_up_cleanly() -> None:
     assert demangle(SGL) is None  # C++20 'Tn' template parameter: beyond the small demangler
     assert demangle("not_mangled") is None
