@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Optional
 
+from .normalize import normalize_op_name
+
 #: Why kernels from an NVIDIA graph replay carry no op: the replay ran inside one
 #: ``cudaGraphLaunch`` and the capture's launch calls name no kernel to match them by.
 REPLAY_UNATTRIBUTED = (
@@ -46,7 +48,7 @@ def op_spans(cpu_ops: Iterable[dict]) -> dict[Any, list]:
             continue
         args = event.get("args")
         dims = args.get("Input Dims") if args.__class__ is dict else None
-        op = {"name": name, "input_dims": dims if isinstance(dims, list) else []}
+        op = {"name": normalize_op_name(name), "input_dims": dims if isinstance(dims, list) else []}
         spans.setdefault(event.get("tid"), []).append((start, start + dur, op))
     for items in spans.values():
         items.sort(key=_span_order)

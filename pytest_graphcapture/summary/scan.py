@@ -58,6 +58,7 @@ from .normalize import (
     DEFAULT_LEVEL,
     check_level,
     normalize_kernel_name,
+    normalize_op_name,
 )
 
 KERNEL_LAUNCH_APIS = frozenset(
@@ -332,12 +333,14 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     inside = _Scan._inside
 
     op_groups: dict[tuple, list] = {}
+    op_names: dict[str, str] = {}
     for event in scan.cpu_ops:
         if windows is not None and not inside(_number(event.get("ts")), windows):
             continue
         name = event.get("name")
         if name.__class__ is not str:
             continue
+        name = op_names.get(name) or op_names.setdefault(name, normalize_op_name(name))
         args = event.get("args")
         if args.__class__ is dict:
             dims = args.get("Input Dims", _EMPTY)

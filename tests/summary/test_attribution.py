@@ -148,7 +148,9 @@ def test_kernel_swap_reads_as_one_line_per_op(tmp_path: Path) -> None:
     assert text.endswith(" → Cijk_Alik_Bljk_NEW_MT32x32x128 grid=[65536,1,1] block=[256,1,1] (×36)")
     assert change.section == "kernels" and change.kind == "changed"
     short = change.render()  # failure messages shorten long kernel names, never the op or the count
-    assert short.startswith(f"~ {MM}: Cijk_") and short.endswith(" → Cijk_Alik_Bljk_NEW_MT32x32x128 grid=[65536,1,1] block=[256,1,1] (×36)")
+    assert short.startswith(f"~ {MM}: Cijk_") and short.endswith(
+        " → Cijk_Alik_Bljk_NEW_MT32x32x128 grid=[65536,1,1] block=[256,1,1] (×36)"
+    )
     assert "…" in short and len(short) < len(text)
 
 

@@ -15,6 +15,7 @@ from pytest_graphcapture.summary.normalize import (
     compile_patterns,
     matches_any,
     normalize_kernel_name,
+    normalize_op_name,
 )
 
 AITER = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb0ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"
@@ -203,3 +204,21 @@ def test_patterns_and_levels() -> None:
     assert check_level("family") == "family"
     with pytest.raises(UsageError, match="exact, name, family"):
         check_level("fuzzy")
+
+
+@pytest.mark.parametrize(
+    "recorded, kept",
+    [
+        ("Torch-Compiled Region: 0/2", "Torch-Compiled Region"),
+        ("Torch-Compiled Region: 3/0_1", "Torch-Compiled Region"),
+        (
+            "## Call CompiledFxGraph f5sjvbnutb5oz6kzksdae46riv2nrwb7dhuuwxnu573p3xennopz ##",
+            "## Call CompiledFxGraph ##",
+        ),
+        ("CompiledFunction [1/0]", "CompiledFunction [?/?]"),
+        ("aten::mm", "aten::mm"),
+        ("aten::div", "aten::div"),
+    ],
+)
+def test_op_names_lose_compile_order_ids(recorded: str, kept: str) -> None:
+    assert normalize_op_name(recorded) == kept
