@@ -210,10 +210,11 @@ class _Gate:
         # The golden is read once: its budget, the fast path and the diff all use this dict.
         old: Optional[dict] = None
         old_error: Optional[GoldenError] = None
-        identical = False
+        identical = stale = False
         if path.exists():
             try:
                 old = store.parse_golden_file(path)
+                stale = old.get("schema_version") != store.current_schema_version()
                 # Same content as a valid summary dict: valid by construction, skip the checks.
                 identical = store.same_content(old, data)
                 if not identical:
@@ -233,7 +234,7 @@ class _Gate:
                 store.write_golden(self.out_folder / path.name, data)
             except GoldenError as exc:
                 self.warnings.append(f"--golden-out: {exc}")
-        self.compare(out, path, shown, actual, data, old, old_error, identical, golden_budget)
+        self.compare(out, path, shown, actual, data, old, old_error, identical, golden_budget, stale)
         if budget_lines:  # over budget fails the key, whatever was written
             out.budget_only = out.outcome != "failed"
             out.lines = (out.lines if out.outcome == "failed" else []) + budget_lines
@@ -251,8 +252,12 @@ class _Gate:
         old_error: Optional[GoldenError],
         identical: bool,
         golden_budget: Optional[int],
+        stale: bool = False,
     ) -> None:
-        """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode."""
+        """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode.
+
+        ``stale``: the file is of an older schema; update mode rewrites it even when it passes.
+        """
         if not path.exists():
             if self.update:
                 self.write(out, path, data, "created")
@@ -292,7 +297,7 @@ class _Gate:
                         "  note: not updated: the capture is incomplete and the golden is complete"
                     ]
                     return
-            elif not store.same_content(old, data):
+            elif stale or not store.same_content(old, data):
                 self.write(out, path, data, "updated")
                 return
             out.outcome = "passed"

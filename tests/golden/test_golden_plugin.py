@@ -502,3 +502,18 @@ def test_pin_worker_gpu_uses_n_mod_visible_devices() -> None:
     env = {"HIP_VISIBLE_DEVICES": "2, 3, 4"}
     assert pin_worker_gpu("gw4", env) == "HIP_VISIBLE_DEVICES=3"
     assert pin_worker_gpu("master", {"CUDA_VISIBLE_DEVICES": "0,1"}) is None
+
+
+def test_schema_1_goldens_pass_and_update_rewrites_them(gate: pytest.Pytester) -> None:
+    run(gate, "test_model.py::test_decode", "--update-golden").assert_outcomes(passed=1)
+    files = sorted((gate.path / "goldens").rglob("*.json"))
+    for path in files:  # as the previous release wrote them
+        data = json.loads(path.read_text())
+        data["schema_version"] = 1
+        del data["unattributed"]
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    run(gate, "test_model.py::test_decode").assert_outcomes(passed=1)
+    result, data = report_json(gate, "test_model.py::test_decode", "--update-golden")
+    result.assert_outcomes(passed=1)
+    assert data["counts"]["cpu"]["updated"] == len(files)
+    assert all(json.loads(p.read_text())["schema_version"] == store.current_schema_version() for p in files)
