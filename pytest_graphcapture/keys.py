@@ -133,7 +133,9 @@ def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
 def capture_order(keys: Iterable[CaptureKey]) -> list[CaptureKey]:
     """Keys in the order engines capture them: largest batch size first.
 
-    Smaller graphs then reuse the memory pool of the larger ones.  Ties keep a
-    stable order by variant (``None`` first) so the order is deterministic.
+    Smaller graphs then reuse the memory pool of the larger ones.  Within a batch
+    size the keys keep the order they are given in (the runner's declared variant
+    order: engines capture lora/no-lora or target/draft in their own order), so the
+    sort is stable and never reorders variants by name.
     """
-    return sorted(keys, key=lambda k: (-k.batch_size, k.variant is not None, k.variant_name or "", k.rank, k.runner))
+    return sorted(keys, key=lambda k: (-k.batch_size, k.rank, k.runner))

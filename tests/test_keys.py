@@ -51,13 +51,31 @@ def test_distinct_names_map_to_distinct_components(a: str, b: str) -> None:
         assert safe_name(a) != safe_name(b)
 
 
-def test_capture_order_is_largest_batch_size_first_plain_variant_before_others() -> None:
-    keys = [CaptureKey("R", 1), CaptureKey("R", 4, "lora"), CaptureKey("R", 4), CaptureKey("R", 2)]
+def test_capture_order_is_largest_batch_size_first_variants_in_the_given_order() -> None:
+    keys = [CaptureKey("R", 1), CaptureKey("R", 4, "target"), CaptureKey("R", 4, "draft"), CaptureKey("R", 2)]
     assert capture_order(keys) == [
-        CaptureKey("R", 4),
-        CaptureKey("R", 4, "lora"),
+        CaptureKey("R", 4, "target"),
+        CaptureKey("R", 4, "draft"),
         CaptureKey("R", 2),
         CaptureKey("R", 1),
+    ]
+
+
+def test_runner_capture_keys_keep_the_declared_variant_order() -> None:
+    from pytest_graphcapture.engine.runner import GraphRunner
+
+    class Lora(GraphRunner):
+        def batch_sizes(self) -> list:
+            return [1, 2]
+
+        def variants(self) -> list:
+            return ["lora", None]  # the engine captures lora before the plain graph
+
+    assert [(k.batch_size, k.variant) for k in Lora().capture_keys()] == [
+        (2, "lora"),
+        (2, None),
+        (1, "lora"),
+        (1, None),
     ]
 
 

@@ -5,6 +5,7 @@ size and variant (``MiniEngine_bs_4_logprobs.json``).  Created with
 ``cd examples && pytest adapter --update-golden``.
 """
 
+import pytest
 import torch
 
 from pytest_graphcapture.testing import CallLog, FakeBackend
@@ -15,17 +16,23 @@ def test_engine_decode_graphs_match_goldens(graph_capture, golden):
     golden.check(result)
 
 
-def test_plugin_captures_in_the_engines_order(decode_runner):
+@pytest.mark.parametrize("variants", [(None, "logprobs"), ("logprobs", None)], ids=["plain-first", "logprobs-first"])
+def test_plugin_captures_in_the_engines_order(variants):
     # A recording backend shows what the plugin would do with real graphs: the engine's own
-    # order (largest batch size first, every variant of a size together), two warmups each.
+    # order (largest batch size first, every variant of a size together, variants in the
+    # engine's declared order, whatever their names), two warmups each.
+    from adapter import EngineAdapter
+    from mini_engine import MiniEngineGraphRunner
+
     from pytest_graphcapture import capture_runner
     from pytest_graphcapture.engine.capture import CaptureSettings
 
+    decode_runner = EngineAdapter(MiniEngineGraphRunner(variants=variants))
     log = CallLog()
     result = capture_runner(decode_runner, FakeBackend(log), CaptureSettings(summarize=False))
     captured = [(k.batch_size, k.variant) for k in result.keys]
     assert captured == decode_runner.engine.capture_order()
-    assert captured[0][0] == max(decode_runner.engine.capture_bs)
+    assert captured[0] == (max(decode_runner.engine.capture_bs), variants[0])
     assert all(log.count("forward", key) == 3 for key in result.keys)  # 2 warmups + 1 capture
 
 

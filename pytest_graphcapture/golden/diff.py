@@ -16,8 +16,10 @@ from deepdiff import DeepDiff
 
 from ..errors import GoldenError, UsageError
 from ..keys import CaptureKey, key_label
+from ..summary.attribute import op_label
 from ..summary.model import count_changes, kernel_view
 from ..summary.normalize import LEVELS
+from .environment import environment_note, toolchain_changes
 
 SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
 
@@ -70,10 +72,13 @@ class Change:
     old: Any = None
     new: Any = None
     detail: str = ""
+    #: ``detail`` with every kernel name at full length (``detail`` shortens long ones).
+    full_detail: Optional[str] = None
 
     def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
         marker = {"added": "+", "removed": "-", "changed": "~"}[self.kind]
-        return f"{marker} {_shorten(self.subject, width)}{self.detail}"
+        detail = self.full_detail if width is None and self.full_detail is not None else self.detail
+        return f"{marker} {_shorten(self.subject, width)}{detail}"
 
     def to_dict(self) -> dict:
         return {
@@ -130,6 +135,62 @@ def _tree(expected: Any, actual: Any) -> dict[str, list[tuple[list, Any, Any]]]:
 
 
 def _kernel_changes(expected: list, actual: list) -> list[Change]:
+    """Kernel changes, per launching op where both sides name ops (a swap reads as one line)."""
+    if not (_attributed(expected) and _attributed(actual)):
+        # A golden written before kernels named their op (or an NVIDIA replay): compare kernels alone.
+        return _plain_kernel_changes(expected, actual)
+    exp, act = _by_op(expected), _by_op(actual)
+    changes = _plain_kernel_changes(exp.pop(None, []), act.pop(None, []))  # launched outside any op
+    for op in sorted(set(exp) | set(act)):
+        old, new = kernel_view(exp.get(op, [])), kernel_view(act.get(op, []))
+        if old == new:
+            continue
+        if not old or not new:
+            kind = "added" if not old else "removed"
+            items = new or old
+            changes.append(
+                Change("kernels", kind, op, None if not old else old, None if not new else new, *_texts(": ", items))
+            )
+            continue
+        removed = {k: c for k, c in old.items() if k not in new}
+        added = {k: c for k, c in new.items() if k not in old}
+        short, full = [], []
+        if removed or added:
+            if len(removed) == len(added) == 1 and sum(removed.values()) == sum(added.values()):
+                (was, count), (now, _) = next(iter(removed.items())), next(iter(added.items()))
+                short.append(f"{_shorten(was, MAX_NAME_WIDTH)} → {_shorten(now, MAX_NAME_WIDTH)} (×{count})")
+                full.append(f"{was} → {now} (×{count})")
+            else:
+                (rs, rf), (as_, af) = _texts("", removed), _texts("", added)
+                short.append(f"{rs or '(none)'} → {as_ or '(none)'}")
+                full.append(f"{rf or '(none)'} → {af or '(none)'}")
+        for name in sorted(k for k in old if k in new and old[k] != new[k]):
+            short.append(f"{_shorten(name, MAX_NAME_WIDTH)} ×{old[name]} → ×{new[name]}")
+            full.append(f"{name} ×{old[name]} → ×{new[name]}")
+        changes.append(Change("kernels", "changed", op, old, new, ": " + "; ".join(short), ": " + "; ".join(full)))
+    return sorted(changes, key=lambda c: (c.subject, c.kind))
+
+
+def _attributed(kernels: list) -> bool:
+    return any(entry.get("op") for entry in kernels)
+
+
+def _by_op(kernels: list) -> dict[Optional[str], list]:
+    groups: dict[Optional[str], list] = {}
+    for entry in kernels:
+        groups.setdefault(op_label(entry["op"]) if entry.get("op") else None, []).append(entry)
+    return groups
+
+
+def _texts(prefix: str, counts: Mapping[str, int]) -> tuple[str, str]:
+    """``(shortened, full)`` text of ``{kernel label: count}``: ``k1 ×2, k2 ×1``."""
+    items = sorted(counts.items())
+    short = ", ".join(f"{_shorten(k, MAX_NAME_WIDTH)} ×{c}" for k, c in items)
+    full = ", ".join(f"{k} ×{c}" for k, c in items)
+    return (prefix + short if short else ""), (prefix + full if full else "")
+
+
+def _plain_kernel_changes(expected: list, actual: list) -> list[Change]:
     changes = []
     for label, old, new in count_changes(kernel_view(expected), kernel_view(actual)):
         if not old:
@@ -207,33 +268,6 @@ def _launch_changes(expected: Mapping, actual: Mapping) -> list[Change]:
     return sorted(changes, key=lambda c: (c.subject != "total launches", c.subject))
 
 
-def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for name, value in env.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{name}."))
-        else:
-            flat[f"{prefix}{name}"] = value
-    return flat
-
-
-def environment_note(
-    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
-) -> Optional[str]:
-    """One line saying how the golden's environment differs from the current one, or None.
-
-    Informational only: the environment never decides pass or fail.
-    """
-    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
-    names = sorted(n for n in set(old) | set(new) if old.get(n, "(absent)") != new.get(n, "(absent)"))
-    if not names:
-        return None
-    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
-    if len(names) > limit:
-        items.append(f"… {len(names) - limit} more")
-    return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
-
-
 @dataclass
 class KeyDiff:
     """The differences of one capture key against its golden, plus explanatory notes."""
@@ -243,6 +277,8 @@ class KeyDiff:
     notes: list[str] = field(default_factory=list)
     incomplete: Optional[str] = None
     golden: Optional[str] = None
+    #: How the golden's torch / CUDA-HIP runtime / driver / device differ from the capture's.
+    toolchain: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -349,7 +385,9 @@ def compare_dicts(
     if sections:
         result.changes = diff_dicts(expected, actual, sections=sections)
     if result.changes:
-        note = environment_note(expected.get("environment", {}), actual.get("environment", {}))
+        old_env, new_env = expected.get("environment") or {}, actual.get("environment") or {}
+        result.toolchain = toolchain_changes(old_env, new_env)
+        note = environment_note(old_env, new_env)
         if note:
             result.notes.append(note)
     return result

@@ -24,8 +24,9 @@ from ..naming import GOLDEN_SUFFIX, golden_file_name
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, compile_patterns
 from . import store
+from .axis import failure_body
 from .budget import BUDGET_FIELD, budget_from_option, launch_budget_of, launch_budget_violations
-from .diff import SECTIONS, _check_level, _check_sections, _complete, compare, compare_dicts
+from .diff import SECTIONS, KeyDiff, _check_level, _check_sections, _complete, compare, compare_dicts
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
 Postprocess = Optional[Callable[[dict], None]]
@@ -71,6 +72,8 @@ class KeyOutcome:
     #: Over its launch budget and otherwise fine: ``--update-golden`` cannot fix it.
     budget_only: bool = False
     incomplete: Optional[str] = None
+    #: The comparison behind ``lines`` when they start with its rendering.
+    diff: Optional[KeyDiff] = None
 
     @property
     def failed(self) -> bool:
@@ -120,7 +123,10 @@ class CheckOutcome:
             f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
             f"{len(failed)} of {self.total} keys)"
         )
-        body = [line for k in failed for line in k.lines]
+        body = failure_body(failed, self.keys)
+        toolchain = list(dict.fromkeys(t for k in failed if k.diff is not None for t in k.diff.toolchain))
+        if toolchain:  # the likeliest explanation of a kernel change leads the message
+            head = f"{'; '.join(toolchain)} since the goldens were written (may explain the diff)\n{head}"
         tail = [f"goldens: {display(self.folder)}/"]
         if self.out_folder is not None:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
@@ -139,6 +145,10 @@ class CheckOutcome:
             verb = "create" if len(missing) == len(failed) else "accept"
             tail.append(f"{verb} them with: {rerun} --update-golden{where}")
         return head, body, tail
+
+    def per_key_lines(self) -> list[str]:
+        """Every failed key's own lines, batch size by batch size: the full record (diff file)."""
+        return [line for k in self.failed for line in k.lines]
 
 
 def copy_command(src_folder: Path, dst_folder: Path) -> str:
@@ -208,10 +218,11 @@ class _Gate:
         # The golden is read once: its budget, the fast path and the diff all use this dict.
         old: Optional[dict] = None
         old_error: Optional[GoldenError] = None
-        identical = False
+        identical = stale = False
         if path.exists():
             try:
                 old = store.parse_golden_file(path)
+                stale = old.get("schema_version") != store.current_schema_version()
                 # Same content as a valid summary dict: valid by construction, skip the checks.
                 identical = store.same_content(old, data)
                 if not identical:
@@ -231,7 +242,7 @@ class _Gate:
                 store.write_golden(self.out_folder / path.name, data)
             except GoldenError as exc:
                 self.warnings.append(f"--golden-out: {exc}")
-        self.compare(out, path, shown, actual, data, old, old_error, identical, golden_budget)
+        self.compare(out, path, shown, actual, data, old, old_error, identical, golden_budget, stale)
         if budget_lines:  # over budget fails the key, whatever was written
             out.budget_only = out.outcome != "failed"
             out.lines = (out.lines if out.outcome == "failed" else []) + budget_lines
@@ -249,8 +260,12 @@ class _Gate:
         old_error: Optional[GoldenError],
         identical: bool,
         golden_budget: Optional[int],
+        stale: bool = False,
     ) -> None:
-        """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode."""
+        """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode.
+
+        ``stale``: the file is of an older schema; update mode rewrites it even when it passes.
+        """
         if not path.exists():
             if self.update:
                 self.write(out, path, data, "created")
@@ -290,7 +305,7 @@ class _Gate:
                         "  note: not updated: the capture is incomplete and the golden is complete"
                     ]
                     return
-            elif not store.same_content(old, data):
+            elif stale or not store.same_content(old, data):
                 self.write(out, path, data, "updated")
                 return
             out.outcome = "passed"
@@ -298,7 +313,7 @@ class _Gate:
         if diff.ok:
             out.outcome = "passed"
         else:
-            out.lines = diff.render()
+            out.lines, out.diff = diff.render(), diff
 
     def write(self, out: KeyOutcome, path: Path, data: dict, outcome: str) -> None:
         try:

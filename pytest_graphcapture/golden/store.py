@@ -26,10 +26,19 @@ from ..summary.model import SCHEMA_VERSION, Summary
 from ..summary.model import summary_from_dict as model_summary_from_dict
 from .budget import launch_budget_of
 
-#: Migrations of golden dicts from schema version ``n`` to ``n + 1``.  Schema 1 is the
-#: first released format, so there is nothing to migrate yet; a future schema bump adds
-#: its step here and old goldens keep working.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+def _v1_to_v2(data: dict) -> dict:
+    """Schema 2 names each kernel's launching op; a schema 1 golden names none.
+
+    Its kernels stay unattributed, which the diff compares without ops (so the golden
+    still passes); ``--update-golden`` rewrites it with the ops.
+    """
+    data.setdefault("unattributed", None)
+    return data
+
+
+#: Migrations of golden dicts from schema version ``n`` to ``n + 1``; old goldens keep working.
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}
 
 
 def current_schema_version() -> int:

@@ -313,12 +313,15 @@ class GoldenChecker:
             display=lambda p: s.display(Path(p)),
             ci_var=settings.ci_environment(),
         )
-        full = [head, *body, *tail]
+        per_key = outcome.per_key_lines()  # the full record: every batch size's own diff
+        full = [head, *per_key, *tail]
         s.report.add_failure(self._nodeid, outcome.platform, "\n".join(full) + "\n")
         shown = cut_lines(body, None)
-        if shown != body:
+        if shown != body or body != per_key:
             diff_path = self._write_full_diff(outcome, full)
             shown = cut_lines(body, s.display(diff_path) if diff_path else None)
+            if diff_path and shown == body:
+                shown.append(f"per-batch-size diff in {s.display(diff_path)}")
         pytest.fail("\n".join([head, *shown, *tail]), pytrace=False)
 
     def _write_full_diff(self, outcome: CheckOutcome, lines: list[str]) -> Optional[Path]:

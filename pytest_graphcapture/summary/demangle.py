@@ -1,8 +1,9 @@
 """A small best-effort Itanium C++ demangler for kernel symbols, with no dependency and no subprocess.
 
 It covers what kernel symbols use: nested names, templates, literals,
-substitutions, pointers/references/cv-qualifiers and builtin types incl.
-``DF16b``/``Dh``.  :func:`demangle` returns None for what it cannot read, and
+substitutions, pointers/references/cv-qualifiers, builtin types incl.
+``DF16b``/``Dh`` and template parameter packs (``J…E`` with ``Dp`` expansions,
+common in CK/aiter kernels), spelled as binutils' ``c++filt`` spells them.  :func:`demangle` returns None for what it cannot read, and
 :func:`mangled_base_name` then still reads the qualified base name from the
 mangled prefix.
 """
@@ -19,6 +20,18 @@ class _DemangleError(Exception):
     pass
 
 
+class _Pack(str):
+    """A template argument pack (``J…E``): reads as its elements joined, and keeps them for ``Dp`` expansion."""
+
+    items: tuple = ()
+
+    @classmethod
+    def of(cls, items: list[str]) -> "_Pack":
+        pack = cls(", ".join(i for i in items if i))
+        pack.items = tuple(items)
+        return pack
+
+
 class _Demangler:
     """Recursive-descent parser for the subset of the Itanium C++ ABI kernels use."""
 
@@ -27,6 +40,8 @@ class _Demangler:
         self.i = 0
         self.subs: list[str] = []
         self.template_args: list[str] = []
+        #: Packs referenced inside the ``Dp`` pack expansion being read (None outside one).
+        self.expanding: Optional[list] = None
 
     def peek(self, n: int = 1) -> str:
         return self.s[self.i : self.i + n]
@@ -78,7 +93,9 @@ class _Demangler:
     def bare_function_params(self) -> str:
         params = []
         while self.i < len(self.s) and self.peek() not in ("E", "."):
-            params.append(self.type())
+            param = self.type()
+            if param:  # an expanded empty pack adds no parameter
+                params.append(param)
         if params == ["void"]:
             return ""
         return ", ".join(params)
@@ -223,7 +240,11 @@ class _Demangler:
         index = self.seq_id("_")
         if index >= len(self.template_args):
             raise _DemangleError("template parameter out of range")
-        return self.template_args[index]
+        value = self.template_args[index]
+        if isinstance(value, _Pack) and self.expanding is not None:
+            self.expanding.append(value)
+            return f"\x01{len(self.expanding) - 1}\x01"  # filled in per element by pack_expansion
+        return value
 
     def template_args_list(self) -> list[str]:
         self.expect("I")
@@ -245,7 +266,7 @@ class _Demangler:
                 if self.i >= len(self.s):
                     raise _DemangleError("unterminated pack")
                 items.append(self.template_arg())
-            return ", ".join(items)
+            return _Pack.of(items)
         if ch == "X":
             raise _DemangleError("expression template argument")
         return self.type()
@@ -277,6 +298,34 @@ class _Demangler:
         value = self.number()
         self.expect("E")
         return f"({type_text}){'-' if negative else ''}{value}"
+
+    def pack_expansion(self) -> str:
+        """``Dp <type>``: the type once per element of the pack it names (``DpRKT_`` → ``int const&, float const&``)."""
+        self.i += 2
+        saved, self.expanding = self.expanding, []
+        first_sub = len(self.subs)
+        try:
+            pattern = self.type()
+            packs = self.expanding
+        finally:
+            self.expanding = saved
+        if not packs:
+            return pattern + "..."
+        count = len(packs[0].items)
+        if any(len(p.items) != count for p in packs):
+            raise _DemangleError("packs of different lengths in one expansion")
+
+        def element(k: int) -> str:
+            text = pattern
+            for slot, pack in enumerate(packs):
+                text = text.replace(f"\x01{slot}\x01", pack.items[k])
+            return text
+
+        whole = ", ".join(element(k) for k in range(count))
+        for n in range(first_sub, len(self.subs)):  # substitutions name the whole expansion
+            for slot, pack in enumerate(packs):
+                self.subs[n] = self.subs[n].replace(f"\x01{slot}\x01", str(pack))
+        return whole
 
     def type(self) -> str:
         ch = self.peek()
@@ -326,9 +375,8 @@ class _Demangler:
             result = f"{self.type()} [{size}]"
             self.subs.append(result)
             return result
-        if ch == "D" and self.peek(2) == "p":
-            self.i += 2
-            return self.type() + "..."
+        if self.peek(2) == "Dp":
+            return self.pack_expansion()
         if ch == "S" and self.peek(2) not in ("St",):
             text = self.substitution()
             if self.peek() == "I":
@@ -344,8 +392,8 @@ class _Demangler:
 
 
 def _targs(args: list[str]) -> str:
-    """``<a, b>`` spelled like GNU c++filt (``> >`` rather than ``>>``)."""
-    inner = ", ".join(args)
+    """``<a, b>`` spelled like GNU c++filt (``> >`` rather than ``>>``); an empty pack adds nothing."""
+    inner = ", ".join(a for a in args if a)
     return f"<{inner} >" if inner.endswith(">") else f"<{inner}>"
 
 

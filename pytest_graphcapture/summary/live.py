@@ -76,6 +76,10 @@ def _profile_events(prof: Any) -> Iterator[dict]:
     probe = events[0]
     has_activity = hasattr(probe, "activity_type")
     has_structured = hasattr(probe, "structured_input_shapes")
+    # The system thread id (what a Chrome trace writes as ``tid``) is the device resource id of
+    # CPU events; start_thread_id() numbers op threads differently from runtime-call threads.
+    thread = (lambda e: e.device_resource_id()) if hasattr(probe, "device_resource_id") else (lambda e: None)
+    span = (lambda e: e.duration_ns()) if hasattr(probe, "duration_ns") else (lambda e: None)
     for event in events:
         activity = event.activity_type() if has_activity else _infer_activity(event)
         if activity == "cpu_op":
@@ -84,6 +88,8 @@ def _profile_events(prof: Any) -> Iterator[dict]:
                 "cat": "cpu_op",
                 "name": event.name(),
                 "ts": event.start_ns(),
+                "dur": span(event),
+                "tid": thread(event),
                 "args": {"Input Dims": dims, "Input type": event.dtypes()},
             }
         elif activity in _RUNTIME_CATS:
@@ -96,7 +102,7 @@ def _profile_events(prof: Any) -> Iterator[dict]:
                 for field_name in ("kernel", "grid", "block"):
                     if field_name in meta:
                         args[field_name] = meta[field_name]
-            yield {"cat": activity, "name": name, "ts": event.start_ns(), "args": args}
+            yield {"cat": activity, "name": name, "ts": event.start_ns(), "tid": thread(event), "args": args}
         elif activity in _GPU_CATS:
             args = {"correlation": event.correlation_id()}
             if activity == "kernel":

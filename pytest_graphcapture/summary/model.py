@@ -26,14 +26,17 @@ from .normalize import (
     normalize_kernel_name,
 )
 
-SCHEMA_VERSION = 1
+#: 2: kernel entries name the op that launched them (``op``), ``unattributed`` says why some do not.
+SCHEMA_VERSION = 2
 
 
 KINDS = ("kernel", "memcpy", "memset")
 
 
 def _kernel_sort_key(entry: dict) -> tuple:
-    return (entry["name"], entry.get("kind", "kernel"), entry.get("grid") or [], entry.get("block") or [])
+    op = entry.get("op")
+    op_key = (op["name"], json.dumps(op["input_dims"])) if op else ("", "")
+    return (entry["name"], entry.get("kind", "kernel"), entry.get("grid") or [], entry.get("block") or [], op_key)
 
 
 def _op_sort_key(entry: dict) -> tuple:
@@ -56,6 +59,8 @@ class Summary:
     environment: dict = field(default_factory=dict)
     level: str = DEFAULT_LEVEL
     schema_version: int = SCHEMA_VERSION
+    #: Why kernels name no launching op (e.g. an NVIDIA graph replay), or None.
+    unattributed: Optional[str] = None
 
     def __post_init__(self) -> None:
         # Canonical order so that equal content always serializes to equal bytes.
@@ -76,6 +81,7 @@ class Summary:
             "launches": {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])},
             "complete": {"value": self.complete, "reason": self.incomplete_reason},
             "environment": self.environment,
+            "unattributed": self.unattributed,
         }
 
     def to_json(self) -> str:
@@ -129,7 +135,7 @@ class Summary:
                 name = (rename(name, level) if rename is not None else None) or normalize_kernel_name(name, level)
             if kernel_patterns and matches_any(name, kernel_patterns):
                 continue
-            _merge_kernel(merged, name, kind, entry.get("grid"), entry.get("block"), entry["count"])
+            _merge_kernel(merged, name, kind, entry.get("grid"), entry.get("block"), entry["count"], entry.get("op"))
         # Filtering keeps the ops in canonical order, so the copy skips __post_init__'s re-sort
         # (the costliest part of a golden check); only the merged kernels need sorting.
         normalized = copy.copy(self)
@@ -149,10 +155,13 @@ class Summary:
         return sum(o["count"] for o in self.ops)
 
 
-def _merge_kernel(merged: dict, name: str, kind: str, grid: Any, block: Any, count: int) -> None:
+def _merge_kernel(
+    merged: dict, name: str, kind: str, grid: Any, block: Any, count: int, op: Optional[dict] = None
+) -> None:
     grid_t = tuple(grid) if grid is not None else None
     block_t = tuple(block) if block is not None else None
-    mkey = (kind, name, grid_t, block_t)
+    op_t = (op["name"], json.dumps(op["input_dims"])) if op else None
+    mkey = (kind, name, grid_t, block_t, op_t)
     entry = merged.get(mkey)
     if entry is None:
         entry = {"name": name, "kind": kind, "count": 0}
@@ -160,6 +169,8 @@ def _merge_kernel(merged: dict, name: str, kind: str, grid: Any, block: Any, cou
             entry["grid"] = list(grid)
         if block is not None:
             entry["block"] = list(block)
+        if op:
+            entry["op"] = {"name": op["name"], "input_dims": op["input_dims"]}
         merged[mkey] = entry
     entry["count"] += count
 
@@ -224,6 +235,13 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
                     f"{where}.{dim} must be a list of integers",
                 )
                 item[dim] = list(value)
+        if entry.get("op") is not None:
+            op = entry["op"]
+            expect(
+                isinstance(op, dict) and isinstance(op.get("name"), str) and isinstance(op.get("input_dims"), list),
+                f'{where}.op must be {{"name": string, "input_dims": list}} or null',
+            )
+            item["op"] = {"name": op["name"], "input_dims": op["input_dims"]}
         clean_kernels.append(item)
     ops = data["ops"]
     expect(isinstance(ops, list), f"ops must be a list, got {type(ops).__name__}")
@@ -264,6 +282,8 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
     environment = data.get("environment")
     environment = {} if environment is None else environment
     expect(isinstance(environment, dict), "environment must be an object")
+    unattributed = data.get("unattributed")
+    expect(unattributed is None or isinstance(unattributed, str), "unattributed must be a string or null")
     return Summary(
         key=key,
         platform=data["platform"],
@@ -275,6 +295,7 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
         environment=environment,
         level=level,
         schema_version=version,
+        unattributed=unattributed,
     )
 
 

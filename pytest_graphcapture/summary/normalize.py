@@ -28,6 +28,12 @@ act_and_mul_kernel``) when that much can be read.  Every level is applied until 
 reaches a fixed point, so normalizing twice equals normalizing once.
 
 Memcpy/memset graph nodes are not kernel symbols; callers leave their names alone.
+
+CPU op names are kept as recorded, except for identifiers that only number
+``torch.compile`` compilations in the order they happened (:func:`normalize_op_name`):
+dynamo's ``Torch-Compiled Region: 0/1``, compile ids ``[0/1]`` and the hash of a
+``## Call CompiledFxGraph <hash> ##`` range.  A compiled runner's golden for one
+batch size then does not depend on which other sizes were captured, or in which order.
 """
 
 from __future__ import annotations
@@ -160,6 +166,22 @@ def _family_step(name: str) -> str:
 
 
 _STEPS = {"exact": _exact_step, "name": _name_step, "family": _family_step}
+
+
+_COMPILE_ORDER = (
+    (re.compile(r"^(Torch-Compiled Region): \d+/\d+(?:_\d+)?$"), r"\1"),
+    (re.compile(r"^(## Call CompiledFxGraph) \w+ (##)$"), r"\1 \2"),
+    (re.compile(r"\[\d+/\d+(?:_\d+)?\]"), "[?/?]"),
+)
+
+
+def normalize_op_name(name: str) -> str:
+    """``name`` without identifiers that number compilations in capture order (summary op names)."""
+    if "/" not in name and "CompiledFxGraph" not in name:
+        return name  # the common case: an aten op, no compile ids
+    for pattern, replacement in _COMPILE_ORDER:
+        name = pattern.sub(replacement, name)
+    return name
 
 
 def normalize_kernel_name(name: str, level: str = DEFAULT_LEVEL) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping, Sequence
 
+from .attribute import REPLAY_UNATTRIBUTED
 from .model import Summary, count_changes
 from .scan import _entries
 
@@ -82,7 +83,10 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
         environment=dict(summary.environment),
         level=summary.level,
         schema_version=summary.schema_version,
+        unattributed=summary.unattributed,
     )
+    if not keep_capture and any(k.get("kind", "kernel") == "kernel" and not k.get("op") for k in kernels):
+        result.unattributed = REPLAY_UNATTRIBUTED
     if problems:
         reason = "; ".join(problems) + " (the profiler probably dropped records)"
         result.complete = False

@@ -1,10 +1,5 @@
 """Building a summary from trace events: one pass over the events, then work on the few relevant ones.
 
-A :class:`Summary` is what goldens store and compare, so it holds only what must
-not change silently (kernels, CPU ops with shapes, launch counts) and nothing that
-changes run to run (timestamps, ids, correlation ids, streams, durations, pids).
-``environment`` is informational and never part of equality.
-
 Two inputs give one result:
 
 * :func:`summarize_profile` reads a live ``torch.profiler.profile`` inside its
@@ -16,8 +11,7 @@ Two inputs give one result:
 * :func:`summarize_trace_file` / :func:`summarize_events` read Chrome/Kineto
   trace files or their event dicts.
 
-How the summary is built (one pass over the events, then work on the few
-relevant ones):
+How the summary is built:
 
 * **Capture window** — events between a stream's BeginCapture and EndCapture
   runtime calls (``cudaStreamBeginCapture*``, ``hipStreamBeginCapture*``,
@@ -41,6 +35,8 @@ relevant ones):
   ``gpu_memset`` events are the kernels.  Memcpy/memset nodes are listed with
   ``kind`` ``memcpy``/``memset`` and keep their recorded name (they are not
   symbols, so normalization levels do not touch them).
+* **attribution** — each kernel entry names the op whose call launched it
+  (:mod:`.attribute`): the innermost ``cpu_op`` around the launch call on its thread.
 * **replay** — :func:`replay_kernels_from_events` / ``_from_profile`` pick the
   GPU events whose ``correlation`` equals a ``cudaGraphLaunch``/``hipGraphLaunch``
   (``cuGraphLaunch``) correlation, which excludes fill kernels launched outside
@@ -56,11 +52,13 @@ from typing import Any, Iterable, Optional
 
 from ..errors import UsageError
 from ..keys import CaptureKey
+from .attribute import enclosing_ops, op_spans
 from .model import Summary, _merge_kernel
 from .normalize import (
     DEFAULT_LEVEL,
     check_level,
     normalize_kernel_name,
+    normalize_op_name,
 )
 
 KERNEL_LAUNCH_APIS = frozenset(
@@ -85,30 +83,21 @@ KERNEL_LAUNCH_APIS = frozenset(
     }
 )
 
-
 _MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
-
 
 _MEMSET_API = re.compile(r"^(?:cuda|cu|hip)Memset\w*Async$")
 
-
 _API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
-
 
 _BEGIN_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
 
-
 _END_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
-
 
 _GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch(?:_v\d+|_ptsz|_spt)*$")
 
-
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
 
-
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-
 
 _INTERESTING_RUNTIME = re.compile(
     r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
@@ -159,13 +148,14 @@ class _Scan:
         self._classified: Optional[tuple] = None
 
     def classify(self) -> tuple:
-        """(begins, ends, launches, graph correlations) from the runtime events."""
+        """(begins, ends, launches, graph correlations, launch thread by correlation) from the runtime events."""
         if self._classified is not None:
             return self._classified
         begins: list = []
         ends: list = []
-        launches: list = []  # (ts, api, kind, kernel name or None, grid, block)
+        launches: list = []  # (ts, api, kind, kernel name or None, grid, block, tid)
         graph_corr: set = set()
+        launch_at: dict = {}  # correlation -> (ts, tid) of each launch call
         cache: dict = {}
         for event in self.runtime:
             name = event.get("name")
@@ -190,6 +180,9 @@ class _Scan:
                     graph_corr.add(corr)
             else:
                 kernel = args.get("kernel") if tag == "kernel" else None
+                corr = args.get("correlation")
+                if corr is not None:
+                    launch_at[corr] = (_number(event.get("ts")), event.get("tid"))
                 launches.append(
                     (
                         _number(event.get("ts")),
@@ -198,14 +191,15 @@ class _Scan:
                         kernel if isinstance(kernel, str) and kernel else None,
                         _dims3(args.get("grid")),
                         _dims3(args.get("block")),
+                        event.get("tid"),
                     )
                 )
-        self._classified = (begins, ends, launches, graph_corr)
+        self._classified = (begins, ends, launches, graph_corr, launch_at)
         return self._classified
 
     def windows(self) -> Optional[list]:
         """List of (start, end) capture windows; None when the trace has no capture calls."""
-        begins, ends, _, _ = self.classify()
+        begins, ends = self.classify()[:2]
         if not begins and not ends:
             return None
         begins = sorted(b for b in begins if b is not None)
@@ -263,6 +257,17 @@ class _Scan:
         picked.sort(key=lambda g: g[0] if g[0] is not None else 0)
         return [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in picked]
 
+    def gpu_kernels(self) -> list:
+        """Every executed kernel/memcpy/memset (the kernels of an eager step), each with its launching op."""
+        launch_at = self.classify()[4]
+        events = self.gpu_events()
+        calls = [launch_at.get(g[1], (None, None)) if g[1] is not None else (None, None) for g in events]
+        ops = enclosing_ops(op_spans(self.cpu_ops), calls) if any(c[0] is not None for c in calls) else []
+        return [
+            _raw_kernel(kind, name, grid, block, ops[i] if ops else None)
+            for i, (_, _, kind, name, grid, block) in enumerate(events)
+        ]
+
 
 _SKIP = object()
 
@@ -286,8 +291,10 @@ def _classify_runtime(name: str) -> Any:
     return _SKIP
 
 
-def _raw_kernel(kind: str, name: str, grid: Any, block: Any) -> dict:
+def _raw_kernel(kind: str, name: str, grid: Any, block: Any, op: Optional[dict] = None) -> dict:
     entry = {"name": name, "kind": kind}
+    if op:
+        entry["op"] = op
     if grid is not None:
         entry["grid"] = grid
     if block is not None:
@@ -321,17 +328,19 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     check_level(level)
     if not isinstance(key, CaptureKey):
         raise UsageError(f"key must be a CaptureKey, got {type(key).__name__}")
-    begins, ends, all_launches, _ = scan.classify()
+    begins, ends, all_launches = scan.classify()[:3]
     windows = scan.windows()
     inside = _Scan._inside
 
     op_groups: dict[tuple, list] = {}
+    op_names: dict[str, str] = {}
     for event in scan.cpu_ops:
         if windows is not None and not inside(_number(event.get("ts")), windows):
             continue
         name = event.get("name")
         if name.__class__ is not str:
             continue
+        name = op_names.get(name) or op_names.setdefault(name, normalize_op_name(name))
         args = event.get("args")
         if args.__class__ is dict:
             dims = args.get("Input Dims", _EMPTY)
@@ -361,15 +370,14 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     complete, reason = True, None
     raw: list = []
     if windows is not None:
-        unnamed = 0
-        for _, api, kind, kernel, grid, block in launches_in:
+        named = [launch for launch in launches_in if launch[2] != "kernel" or launch[3] is not None]
+        by = enclosing_ops(op_spans(scan.cpu_ops), [(launch[0], launch[6]) for launch in named]) if named else []
+        unnamed = len(launches_in) - len(named)
+        for (_, api, kind, kernel, grid, block, _), op in zip(named, by):
             if kind == "kernel":
-                if kernel is None:
-                    unnamed += 1
-                    continue
-                raw.append(_raw_kernel("kernel", kernel, grid, block))
+                raw.append(_raw_kernel("kernel", kernel, grid, block, op))
             else:
-                raw.append(_raw_kernel(kind, api, None, None))
+                raw.append(_raw_kernel(kind, api, None, None, op))
         if unnamed:
             complete = False
             reason = (
@@ -382,7 +390,7 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
             extra = f"the trace has no {missing} call, so the capture window is cut off by the profiler window"
             reason = f"{reason}; {extra}" if reason else extra
     else:
-        raw = [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in scan.gpu_events()]
+        raw = scan.gpu_kernels()
     kernels = _entries(raw, level)
     return Summary(
         key=key,
@@ -415,7 +423,7 @@ def _entries(raw_kernels: Iterable[dict], level: str) -> list:
             if normal is None:
                 normal = cache[name] = normalize_kernel_name(name, level)
             name = normal
-        _merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1)
+        _merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1, raw.get("op"))
     return list(merged.values())
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -185,6 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_with_clean_warnings(args: argparse.Namespace) -> int:
+    """Run the command; each warning it raises becomes one ``graphcapture: warning: …`` line on stderr.
+
+    A command-line user gets no Python warning text (category, source file and line).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return int(args.func(args))
+        finally:
+            for message in dict.fromkeys(str(seen.message) for seen in caught):  # each once, in order
+                print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``graphcapture`` console script; returns the exit code."""
     parser = build_parser()
@@ -192,7 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if getattr(args, "level", None):
             check_level(args.level)
-        return int(args.func(args))
+        return _run_with_clean_warnings(args)
     except GraphCaptureError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2

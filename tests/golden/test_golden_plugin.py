@@ -100,21 +100,25 @@ def test_changed_model_fails_with_a_diff_and_dropped_size_is_removed_once_the_te
     changed.stdout.fnmatch_lines(
         [
             "graph capture of Fake does not match its goldens for bs=2, bs=4 (platform cpu, level name, 2 of 2 keys)",
-            "bs=2 (goldens/cpu/test_model.py/test_decode/Fake_bs_2.json):",
-            "  kernels: 1 changed",
-            "    ~ elementwise_kernel ×3 → ×5",
-            "  ops: 1 added, 1 changed",
-            lit("    ~ aten::mm [[2,256],[256,256]] → [[2,512],[512,256]]"),
-            lit("    + aten::relu [[2,256]] ×2"),
-            "  launches: 2 changed",
-            "    ~ total launches 5 → 7",
-            "    ~ cudaLaunchKernel 5 → 7",
-            "  note: environment differs from the golden's (may explain the diff): torch 2.4.0 → 2.5.1",
-            "bs=4 (goldens/cpu/test_model.py/test_decode/Fake_bs_4.json):",
-            "*" + lit("~ aten::mm [[4,256],[256,256]] → [[4,512],[512,256]]"),
+            "bs=2,4 differ from their goldens; the kernel set first changes at bs=2:",
+            "  kernels:",
+            "    bs=2,4: ~ elementwise_kernel ×3 → ×5",
+            "  ops:",
+            lit("    bs=2,4: ~ aten::mm [[bs,256],[256,256]] → [[bs,512],[512,256]]"),
+            lit("    bs=2,4: + aten::relu [[bs,256]] ×2"),
+            "  launches:",
+            "    bs=2,4: ~ total launches 5 → 7",
+            "    bs=2,4: ~ cudaLaunchKernel 5 → 7",
+            "  note: bs=2,4: environment differs from the golden's (may explain the diff): torch 2.4.0 → 2.5.1",
+            "per-batch-size diff in *",
+            "goldens: goldens/cpu/test_model.py/test_decode/",
             "accept them with: pytest test_model.py::test_decode --update-golden",
         ]
     )
+    per_size = next(line for line in changed.outlines if line.startswith("per-batch-size diff in "))
+    full = (gate.path / per_size.split(" in ", 1)[1]).read_text()
+    assert "bs=4 (goldens/cpu/test_model.py/test_decode/Fake_bs_4.json):" in full
+    assert "    ~ aten::mm [[4,256],[256,256]] → [[4,512],[512,256]]" in full
     # The test failed, so it may not have checked every key: nothing in its folder is called unused.
     assert "unused: " not in changed.stdout.str()
     assert data["unused"] == []
@@ -250,7 +254,7 @@ def test_missing_and_changed_keys_are_listed_together(gate: pytest.Pytester, mon
 
 def test_long_diff_is_cut_with_the_full_diff_in_a_file(gate: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     run(gate, "--update-golden").assert_outcomes(passed=2)
-    monkeypatch.setenv("FAKE_MANY_OPS", "40")
+    monkeypatch.setenv("FAKE_MANY_OPS", "80")  # 80 lines even with the batch sizes grouped
     result = gate.runpytest(*PLUGIN, *QUIET, "test_model.py::test_decode")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
@@ -259,7 +263,7 @@ def test_long_diff_is_cut_with_the_full_diff_in_a_file(gate: pytest.Pytester, mo
     path = gate.path / marker[0].split("full diff in ")[1].strip()
     assert path.parent == gate.path / ".pytest_cache" / "d" / "graphcapture-diffs"
     full = path.read_text()
-    last = "aten::op039 [[4,40]]"
+    last = "aten::op079 [[4,80]]"
     assert last in full and last not in text
     assert len(full.splitlines()) > MAX_DIFF_LINES
     # With --golden-out the full diff sits next to the obtained files.
@@ -305,7 +309,7 @@ def test_incomplete_capture_compares_ops_only_and_is_counted(
     result.stdout.fnmatch_lines(["incomplete: test_model.py::test_decode bs=1: profiler dropped records"])
     monkeypatch.setenv("FAKE_HIDDEN", "64")
     result = run(gate, "test_model.py::test_decode")
-    result.stdout.fnmatch_lines(["*note: incomplete: profiler dropped records (kernels not compared)"])
+    result.stdout.fnmatch_lines(["*note: *incomplete: profiler dropped records (kernels not compared)"])
     assert "elementwise_kernel" not in result.stdout.str()
 
 
@@ -500,3 +504,18 @@ def test_pin_worker_gpu_uses_n_mod_visible_devices() -> None:
     env = {"HIP_VISIBLE_DEVICES": "2, 3, 4"}
     assert pin_worker_gpu("gw4", env) == "HIP_VISIBLE_DEVICES=3"
     assert pin_worker_gpu("master", {"CUDA_VISIBLE_DEVICES": "0,1"}) is None
+
+
+def test_schema_1_goldens_pass_and_update_rewrites_them(gate: pytest.Pytester) -> None:
+    run(gate, "test_model.py::test_decode", "--update-golden").assert_outcomes(passed=1)
+    files = sorted((gate.path / "goldens").rglob("*.json"))
+    for path in files:  # as the previous release wrote them
+        data = json.loads(path.read_text())
+        data["schema_version"] = 1
+        del data["unattributed"]
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    run(gate, "test_model.py::test_decode").assert_outcomes(passed=1)
+    result, data = report_json(gate, "test_model.py::test_decode", "--update-golden")
+    result.assert_outcomes(passed=1)
+    assert data["counts"]["cpu"]["updated"] == len(files)
+    assert all(json.loads(p.read_text())["schema_version"] == store.current_schema_version() for p in files)

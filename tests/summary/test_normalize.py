@@ -15,6 +15,7 @@ from pytest_graphcapture.summary.normalize import (
     compile_patterns,
     matches_any,
     normalize_kernel_name,
+    normalize_op_name,
 )
 
 AITER = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb0ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"
@@ -49,6 +50,22 @@ ELEMENTWISE = (
 )
 def test_demangle(mangled: str, expected: str) -> None:
     assert demangle(mangled) == expected
+
+
+# Template parameter packs (CK/aiter kernels); each expectation is binutils 2.40 c++filt's output.
+@pytest.mark.parametrize(
+    "mangled, expected",
+    [
+        ("_ZN2ns3fooIJifEEEvDpT_", "void ns::foo<int, float>(int, float)"),
+        ("_ZN2ck6kernelIJNS_4gemmILi128EEEfEEEvDpT_", "void ck::kernel<ck::gemm<128>, float>(ck::gemm<128>, float)"),
+        ("_Z3barIJEEvDpT_", "void bar<>()"),
+        ("_ZN5aiter6kernelIJiiEEEvPKfDpT_", "void aiter::kernel<int, int>(float const*, int, int)"),
+        ("_ZN2ns3fooIJiEEEvDpRKT_", "void ns::foo<int>(int const&)"),
+    ],
+)
+def test_demangle_parameter_packs_like_cxxfilt(mangled: str, expected: str) -> None:
+    assert demangle(mangled) == expected
+    assert normalize_kernel_name(mangled, "exact") == expected
 
 
 def test_demangle_gives_up_cleanly() -> None:
@@ -187,3 +204,21 @@ def test_patterns_and_levels() -> None:
     assert check_level("family") == "family"
     with pytest.raises(UsageError, match="exact, name, family"):
         check_level("fuzzy")
+
+
+@pytest.mark.parametrize(
+    "recorded, kept",
+    [
+        ("Torch-Compiled Region: 0/2", "Torch-Compiled Region"),
+        ("Torch-Compiled Region: 3/0_1", "Torch-Compiled Region"),
+        (
+            "## Call CompiledFxGraph f5sjvbnutb5oz6kzksdae46riv2nrwb7dhuuwxnu573p3xennopz ##",
+            "## Call CompiledFxGraph ##",
+        ),
+        ("CompiledFunction [1/0]", "CompiledFunction [?/?]"),
+        ("aten::mm", "aten::mm"),
+        ("aten::div", "aten::div"),
+    ],
+)
+def test_op_names_lose_compile_order_ids(recorded: str, kept: str) -> None:
+    assert normalize_op_name(recorded) == kept

@@ -153,13 +153,21 @@ def test_rocm_capture_window() -> None:
     }
     assert summary.kernels == [
         {"name": "hipMemcpyAsync", "kind": "memcpy", "count": 1},
-        {"name": "void gemm_kernel<float, 128>", "kind": "kernel", "count": 2, "grid": [4, 1, 1], "block": [256, 1, 1]},
+        {
+            "name": "void gemm_kernel<float, 128>",
+            "kind": "kernel",
+            "count": 2,
+            "grid": [4, 1, 1],
+            "block": [256, 1, 1],
+            "op": {"name": "aten::mm", "input_dims": [[8, 64], [64, 64]]},
+        },
         {
             "name": "void rms_norm_kernel<c10::BFloat16>",
             "kind": "kernel",
             "count": 1,
             "grid": [8, 1, 1],
             "block": [64, 1, 1],
+            "op": {"name": "aten::rms_norm", "input_dims": [[8, 64]]},
         },
     ]
     # ops before BeginCapture / after EndCapture are not part of the graph
@@ -260,7 +268,8 @@ def test_robust_to_odd_events() -> None:
 
 def test_int_and_float_timestamps_agree() -> None:
     as_float = rocm_capture_events()
-    as_int = [dict(e, ts=int(e["ts"] * 2)) for e in rocm_capture_events()]  # scaled, order preserved
+    # scaled, order preserved
+    as_int = [dict(e, ts=int(e["ts"] * 2), dur=int(e.get("dur", 0) * 2)) for e in rocm_capture_events()]
     a = summarize_events(as_float, key=KEY, platform="rocm-gfx942")
     b = summarize_events(as_int, key=KEY, platform="rocm-gfx942")
     assert a == b
@@ -300,6 +309,7 @@ def test_to_dict_layout_and_round_trip() -> None:
         "launches",
         "complete",
         "environment",
+        "unattributed",
     ]
     assert data["key"] == {"runner": "r", "batch_size": 8, "variant": "DECODE", "rank": 1}
     assert data["complete"] == {"value": True, "reason": None}

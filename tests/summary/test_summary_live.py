@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,16 @@ def test_replay_kernels_from_cpu_profile_is_empty(tmp_path: Path) -> None:
 def test_profile_without_results_is_a_clear_error() -> None:
     with pytest.raises(GraphCaptureError, match="on_trace_ready"):
         summarize_profile(object(), KEY, platform="cpu")
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
+def test_live_ops_carry_the_thread_ids_and_spans_kernel_attribution_needs(tmp_path: Path) -> None:
+    # Attribution finds a launch's op on the launching thread: live events must name threads as
+    # the trace file does (the system thread id, not the profiler's own thread numbering).
+    from pytest_graphcapture.summary.live import _profile_events
+
+    out = _profile_steps(tmp_path, lambda p: [e for e in _profile_events(p) if e["cat"] == "cpu_op"])
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    file_ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
+    assert {e["tid"] for e in out["live"]} == {e["tid"] for e in file_ops}
+    assert sorted(e["dur"] / 1000 for e in out["live"]) == pytest.approx(sorted(e["dur"] for e in file_ops), abs=1e-3)

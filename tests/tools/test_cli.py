@@ -222,3 +222,58 @@ def test_module_entry_point_never_prints_a_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith("traceEvents[0] is a JSON int, expected an object")
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def _capture_and_short_replay(tmp_path: Path) -> tuple[Path, Path]:
+    """NVIDIA-style capture window with 2 launches, and a replay that ran only 1 graph node."""
+
+    def runtime(name, ts, corr):
+        return {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": name,
+            "ts": ts,
+            "dur": 1,
+            "args": {"correlation": corr},
+        }
+
+    capture = {
+        "traceEvents": [
+            runtime("cudaStreamBeginCapture", 0, 1),
+            runtime("cudaLaunchKernel", 2, 2),
+            runtime("cudaLaunchKernel", 4, 3),
+            runtime("cudaStreamEndCapture", 6, 4),
+        ]
+    }
+    replay = {
+        "traceEvents": [
+            runtime("cudaGraphLaunch", 0, 9),
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"correlation": 9}},
+        ]
+    }
+    return _write(tmp_path / "eng_bs_1_rank0.json", capture), _write(tmp_path / "replay.json", replay)
+
+
+def test_cli_warnings_are_one_clean_line(tmp_path: Path) -> None:
+    capture, replay = _capture_and_short_replay(tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "default",
+            "-m",
+            "pytest_graphcapture",
+            "summarize",
+            str(capture),
+            "--replay",
+            str(replay),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("graphcapture: warning: graph capture eng[bs=1, rank=0]: kernel evidence incomplete:")
+    assert "Warning" not in lines[0] and ".py:" not in lines[0]

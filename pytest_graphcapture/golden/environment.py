@@ -1,0 +1,61 @@
+"""How the golden's environment differs from the capture's: informational, never pass or fail.
+
+A kernel change after a torch, CUDA/HIP runtime, driver or device change is most
+likely explained by it, so those lead a failure (:func:`toolchain_changes`); the
+rest is one note next to the diff (:func:`environment_note`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+#: Environment fields that decide which kernels run, and how a failure names them.
+TOOLCHAIN_FIELDS: tuple[tuple[str, str], ...] = (
+    ("torch_version", "torch"),
+    ("cuda_runtime_version", "CUDA runtime"),
+    ("hip_runtime_version", "HIP runtime"),
+    ("driver_version", "driver"),
+    ("cuda_driver_version", "CUDA driver"),
+    ("hip_driver_version", "HIP driver"),
+    ("device_name", "device"),
+)
+
+
+def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in env.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+def environment_note(
+    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
+) -> Optional[str]:
+    """One line saying how the golden's environment differs from the current one, or None.
+
+    Informational only: the environment never decides pass or fail.
+    """
+    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
+    names = sorted(n for n in set(old) | set(new) if old.get(n, "(absent)") != new.get(n, "(absent)"))
+    if not names:
+        return None
+    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
+    if len(names) > limit:
+        items.append(f"… {len(names) - limit} more")
+    return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
+
+
+def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> list[str]:
+    """``["torch 2.11.0 → 2.12.0", ...]`` for each toolchain field (:data:`TOOLCHAIN_FIELDS`) that differs.
+
+    A field absent on one side is no change: older goldens did not record every field.
+    """
+    changes = []
+    for name, label in TOOLCHAIN_FIELDS:
+        old, new = (expected_env or {}).get(name), (actual_env or {}).get(name)
+        if old is not None and new is not None and old != new:
+            changes.append(f"{label} {old} → {new}")
+    return changes
