@@ -251,6 +251,10 @@ class _Gate:
             out.lines = [f"{out.label}: missing golden {shown}"]
             return
         if identical or (old is not None and golden_budget is not None and store.same_content(old, data)):
+            if self.update == "all" and old is not None:
+                # Same content: only a file in an older text layout is rewritten (its own environment kept).
+                self.write(out, path, old, "updated")
+                return
             out.outcome = "passed"  # identical to the golden: nothing to diff, nothing to rewrite
             return
         try:

@@ -19,10 +19,9 @@ on stderr naming the file and the problem, never a traceback).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from .._io import write_atomic
 from ..errors import GraphCaptureError, UsageError
@@ -51,8 +50,8 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     if args.replay is not None and len(args.traces) != 1:
         raise UsageError("--replay belongs to one capture trace; pass exactly one TRACE with it")
     summaries = [summarize_trace_file(t, level=args.level, replay_path=args.replay) for t in args.traces]
-    data: Any = summaries[0].to_dict() if len(summaries) == 1 else [s.to_dict() for s in summaries]
-    text = json.dumps(data, sort_keys=True, indent=2) + "\n"
+    texts = [s.to_json() for s in summaries]
+    text = texts[0] if len(texts) == 1 else "[\n" + ",\n".join(t.rstrip("\n") for t in texts) + "\n]\n"
     if args.out:
         try:
             Path(args.out).write_text(text, encoding="utf-8")
