@@ -31,4 +31,3 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-
