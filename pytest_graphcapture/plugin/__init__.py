@@ -15,6 +15,7 @@ import pytest
 
 from ..errors import CaptureError, GraphCaptureError, UsageError
 from . import hookspecs
+from .contract_fixtures import capture_contract, fake_backend, recording_profiler
 from .fixtures import CAPTURE, GOLDEN, GoldenChecker, GraphCapture, decode_runner, golden, graph_capture
 from .session import CaptureSession, GoldenSession
 from .settings import SETTINGS, XDIST_GPU, add_setting, resolve
@@ -164,7 +165,10 @@ __all__ = [
     "GoldenSession",
     "graph_capture_config",
     "SETTINGS",
+    "capture_contract",
     "decode_runner",
+    "fake_backend",
+    "recording_profiler",
     "golden",
     "graph_capture",
 ]
