@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
 
@@ -117,21 +117,22 @@ class CaptureContract:
         *,
         forward: tuple[Any, str],
         key: Callable[..., KeyLike],
-        runner: str = "capture",
+        runner: Optional[str] = None,
         warmups: int = 2,
     ) -> CallLog:
         """Run ``capture(profiler)`` with CUDA graphs faked; check the contract; return the call log.
 
         ``forward`` is ``(object, method name)`` of the body your code captures: it is
         wrapped to record each call under the key ``key(*args, **kwargs)`` returns (a
-        :class:`CaptureKey`, a batch size, or ``(batch size, variant)``).  Step the
+        :class:`CaptureKey`, a batch size, or ``(batch size, variant)`` of runner
+        ``runner``; failures name the runner).  Step the
         ``profiler`` passed in where your code steps its profiler.
         """
         owner, name = forward
         original = getattr(owner, name)
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            self.log.current_key = self._key(key(*args, **kwargs), runner)
+            self.log.current_key = self._key(key(*args, **kwargs), runner or "capture")
             self.log.record(FORWARD)
             return original(*args, **kwargs)
 
@@ -140,7 +141,8 @@ class CaptureContract:
         actual = [call for call in self.log.calls if call.name in CONTRACT_CALLS]
         keys = capture_order(dict.fromkeys(c.key for c in actual if c.key is not None))
         expected = [Call(name, k) for k in keys for name in user_key_sequence(warmups)]
-        assert_call_sequence(actual, expected, what=f"capture calls of {runner} (largest batch size first)")
+        label = runner or ", ".join(sorted({k.runner for k in keys})) or "the capture function"
+        assert_call_sequence(actual, expected, what=f"capture calls of {label} (largest batch size first)")
         return self.log
 
     @staticmethod
