@@ -51,6 +51,8 @@ class GraphRunner:
         sizes = list(self.batch_sizes())
         if not sizes:
             raise ValueError(f"runner {self.name} lists no batch sizes to capture")
+        if any(isinstance(bs, bool) or int(bs) < 1 for bs in sizes):
+            raise ValueError(f"runner {self.name}: batch sizes must be positive integers, got {sizes}")
         keys = [CaptureKey(self.name, int(bs), variant, rank) for bs in sizes for variant in self.variants()]
         if len(set(keys)) != len(keys):
             raise ValueError(f"runner {self.name} lists a batch size or variant twice: {sizes}")

@@ -8,18 +8,24 @@ prints (:func:`render_matrix_text`) and the HTML picture draws.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
 from ..errors import TraceFormatError, UsageError
+from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
 from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
 
 
-def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
-    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``)."""
+def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size: Optional[int] = None) -> Summary:
+    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``).
+
+    A trace that does not say its batch size gets the unknown one (``bs=?``), or
+    ``batch_size`` when given (which also sets it on a summary whose key says unknown).
+    """
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(path, "no such file")
@@ -33,12 +39,14 @@ def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
             obj = None  # let the trace parser produce the precise error
         if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
             summary = Summary.from_dict(obj, source=str(path))
+            if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
+                summary.key = replace(summary.key, batch_size=batch_size)
             if level is not None and summary.level != level:
                 summary = summary.normalized(level)
             return summary
         if obj is not None:
             parse_trace_bytes(data, path)  # validates the trace shape with a clear error
-    return summarize_trace_file(path, level=level or "name")
+    return summarize_trace_file(path, level=level or "name", batch_size=batch_size, unknown_batch_size_ok=True)
 
 
 def coarsest(levels: Iterable[str]) -> str:
@@ -74,7 +82,7 @@ def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
 
 def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[dict]) -> list[str]:
     """Plain-text rendering of :func:`kernel_matrix` output (counts first, names last)."""
-    headers = [f"bs={bs}" for bs in batch_sizes]
+    headers = [f"bs={batch_size_text(bs)}" for bs in batch_sizes]
     widths = [
         max(len(h), *(len(str(r["counts"].get(bs, "-"))) for r in rows)) if rows else len(h)
         for h, bs in zip(headers, batch_sizes)
@@ -86,12 +94,12 @@ def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[di
     return lines
 
 
-def collect_dir(directory: Path, level: Optional[str]) -> list[Summary]:
+def collect_dir(directory: Path, level: Optional[str], batch_size: Optional[int] = None) -> list[Summary]:
     if not directory.is_dir():
         raise TraceFormatError(directory, "is not a directory")
     files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
     if not files:
         raise TraceFormatError(directory, "contains no summary JSON or trace files (*.json, *.json.gz)")
-    summaries = [load_any(p, level=None) for p in files]
+    summaries = [load_any(p, level=None, batch_size=batch_size) for p in files]
     target = level or coarsest(s.level for s in summaries)
     return [s if s.level == target else s.normalized(target) for s in summaries]
