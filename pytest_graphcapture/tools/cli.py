@@ -15,6 +15,8 @@ on stderr naming the file and the problem, never a traceback).
   batch sizes, one table per runner/variant/rank, from the summary JSON files and traces
   in ``DIR``; ``--html`` writes the self-contained picture (:mod:`.picture`) instead.
   :func:`kernel_matrix` builds the table data so other renderers can reuse it.
+* ``graphcapture accept HARVEST_DIR [--golden-dir DIR] [--only PATTERN] [--dry-run]`` —
+  bring goldens written by ``--golden-out`` into the golden tree, key by key (:mod:`.accept`).
 * ``graphcapture merge DIR [--out-dir OUT]`` — merge the per-rank traces of a
   multi-rank capture (``*_rank<r>.json.gz``, ``*-TP-<r>.json.gz``) into one Chrome
   trace per batch size, every event's process labelled by its rank (:mod:`.merge`).
@@ -132,6 +134,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_accept(args: argparse.Namespace) -> int:
+    from .accept import accept
+
+    lines = accept(Path(args.harvest), Path(args.golden_dir), only=args.only, dry_run=args.dry_run)
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def _cmd_merge(args: argparse.Namespace) -> int:
     from .merge import merge_rank_traces
 
@@ -205,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
         "changed against the goldens in the same folders under GOLDEN_DIR",
     )
     p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("accept", help="bring goldens harvested with --golden-out into the golden tree")
+    p.add_argument("harvest", metavar="HARVEST_DIR", help="the folder --golden-out wrote (e.g. a CI artifact)")
+    p.add_argument("--golden-dir", default="goldens", metavar="DIR", help="the golden tree (default goldens)")
+    p.add_argument("--only", metavar="PATTERN", help="accept only files whose path below HARVEST_DIR matches (fnmatch)")
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.set_defaults(func=_cmd_accept)
 
     p = sub.add_parser("merge", help="merge per-rank traces into one Chrome trace per batch size")
     p.add_argument("directory", metavar="DIR", help="folder with the per-rank traces (graph_capture_profile/)")
