@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
-from helpers import FAKE_CONFTEST, REPO_ROOT, run
+from helpers import FAKE_CONFTEST, REPO_ROOT, fake_project, run
 
 from pytest_graphcapture.golden import store
 
@@ -19,12 +18,7 @@ def test_decode(fake_capture, golden):
 
 @pytest.fixture
 def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    for name in list(os.environ):
-        if name.startswith(("GRAPH_CAPTURE_", "FAKE_")):
-            monkeypatch.delenv(name, raising=False)
-    pytester.makeconftest(FAKE_CONFTEST)
-    pytester.makepyfile(test_model=TEST_DECODE)
-    return pytester
+    return fake_project(pytester, monkeypatch, TEST_DECODE)
 
 
 def _entries(data: dict) -> int:

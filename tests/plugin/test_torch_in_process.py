@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import QUIET, use_this_checkout
+from helpers import run, use_this_checkout
 
 # A user's project testing its own conftest with pytester: the inner run captures (its
 # profiler start is the first in the process), then the outer test captures too.  This
@@ -36,9 +36,8 @@ def test_capturing_after_an_in_process_pytester_run_works(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     use_this_checkout(monkeypatch)
-    pytester.makeconftest(USER_CONFTEST)
-    pytester.makepyfile(test_user=USER_TEST)
-    result = pytester.runpytest_subprocess(*QUIET, "-p", "no:cacheprovider", timeout=600)
+    pytester.makepyfile(conftest=USER_CONFTEST, test_user=USER_TEST)  # no workaround of its own
+    result = run(pytester, subprocess=True, timeout=600)
     assert "Only a single TORCH_LIBRARY" not in result.stdout.str()
     result.assert_outcomes(passed=1)
 
@@ -69,7 +68,7 @@ def test_warnings_as_errors_without_numpy_cannot_break_torch(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hidden), os.environ["PYTHONPATH"]]))
     pytester.makeconftest("import torch\n")  # a user's conftest importing torch first
     pytester.makepyfile(test_user=TEST_WITH_TORCH)
-    result = pytester.runpytest_subprocess(*QUIET, "-p", "no:cacheprovider", "-W", "error", timeout=600)
+    result = run(pytester, "-W", "error", subprocess=True, timeout=600)
     assert result.ret == 0, result.stdout.str()[-3000:]
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["graph-capture: torch warned while being imported *Failed to initialize NumPy*"])

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_CONFTEST, run
+from helpers import fake_project, run
 
 from pytest_graphcapture.errors import GoldenError
 from pytest_graphcapture.golden import store
@@ -145,11 +144,7 @@ def test_a_failed_write_puts_back_what_was_written(
 def test_the_command_a_failing_harvest_prints_accepts_it(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    for name in list(os.environ):
-        if name.startswith(("GRAPH_CAPTURE_", "FAKE_")):
-            monkeypatch.delenv(name, raising=False)
-    pytester.makeconftest(FAKE_CONFTEST)
-    pytester.makepyfile(test_model="def test_decode(fake_capture, golden):\n    golden.check(fake_capture())\n")
+    fake_project(pytester, monkeypatch, "def test_decode(fake_capture, golden):\n    golden.check(fake_capture())\n")
     run(pytester, "--update-golden").assert_outcomes(passed=1)
     monkeypatch.setenv("FAKE_HIDDEN", "512")
     failed = run(pytester, "--golden-out", "harvest")
