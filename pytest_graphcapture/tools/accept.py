@@ -19,7 +19,7 @@ from typing import Optional
 from .._io import write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
-from ..keys import safe_name
+from ..keys import UNKNOWN_BATCH_SIZE, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, is_hidden
 from .dirdiff import describe_differences
 
@@ -45,6 +45,8 @@ def _layout_problem(rel: Path, data: dict) -> Optional[str]:
     if bad:
         return f"folder name {bad[0]!r} is not one the plugin writes"
     summary = store.summary_from_dict(data, rel)
+    if summary.key.batch_size == UNKNOWN_BATCH_SIZE:
+        return "its key does not say the batch size (bs=?); goldens are per batch size"
     if parts[0] != safe_name(summary.platform):
         return f"sits under platform folder {parts[0]!r} but holds a summary of platform {summary.platform!r}"
     names = {golden_file_name(summary.key), golden_file_name(summary.key, explicit_rank=True)}

@@ -98,11 +98,12 @@ def test_files_outside_the_layout_or_not_summaries_are_refused_by_name(
     (harvest / FOLDER / "Eng_bs_32.json").write_text('{"schema_version": 1, "key": ')
     (harvest / FOLDER / "Eng_bs_64.json").write_text('{"schema_version": 1}')
     (harvest / FOLDER / "report.md").write_text("# report\n")
+    _write(harvest, f"{FOLDER}/Eng_bs_0.json", {**_summary(1), "key": {**_summary(1)["key"], "batch_size": 0}})
     before = _tree(goldens)
     code, out, err = _main(capsys, "accept", str(harvest), "--golden-dir", str(goldens))
     assert code == 2 and out == ""
     lines = err.splitlines()
-    assert lines[0] == "graphcapture accept: error: refusing to accept 6 of 9 files (nothing written):"
+    assert lines[0] == "graphcapture accept: error: refusing to accept 7 of 10 files (nothing written):"
     problems = {line.split(": ", 1)[0].strip(): line.split(": ", 1)[1] for line in lines[1:]}
     assert problems == {
         f"{harvest}/Eng_bs_8.json": "not in the golden layout <platform>/<test file>/<test>/<runner>_bs_<bs>.json",
@@ -113,6 +114,7 @@ def test_files_outside_the_layout_or_not_summaries_are_refused_by_name(
         f"{harvest}/{FOLDER}/Eng_bs_32.json": problems[f"{harvest}/{FOLDER}/Eng_bs_32.json"],
         f"{harvest}/{FOLDER}/Eng_bs_64.json": problems[f"{harvest}/{FOLDER}/Eng_bs_64.json"],
         f"{harvest}/{FOLDER}/report.md": "not a golden file (*.json)",
+        f"{harvest}/{FOLDER}/Eng_bs_0.json": "its key does not say the batch size (bs=?); goldens are per batch size",
     }
     assert "JSON" in problems[f"{harvest}/{FOLDER}/Eng_bs_32.json"]
     assert "missing" in problems[f"{harvest}/{FOLDER}/Eng_bs_64.json"]
