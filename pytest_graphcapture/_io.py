@@ -143,3 +143,56 @@ def loads_strict(text: str, *, unique_keys: bool = False) -> Any:
         raise JSONProblem("invalid JSON: nesting too deep") from None
     except ValueError as exc:
         raise JSONProblem(f"invalid JSON: {exc}") from None
+
+
+#: Fields of a summary that hold entries (kernels, ops, launch counts): written one entry a line.
+ENTRY_SECTIONS = ("kernels", "ops", "launches")
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+
+
+def _entry_json(value: Any) -> str:
+    """One entry on one line, its ``name`` first so a reviewer reads what it is before its numbers."""
+    if isinstance(value, dict) and "name" in value:
+        rest = _compact_json({k: v for k, v in value.items() if k != "name"})
+        head = f'{{"name": {_compact_json(value["name"])}'
+        return head + ("}" if rest == "{}" else f", {rest[1:]}")
+    return _compact_json(value)
+
+
+def _expanded(name: str, value: Any, indent: str, last: bool) -> list[str]:
+    """``"name": value`` with lists one element a line and dicts one field a line, recursively for dicts."""
+    comma = "" if last else ","
+    head = f"{indent}{_compact_json(name)}: "
+    if isinstance(value, list) and value:
+        body = [f"{indent}  {_entry_json(item)}," for item in value]
+        body[-1] = body[-1][:-1]
+        return [head + "[", *body, f"{indent}]{comma}"]
+    if isinstance(value, dict) and value:
+        items = sorted(value.items())
+        body = [line for i, (k, v) in enumerate(items) for line in _expanded(k, v, indent + "  ", i == len(items) - 1)]
+        return [head + "{", *body, f"{indent}}}{comma}"]
+    return [head + _compact_json(value) + comma]
+
+
+def dumps_entries(data: dict) -> str:
+    """JSON text of a summary or golden made for review: one line per kernel, op and launch entry.
+
+    The other fields come first, one line each (a short header); then the
+    :data:`ENTRY_SECTIONS`, one compact entry a line, in the order the summary keeps
+    them (sorted and stable).  A one-op change is then a one-line diff.  Still plain
+    JSON: any JSON reader loads it.  Raises TypeError/ValueError for what JSON cannot hold.
+    """
+    header = sorted(k for k in data if k not in ENTRY_SECTIONS)
+    names = header + [k for k in ENTRY_SECTIONS if k in data]
+    lines = ["{"]
+    for i, name in enumerate(names):
+        last = i == len(names) - 1
+        if name in ENTRY_SECTIONS:
+            lines += _expanded(name, data[name], "  ", last)
+        else:
+            lines.append(f"  {_compact_json(name)}: {_compact_json(data[name])}{'' if last else ','}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -42,6 +42,11 @@ def safe_name(raw: str, *, max_length: int = MAX_NAME_LENGTH) -> str:
     return cleaned
 
 
+#: Batch size of a key read from a trace that does not say its batch size (an eager or
+#: replay-only trace, a trace someone sent): shown as ``bs=?``.  Runners never capture it.
+UNKNOWN_BATCH_SIZE = 0
+
+
 def is_int(value: object) -> bool:
     """A JSON integer: ``int`` but not ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -75,6 +80,9 @@ class CaptureKey:
     string form (a string, an enum member...); the runner gets it back unchanged
     in :meth:`~pytest_graphcapture.engine.runner.GraphRunner.forward_for`.
     Keys order by runner, batch size, variant text and rank.
+
+    ``batch_size`` is a positive integer, or :data:`UNKNOWN_BATCH_SIZE` for a key read
+    from a trace that does not say.
     """
 
     runner: str
@@ -83,7 +91,7 @@ class CaptureKey:
     rank: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 0:
             raise ValueError(f"batch size must be a positive integer, got {self.batch_size!r}")
         if not isinstance(self.rank, int) or self.rank < 0:
             raise ValueError(f"rank must be a non-negative integer, got {self.rank!r}")
@@ -117,12 +125,17 @@ class CaptureKey:
 
     def __str__(self) -> str:
         variant = f", variant={_variant_shown(self.variant)}" if self.variant is not None else ""
-        return f"{self.runner}[bs={self.batch_size}{variant}, rank={self.rank}]"
+        return f"{self.runner}[bs={batch_size_text(self.batch_size)}{variant}, rank={self.rank}]"
+
+
+def batch_size_text(batch_size: int) -> str:
+    """How messages show a batch size: the number, or ``?`` when unknown."""
+    return "?" if batch_size == UNKNOWN_BATCH_SIZE else str(batch_size)
 
 
 def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
     """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``."""
-    label = f"bs={key.batch_size}"
+    label = f"bs={batch_size_text(key.batch_size)}"
     if key.variant is not None:
         label += f" variant={_variant_shown(key.variant)}"
     if key.rank or explicit_rank:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
 from .errors import TraceFormatError
-from .keys import CaptureKey, is_int, safe_name
+from .keys import UNKNOWN_BATCH_SIZE, CaptureKey, is_int, safe_name
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -101,13 +101,27 @@ _BS_ANNOTATION = re.compile(r"(?:^|[^A-Za-z0-9])bs\s*[=_:]\s*(\d+)(?![0-9])|^cap
 _RANK_TOKEN = re.compile(r"(?:^|[^A-Za-z0-9])rank_?(\d+)(?![0-9])")
 
 
-def key_from_trace_name(path: PathLike, annotations: Sequence[str] = (), trace: Optional[dict] = None) -> CaptureKey:
+def key_from_trace_name(
+    path: PathLike,
+    annotations: Sequence[str] = (),
+    trace: Optional[dict] = None,
+    *,
+    batch_size: Optional[int] = None,
+    unknown_ok: bool = False,
+) -> CaptureKey:
     """Capture key from a trace file name (``{runner}_bs_{bs}[_{variant}]_rank{r}.json.gz``).
 
     Other names: runner = file stem; batch size from a ``bs_N``/``bs=N`` token in the
     name, else from annotations such as ``step[DECODE bs=32]`` or ``capture_32_DECODE``;
     rank from a ``rankN`` token or the trace's ``distributedInfo``, else 0.
+    ``batch_size`` sets the batch size whatever the name says (``--batch-size``); with
+    ``unknown_ok`` a trace that does not tell (or whose annotations name several batch
+    sizes) gets :data:`~keys.UNKNOWN_BATCH_SIZE` instead of an error (an eager trace, a
+    replay-only trace, a trace someone sent).
     """
+    if batch_size is not None:
+        found = key_from_trace_name(path, annotations, trace, unknown_ok=True)
+        return CaptureKey(found.runner, batch_size, found.variant, found.rank)
     stem = trace_stem(path)
     match = _KEY_NAME.match(stem)
     if match:
@@ -121,16 +135,18 @@ def key_from_trace_name(path: PathLike, annotations: Sequence[str] = (), trace: 
         for name in annotations:
             for m in _BS_ANNOTATION.finditer(name):
                 found.add(int(m.group(1) or m.group(2)))
-        if len(found) > 1:
+        if len(found) > 1 and not unknown_ok:
             raise TraceFormatError(
                 path, f"annotations name several batch sizes {sorted(found)}; pass the key explicitly"
             )
-        batch = found.pop() if found else None
-    if batch is None or batch < 1:
+        batch = found.pop() if len(found) == 1 else None
+    if (batch is None or batch < 1) and unknown_ok:
+        batch = UNKNOWN_BATCH_SIZE
+    elif batch is None or batch < 1:
         raise TraceFormatError(
             path,
             "cannot tell the batch size: name the file {runner}_bs_{bs}_rank{r}.json.gz "
-            "or record an annotation like 'bs=32'",
+            "or record an annotation like 'bs=32' (graphcapture: --batch-size N)",
         )
     rank_match = _RANK_TOKEN.search(stem)
     rank = int(rank_match.group(1)) if rank_match else None

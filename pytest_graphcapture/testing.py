@@ -146,6 +146,17 @@ class FakeBackend(Backend):
         self._stage = ""
         self.graphs: list[FakeGraph] = []
 
+    #: Stages :meth:`inject_fault` accepts.
+    FAULT_STAGES = ("warmup 1", "warmup 2", "capture", "step", "replay")
+
+    def inject_fault(
+        self, stage: str, key: Optional[CaptureKey] = None, fault: Callable[[str], BaseException] = InjectedFault
+    ) -> None:
+        """Fail at ``stage`` (one of :attr:`FAULT_STAGES`) of ``key`` (any key when None) from now on."""
+        if stage not in self.FAULT_STAGES:
+            raise ValueError(f"unknown stage {stage!r}; one of: {', '.join(self.FAULT_STAGES)}")
+        self.fail_stage, self.fail_key, self.fault = stage, key, fault
+
     def _maybe_fail(self, stage: str) -> None:
         key = self.log.current_key
         if stage == self.fail_stage and (self.fail_key is None or key == self.fail_key):

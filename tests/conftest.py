@@ -31,19 +31,3 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-
-
-def _preload_lazy_torch_modules() -> None:
-    """Import what torch.profiler imports lazily, once, before any pytester inline run.
-
-    pytester's inline runs drop modules imported during the run; torch re-importing
-    its dynamo/distributed modules then fails ("Only a single TORCH_LIBRARY ...").
-    """
-    import torch
-    import torch.profiler
-
-    with torch.profiler.profile(record_shapes=True):
-        torch.zeros(1) + 1
-
-
-_preload_lazy_torch_modules()

@@ -146,3 +146,18 @@ def test_decode(fake_capture, golden):
 def test_other(fake_capture, golden):
     golden.check(fake_capture())
 """
+
+
+def fake_project(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, test_source: str, conftest: str | None = None
+) -> pytest.Pytester:
+    """A pytester project: ``conftest`` (default :data:`FAKE_CONFTEST`) and ``test_model.py``.
+
+    No GRAPH_CAPTURE_ or FAKE_ variables of the outer run leak in.
+    """
+    for name in list(os.environ):
+        if name.startswith(("GRAPH_CAPTURE_", "FAKE_")):
+            monkeypatch.delenv(name, raising=False)
+    pytester.makeconftest(FAKE_CONFTEST if conftest is None else conftest)
+    pytester.makepyfile(test_model=test_source)
+    return pytester

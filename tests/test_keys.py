@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_graphcapture.keys import MAX_NAME_LENGTH, CaptureKey, capture_order, safe_name
+from pytest_graphcapture.keys import MAX_NAME_LENGTH, UNKNOWN_BATCH_SIZE, CaptureKey, capture_order, safe_name
 from pytest_graphcapture.naming import trace_file_name
 
 
@@ -79,10 +79,15 @@ def test_runner_capture_keys_keep_the_declared_variant_order() -> None:
     ]
 
 
-@pytest.mark.parametrize("bs", [0, -1, 1.5, True])
+@pytest.mark.parametrize("bs", [-1, 1.5, True])
 def test_batch_size_must_be_a_positive_integer(bs: object) -> None:
     with pytest.raises(ValueError, match="batch size"):
         CaptureKey("R", bs)  # type: ignore[arg-type]
+
+
+def test_batch_size_zero_is_the_unknown_one() -> None:
+    """Only keys read from traces that do not say their batch size; runners never capture it."""
+    assert str(CaptureKey("R", UNKNOWN_BATCH_SIZE)) == "R[bs=?, rank=0]"
 
 
 def test_trace_file_names() -> None:

@@ -19,7 +19,7 @@ to the plugin, which captures it in the same order, with the same pool and varia
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -79,9 +79,14 @@ class MiniEngineGraphRunner:
 
     # ------------------------------------------------------------------ the engine's own start-up
 
-    def capture(self) -> None:
-        """The engine's own capture loop: CUDA graphs on a GPU, eager closures on CPU."""
-        if self.device.type != "cuda":
+    def capture(self, *, use_graphs: Optional[bool] = None, profiler: Optional[Any] = None) -> None:
+        """The engine's own capture loop: CUDA graphs on a GPU (``use_graphs``), eager closures otherwise.
+
+        ``profiler`` (a ``torch.profiler.profile`` on a per-step schedule, as the
+        engine's capture profiling option passes) is stepped after each warmup and
+        after each capture, never inside the graph.
+        """
+        if not (self.device.type == "cuda" if use_graphs is None else use_graphs):
             for bs, variant in self.capture_order():
                 self.graphs[(bs, variant)] = lambda bs=bs, variant=variant: self.forward_decode(bs, variant)
             return
@@ -91,10 +96,14 @@ class MiniEngineGraphRunner:
                 torch.cuda.synchronize(self.device)
                 with torch.cuda.stream(stream):
                     self.forward_decode(bs, variant)
+                if profiler is not None:
+                    profiler.step()
             torch.cuda.synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
                 self.forward_decode(bs, variant)
+            if profiler is not None:
+                profiler.step()
             self.graphs[(bs, variant)] = graph.replay
 
     def padded_batch_size(self, n: int) -> int:

@@ -86,6 +86,29 @@ def profiler_activities(device: torch.device) -> list[ProfilerActivity]:
     return activities
 
 
+_LAZY_MODULES_LOADED = False
+
+
+def load_lazy_profiler_modules() -> None:
+    """Import, once per process, the modules torch imports lazily at the first profiler start.
+
+    The first ``torch.profiler.profile`` imports torch._dynamo and torch._inductor, whose
+    imports register operator libraries with torch's C++ registry.  A test runner that
+    drops the modules imported during a run (pytest's ``pytester`` in-process runs do)
+    makes the next profiler start import them again, and registering twice fails
+    ("Only a single TORCH_LIBRARY can be used ...").  Importing them up front, outside
+    such a run, keeps them loaded for good.
+    """
+    global _LAZY_MODULES_LOADED
+    if _LAZY_MODULES_LOADED:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own notes about an empty profile
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
+            torch.zeros(1) + 1
+    _LAZY_MODULES_LOADED = True
+
+
 def capture_schedule() -> Callable[[int], Any]:
     """``schedule(wait=2, warmup=0, active=1, repeat=0)`` without torch's warmup warning.
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
-from ..naming import GOLDEN_SUFFIX, golden_file_name
+from ..naming import golden_file_name
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, compile_patterns
 from . import store
@@ -94,10 +94,19 @@ class CheckOutcome:
     keys: list[KeyOutcome] = field(default_factory=list)
     #: Problems that do not fail the check (an obtained summary that could not be written).
     warnings: list[str] = field(default_factory=list)
+    #: The golden tree ``folder`` is in (the accept command names the harvest root and this).
+    golden_dir: Optional[Path] = None
 
     @property
     def failed(self) -> list[KeyOutcome]:
         return [k for k in self.keys if k.failed]
+
+    def accept_command(self, display: Callable[[Path], str]) -> str:
+        """The command accepting this test's harvested goldens (:func:`accept_command`)."""
+        assert self.out_folder is not None and self.golden_dir is not None
+        rel = self.folder.relative_to(self.golden_dir)
+        harvest = Path(*self.out_folder.parts[: len(self.out_folder.parts) - len(rel.parts)])
+        return accept_command(display(harvest), display(self.golden_dir), rel.as_posix())
 
     def failure_parts(
         self, *, rerun: str, display: Callable[[Path], str], ci_var: Optional[str]
@@ -130,7 +139,7 @@ class CheckOutcome:
         tail = [f"goldens: {display(self.folder)}/"]
         if self.out_folder is not None:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
-            tail.append(f"  {copy_command(Path(display(self.out_folder)), Path(display(self.folder)))}")
+            tail.append(f"  {self.accept_command(display)}")
         over = [k.label for k in failed if k.over_budget]
         if over:
             tail.append(
@@ -151,10 +160,10 @@ class CheckOutcome:
         return [line for k in self.failed for line in k.lines]
 
 
-def copy_command(src_folder: Path, dst_folder: Path) -> str:
-    """Shell command that accepts harvested goldens: copy the obtained files over the goldens."""
-    src, dst = shlex.quote(str(src_folder)), shlex.quote(str(dst_folder))
-    return f"mkdir -p {dst} && cp {src}/*{GOLDEN_SUFFIX} {dst}/"
+def accept_command(harvest: str, golden_dir: str, rel: str) -> str:
+    """``graphcapture accept`` of the harvested goldens of one test folder ``rel`` (below both roots)."""
+    quote = shlex.quote
+    return f"graphcapture accept {quote(harvest)} --golden-dir {quote(golden_dir)} --only {quote(rel + '/*')}"
 
 
 def _postprocessed(summary: Summary, label: str, postprocess: Postprocess) -> Summary:
@@ -274,6 +283,10 @@ class _Gate:
             out.lines = [f"{out.label}: missing golden {shown}"]
             return
         if identical or (old is not None and golden_budget is not None and store.same_content(old, data)):
+            if self.update == "all" and old is not None:
+                # Same content: only a file in an older text layout is rewritten (its own environment kept).
+                self.write(out, path, old, "updated")
+                return
             out.outcome = "passed"  # identical to the golden: nothing to diff, nothing to rewrite
             return
         try:
@@ -418,6 +431,7 @@ def check_result(
     if options.share_ranks:
         items, share_failures = gate.share_ranks(items)
     outcome = CheckOutcome(runner, str(result.platform), options.level, folder, out_folder, len(result))
+    outcome.golden_dir = Path(golden_dir)
     outcome.keys = [gate.check_key(item, budgets.get(item.key)) for item in items] + share_failures
     outcome.warnings = gate.warnings
     return outcome

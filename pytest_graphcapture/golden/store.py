@@ -5,20 +5,20 @@ Layout (:func:`golden_folder`, names from :mod:`pytest_graphcapture.naming`)::
     <golden dir>/<platform>/<test module path>/<class>.../<test name>/<runner>_bs_<bs>[_<variant>][_rank<r>].json
 
 Every component that comes from users goes through :func:`keys.safe_name`, and
-the final path is checked to resolve inside the golden dir.  Files are JSON with
-sorted keys, 2-space indent and a trailing newline, written atomically; a file is
-only rewritten when its bytes change, so re-running on unchanged code leaves
-goldens byte-identical.  Older schema versions are brought up to date by
+the final path is checked to resolve inside the golden dir.  Files are JSON made for
+review: a short header, then one line per kernel, op and launch entry (a one-op
+change is a one-line diff), written atomically; a file is only rewritten when its
+bytes change, so re-running on unchanged code leaves goldens byte-identical.  Older
+goldens (indented JSON) read the same; ``--update-golden`` rewrites them.  Older schema versions are brought up to date by
 :data:`MIGRATIONS` when read.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from .._io import JSONProblem, loads_strict, write_atomic
+from .._io import JSONProblem, dumps_entries, loads_strict, write_atomic
 from ..errors import GoldenError
 from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
@@ -102,9 +102,9 @@ def remove_golden(path: Path, root: Path) -> None:
 
 
 def dumps(data: Mapping[str, Any]) -> str:
-    """The canonical text of a golden: sorted keys, 2-space indent, trailing newline."""
+    """The canonical text of a golden: one line per kernel, op and launch entry (:func:`_io.dumps_entries`)."""
     try:
-        return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return dumps_entries(dict(data))
     except (TypeError, ValueError) as exc:
         raise GoldenError("<summary>", f"cannot be written as JSON: {exc}") from None
 

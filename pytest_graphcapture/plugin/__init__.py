@@ -18,9 +18,11 @@ import pytest
 
 from ..errors import CaptureError, GraphCaptureError, UsageError
 from . import hookspecs
+from .contract_fixtures import capture_contract, fake_backend, recording_profiler
 from .fixtures import CAPTURE, GOLDEN, GoldenChecker, GraphCapture, decode_runner, golden, graph_capture
 from .session import CaptureSession, GoldenSession
 from .settings import SETTINGS, XDIST_GPU, add_setting, resolve
+from .torch_setup import before_test, import_torch_early, torch_warning_lines
 from .xdist import pin_worker_gpu
 
 WORKER_OUTPUT_KEY = "graphcapture_golden_report"
@@ -37,6 +39,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("graphcapture", "CUDA-graph capture regression gate (pytest-graphcapture)")
     for setting in SETTINGS.values():
         add_setting(group, parser, setting)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    try:
+        import_torch_early(early_config)  # before conftests: a warning-as-error cannot break torch's import
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -109,6 +119,7 @@ def _gpu_missing_reason() -> Optional[str]:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    before_test(item)
     if item.get_closest_marker("gpu") is not None:
         reason = _gpu_missing_reason()
         if reason:
@@ -173,7 +184,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    for line in config.stash[CAPTURE].terminal_lines():
+    for line in torch_warning_lines(config) + config.stash[CAPTURE].terminal_lines():
         terminalreporter.write_line(line)
     golden_session = config.stash[GOLDEN]
     if golden_session.is_worker:
@@ -192,7 +203,10 @@ __all__ = [
     "GoldenSession",
     "graph_capture_config",
     "SETTINGS",
+    "capture_contract",
     "decode_runner",
+    "fake_backend",
+    "recording_profiler",
     "golden",
     "graph_capture",
 ]

@@ -24,14 +24,23 @@ def summarize_trace_file(
     level: str = DEFAULT_LEVEL,
     replay_path: Union[str, Path, None] = None,
     max_bytes: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    unknown_batch_size_ok: bool = False,
 ) -> Summary:
-    """Summarize a ``.json``/``.json.gz`` trace file, optionally with the graph's replay trace."""
+    """Summarize a ``.json``/``.json.gz`` trace file, optionally with the graph's replay trace.
+
+    Without ``key`` the key comes from the file name and the trace
+    (:func:`~pytest_graphcapture.naming.key_from_trace_name`, given ``batch_size`` and
+    ``unknown_batch_size_ok``).
+    """
     check_level(level)
     with gc_paused():
         trace = load_trace(path, max_bytes=max_bytes)
         scan = _scan(trace["traceEvents"])
         if key is None:
-            key = key_from_trace_name(path, scan.annotations, trace)
+            key = key_from_trace_name(
+                path, scan.annotations, trace, batch_size=batch_size, unknown_ok=unknown_batch_size_ok
+            )
         summary = _build(scan, key, platform_from_trace(trace), level, environment_from_trace(trace))
         del trace, scan
         replay = None

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from .._io import dumps_entries
 from ..errors import FileError, TraceFormatError, UsageError
 from ..keys import CaptureKey, is_int
 from .normalize import (
@@ -85,8 +86,8 @@ class Summary:
         }
 
     def to_json(self) -> str:
-        """Canonical JSON text: sorted keys, indent 2, trailing newline."""
-        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+        """Canonical JSON text, as goldens store it: one line per kernel, op and launch entry."""
+        return dumps_entries(self.to_dict())
 
     def comparable(self) -> dict:
         """``to_dict()`` without ``environment``: what equality and goldens compare."""

@@ -3,14 +3,20 @@
 Exit codes: 0 success / equal, 1 ``diff`` found differences, 2 bad input (one line
 on stderr naming the file and the problem, never a traceback).
 
-* ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--out FILE]`` —
-  summary JSON (sorted keys, indent 2, trailing newline); a list for several traces.
-* ``graphcapture diff EXPECTED ACTUAL [--level L]`` — each side a summary JSON file or
-  a trace; both are compared at the coarser of their levels (and ``--level``).
+* ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--batch-size N] [--out FILE]`` —
+  summary JSON (the golden layout: one line per entry); a list for several traces.
+  A trace that does not say its batch size (eager, replay-only, sent by someone) gets
+  a key saying ``bs=?`` (0 in the JSON) and a note on stderr; ``--batch-size`` sets it.
+* ``graphcapture diff EXPECTED ACTUAL [--level L] [--batch-size N]`` — each side a summary
+  JSON file or a trace; both are compared at the coarser of their levels (and ``--level``).
+  Two directories (capture or summary trees) are compared key by key (:mod:`.dirdiff`):
+  a kernel × batch-size matrix of what changed, then the per-key diffs.
 * ``graphcapture show DIR [--level L] [--html OUT.html [--against GOLDEN_DIR]]`` — kernels ×
   batch sizes, one table per runner/variant/rank, from the summary JSON files and traces
   in ``DIR``; ``--html`` writes the self-contained picture (:mod:`.picture`) instead.
   :func:`kernel_matrix` builds the table data so other renderers can reuse it.
+* ``graphcapture accept HARVEST_DIR [--golden-dir DIR] [--only PATTERN] [--dry-run]`` —
+  bring goldens written by ``--golden-out`` into the golden tree, key by key (:mod:`.accept`).
 * ``graphcapture merge DIR [--out-dir OUT]`` — merge the per-rank traces of a
   multi-rank capture (``*_rank<r>.json.gz``, ``*-TP-<r>.json.gz``) into one Chrome
   trace per batch size, every event's process labelled by its rank (:mod:`.merge`).
@@ -19,18 +25,18 @@ on stderr naming the file and the problem, never a traceback).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from .._io import write_atomic
 from ..errors import GraphCaptureError, UsageError
-from ..golden.diff import compare_dicts
+from ..keys import UNKNOWN_BATCH_SIZE
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
+from .dirdiff import describe_differences, diff_dirs
 from .matrix import at_level, coarsest, collect_tree, kernel_matrix, load_any, render_matrix_text
 
 PROG = "graphcapture"
@@ -51,9 +57,21 @@ PROG = "graphcapture"
 def _cmd_summarize(args: argparse.Namespace) -> int:
     if args.replay is not None and len(args.traces) != 1:
         raise UsageError("--replay belongs to one capture trace; pass exactly one TRACE with it")
-    summaries = [summarize_trace_file(t, level=args.level, replay_path=args.replay) for t in args.traces]
-    data: Any = summaries[0].to_dict() if len(summaries) == 1 else [s.to_dict() for s in summaries]
-    text = json.dumps(data, sort_keys=True, indent=2) + "\n"
+    summaries = [
+        summarize_trace_file(
+            t, level=args.level, replay_path=args.replay, batch_size=args.batch_size, unknown_batch_size_ok=True
+        )
+        for t in args.traces
+    ]
+    for trace, summary in zip(args.traces, summaries):
+        if summary.key.batch_size == UNKNOWN_BATCH_SIZE:
+            print(
+                f"note: {trace}: the trace does not say its batch size (key bs=?, written as 0); "
+                "--batch-size N sets it",
+                file=sys.stderr,
+            )
+    texts = [s.to_json() for s in summaries]
+    text = texts[0] if len(texts) == 1 else "[\n" + ",\n".join(t.rstrip("\n") for t in texts) + "\n]\n"
     if args.out:
         try:
             Path(args.out).write_text(text, encoding="utf-8")
@@ -64,28 +82,20 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_differences(expected: Summary, actual: Summary) -> list[str]:
-    """Lines saying how ``actual`` differs from ``expected``: identity fields, then the golden diff's changes."""
-    lines = [
-        f"~ {name}: {getattr(expected, name)} → {getattr(actual, name)}"
-        for name in ("schema_version", "platform", "level")
-        if getattr(expected, name) != getattr(actual, name)
-    ]
-    if expected.key != actual.key:
-        lines.append(f"~ key: {expected.key} → {actual.key}")
-    if (expected.complete, expected.incomplete_reason) != (actual.complete, actual.incomplete_reason):
-        lines.append(
-            f"~ complete: {expected.complete} ({expected.incomplete_reason}) → "
-            f"{actual.complete} ({actual.incomplete_reason})"
-        )
-    diff = compare_dicts(expected.to_dict(), actual.to_dict(), actual.key)
-    lines += [line.strip() for line in diff.render(width=None)[1:]]
-    return lines
-
-
 def _cmd_diff(args: argparse.Namespace) -> int:
-    expected = load_any(args.expected)
-    actual = load_any(args.actual)
+    dirs = [Path(p).is_dir() for p in (args.expected, args.actual)]
+    if any(dirs):
+        if not all(dirs):
+            raise UsageError(
+                f"diff compares two files or two directories; got "
+                f"{'a directory' if dirs[0] else 'a file'} ({args.expected}) and "
+                f"{'a directory' if dirs[1] else 'a file'} ({args.actual})"
+            )
+        result = diff_dirs(Path(args.expected), Path(args.actual), level=args.level, batch_size=args.batch_size)
+        sys.stdout.write("\n".join(result.lines) + "\n")
+        return 0 if result.equal else 1
+    expected = load_any(args.expected, batch_size=args.batch_size)
+    actual = load_any(args.actual, batch_size=args.batch_size)
     target = coarsest([expected.level, actual.level] + ([args.level] if args.level else []))
     expected, actual = expected.normalized(target), actual.normalized(target)
     if expected == actual:
@@ -112,7 +122,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
     # One table per folder (searched recursively, as the HTML picture does) / runner / variant / rank / platform.
     groups: dict[tuple, list[Summary]] = {}
-    for folder, s in at_level(collect_tree(args.directory), args.level):
+    for folder, s in at_level(collect_tree(args.directory, batch_size=args.batch_size), args.level):
         k = s.key  # type: ignore[attr-defined]
         groups.setdefault((folder, k.runner, k.variant_name or "", k.rank, s.platform), []).append(s)  # type: ignore[attr-defined]
     blocks = []
@@ -126,6 +136,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
         )
         blocks.append("\n".join(render_matrix_text(title, batch_sizes, rows)))
     sys.stdout.write("\n\n".join(blocks) + "\n")
+    return 0
+
+
+def _cmd_accept(args: argparse.Namespace) -> int:
+    from .accept import accept
+
+    lines = accept(Path(args.harvest), Path(args.golden_dir), only=args.only, dry_run=args.dry_run)
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
@@ -143,6 +161,25 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _batch_size_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="N",
+        help="batch size of traces that do not say theirs (by default their key says bs=?)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``graphcapture``."""
     parser = argparse.ArgumentParser(prog=PROG, description="Summarize and compare CUDA-graph capture traces.")
@@ -154,17 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", choices=LEVELS, default="name", help="kernel-name normalization level (default name)")
     p.add_argument("--replay", metavar="REPLAY_TRACE", help="trace of the graph's replay (kernel source on NVIDIA)")
     p.add_argument("--out", metavar="FILE", help="write the JSON here instead of stdout")
+    _batch_size_option(p)
     p.set_defaults(func=_cmd_summarize)
 
-    p = sub.add_parser("diff", help="compare two summaries (summary JSON or trace files)")
-    p.add_argument("expected", metavar="EXPECTED")
-    p.add_argument("actual", metavar="ACTUAL")
+    p = sub.add_parser(
+        "diff", help="compare two summaries (summary JSON or trace files), or two capture/summary directories"
+    )
+    p.add_argument("expected", metavar="EXPECTED", help="summary JSON, trace, or directory (A)")
+    p.add_argument("actual", metavar="ACTUAL", help="summary JSON, trace, or directory (B)")
     p.add_argument("--level", choices=LEVELS, default=None, help="compare at least at this level")
+    _batch_size_option(p)
     p.set_defaults(func=_cmd_diff)
 
     p = sub.add_parser("show", help="text table of kernels x batch sizes for a directory")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--level", choices=LEVELS, default=None, help="normalize kernel names to this level")
+    _batch_size_option(p)
     p.add_argument(
         "--html",
         metavar="OUT.html",
@@ -178,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
         "changed against the goldens in the same folders under GOLDEN_DIR",
     )
     p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("accept", help="bring goldens harvested with --golden-out into the golden tree")
+    p.add_argument("harvest", metavar="HARVEST_DIR", help="the folder --golden-out wrote (e.g. a CI artifact)")
+    p.add_argument("--golden-dir", default="goldens", metavar="DIR", help="the golden tree (default goldens)")
+    p.add_argument("--only", metavar="PATTERN", help="accept only files whose path below HARVEST_DIR matches (fnmatch)")
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.set_defaults(func=_cmd_accept)
 
     p = sub.add_parser("merge", help="merge per-rank traces into one Chrome trace per batch size")
     p.add_argument("directory", metavar="DIR", help="folder with the per-rank traces (graph_capture_profile/)")

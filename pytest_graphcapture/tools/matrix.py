@@ -9,10 +9,12 @@ finds every summary and trace under a folder, recursively, for both.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
 from ..errors import TraceFormatError, UsageError
+from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
@@ -21,8 +23,12 @@ from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
 PathLike = Union[str, Path]
 
 
-def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
-    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``)."""
+def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size: Optional[int] = None) -> Summary:
+    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``).
+
+    A trace that does not say its batch size gets the unknown one (``bs=?``), or
+    ``batch_size`` when given (which also sets it on a summary whose key says unknown).
+    """
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(path, "no such file")
@@ -36,12 +42,14 @@ def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
             obj = None  # let the trace parser produce the precise error
         if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
             summary = Summary.from_dict(obj, source=str(path))
+            if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
+                summary.key = replace(summary.key, batch_size=batch_size)
             if level is not None and summary.level != level:
                 summary = summary.normalized(level)
             return summary
         if obj is not None:
             parse_trace_bytes(data, path)  # validates the trace shape with a clear error
-    return summarize_trace_file(path, level=level or "name")
+    return summarize_trace_file(path, level=level or "name", batch_size=batch_size, unknown_batch_size_ok=True)
 
 
 def coarsest(levels: Iterable[str]) -> str:
@@ -77,7 +85,7 @@ def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
 
 def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[dict]) -> list[str]:
     """Plain-text rendering of :func:`kernel_matrix` output (counts first, names last)."""
-    headers = [f"bs={bs}" for bs in batch_sizes]
+    headers = [f"bs={batch_size_text(bs)}" for bs in batch_sizes]
     widths = [
         max(len(h), *(len(str(r["counts"].get(bs, "-"))) for r in rows)) if rows else len(h)
         for h, bs in zip(headers, batch_sizes)
@@ -96,14 +104,14 @@ def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
     )
 
 
-def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object]]:
+def collect(root: PathLike, *, recursive: bool = True, batch_size: Optional[int] = None) -> list[tuple[str, object]]:
     """``(folder relative to root, Summary)`` for each summary JSON / trace file under ``root``."""
     root = Path(root)
     if not root.is_dir():
         raise TraceFormatError(root, "is not a directory")
     pairs = []
     for path in _summary_files(root, recursive=recursive):
-        pairs.append((path.parent.relative_to(root).as_posix(), load_any(path)))
+        pairs.append((path.parent.relative_to(root).as_posix(), load_any(path, batch_size=batch_size)))
     return pairs
 
 
@@ -113,9 +121,9 @@ def at_level(pairs: Sequence[tuple[str, object]], level: Optional[str] = None) -
     return [(f, s if s.level == target else s.normalized(target)) for f, s in pairs]  # type: ignore[attr-defined]
 
 
-def collect_tree(directory: PathLike) -> list[tuple[str, object]]:
+def collect_tree(directory: PathLike, *, batch_size: Optional[int] = None) -> list[tuple[str, object]]:
     """:func:`collect` of ``directory``; TraceFormatError when it holds no summary or trace file at all."""
-    found = collect(directory)
+    found = collect(directory, batch_size=batch_size)
     if not found:
         raise TraceFormatError(Path(directory), "contains no summary JSON or trace files (*.json, *.json.gz)")
     return found

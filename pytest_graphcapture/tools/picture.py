@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from .matrix import PathLike, at_level, coarsest, collect, collect_tree, kernel_matrix
+from ..keys import batch_size_text
 
 #: Cell / row states against the goldens.
 SAME, ADDED, REMOVED, CHANGED, NO_GOLDEN = "same", "added", "removed", "changed", "no-golden"
@@ -306,9 +307,9 @@ def _table_html(table: Table, compared: bool) -> list[str]:
     heads = []
     for bs in table.batch_sizes:
         if compared and bs not in table.golden_batch_sizes:
-            heads.append(f'<th class="nogolden" title="no golden for this batch size">bs={bs}*</th>')
+            heads.append(f'<th class="nogolden" title="no golden for this batch size">bs={batch_size_text(bs)}*</th>')
         else:
-            heads.append(f"<th>bs={bs}</th>")
+            heads.append(f"<th>bs={batch_size_text(bs)}</th>")
     head = f"<tr><th>kernel</th><th>kind</th>{''.join(heads)}</tr>"
     out = [f"<h2>{_e(table.title)}</h2>"]
     if table.unmatched:
@@ -325,7 +326,7 @@ def _table_html(table: Table, compared: bool) -> list[str]:
                 f'<span class="changed">{c[CHANGED]} changed</span></p>'
             )
     for bs, reason in sorted(table.incomplete.items()):
-        out.append(f'<p class="note">bs={bs}: incomplete kernel evidence — {_e(reason)}</p>')
+        out.append(f'<p class="note">bs={batch_size_text(bs)}: incomplete kernel evidence — {_e(reason)}</p>')
     if table.kernels:
         out += ["<table>", head, *_rows_html(table.kernels, table), "</table>"]
     else:

@@ -22,9 +22,10 @@ ALLOWED = {
     "golden": {"shared", "summary", "golden"},
     "engine": {"shared", "summary", "engine"},
     "tools": {"shared", "summary", "golden", "engine", "tools"},
-    "plugin": {"shared", "summary", "golden", "engine", "tools", "plugin"},
+    "plugin": {"shared", "summary", "golden", "engine", "tools", "plugin", "testing", "contract"},
     "testing": {"shared", "summary", "engine", "testing"},
-    "top": {"shared", "summary", "golden", "engine", "tools", "plugin", "testing", "top"},
+    "contract": {"shared", "summary", "engine", "testing", "contract"},
+    "top": {"shared", "summary", "golden", "engine", "tools", "plugin", "testing", "contract", "top"},
 }
 FORBIDDEN_EXTERNAL = {
     "shared": {"torch", "pytest"},

@@ -204,8 +204,7 @@ def test_golden_out_on_ci_harvests_without_touching_goldens(
         [
             "bs=1: missing golden goldens/rocm-gfx942/test_model.py/test_decode/Fake_bs_1.json",
             "obtained summaries written to harvest/rocm-gfx942/test_model.py/test_decode/; accept them with:",
-            "  mkdir -p goldens/rocm-gfx942/test_model.py/test_decode && "
-            "cp harvest/rocm-gfx942/test_model.py/test_decode/*.json goldens/rocm-gfx942/test_model.py/test_decode/",
+            "  graphcapture accept harvest --golden-dir goldens --only 'rocm-gfx942/test_model.py/test_decode/*'",
             "*locally: updating is refused on CI, CI is set*",
         ]
     )

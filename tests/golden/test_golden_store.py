@@ -107,15 +107,19 @@ def test_symlink_out_of_the_golden_dir_is_refused(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- writing
 
 
-def test_file_format_sorted_indented_trailing_newline(tmp_path: Path) -> None:
+def test_file_format_one_entry_per_line_trailing_newline(tmp_path: Path) -> None:
     path = tmp_path / "g" / "Fake_bs_8.json"
     assert golden.write_golden(path, make_summary().to_dict()) == "created"
     text = path.read_text(encoding="utf-8")
     assert text.endswith("}\n") and not text.endswith("\n\n")
     data = json.loads(text)
-    assert text == json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    assert data == make_summary().to_dict()
     assert data["schema_version"] == SCHEMA_VERSION
-    assert list(data) == sorted(data)
+    lines = text.splitlines()
+    # Each kernel and op entry is exactly one line, named first.
+    assert '    {"name": "gemv_kernel", "block": [128, 1, 1], "count": 1, "grid": [4, 1, 1], "kind": "kernel"}' in lines
+    assert sum(1 for line in lines if line.lstrip().startswith('{"name": "aten::mm"')) == 1
+    assert '      "cudaLaunchKernel": 4' in lines
     assert text.splitlines()[1].startswith('  "')
 
 

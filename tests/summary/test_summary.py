@@ -333,7 +333,7 @@ def test_equality_ignores_environment_only() -> None:
         (lambda d: d.update(schema_version=99), "schema_version 99"),
         (lambda d: d.update(schema_version="1"), "schema_version must be an integer"),
         (lambda d: d["key"].update(batch_size="8"), "batch_size"),
-        (lambda d: d["key"].update(batch_size=0), "bad key"),
+        (lambda d: d["key"].update(batch_size=-1), "bad key"),
         (lambda d: d.update(platform=""), "platform"),
         (lambda d: d.update(level="fuzzy"), "level"),
         (lambda d: d["kernels"][0].update(count=0), "kernels[0].count"),

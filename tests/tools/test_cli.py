@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_graphcapture.errors import UsageError
+from pytest_graphcapture.golden import store as golden_store
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.model import Summary
 from pytest_graphcapture.tools.cli import main
@@ -81,7 +82,8 @@ def test_summarize_prints_canonical_json(tmp_path: Path, capsys: pytest.CaptureF
     code, out, err = _run(capsys, "summarize", str(trace))
     assert code == 0 and err == ""
     data = json.loads(out)
-    assert out == json.dumps(data, sort_keys=True, indent=2) + "\n"
+    assert out == golden_store.dumps(data)  # the golden layout: one line per entry
+    assert '    {"name": "void k<1>", "block": [128, 1, 1], "count": 2, "grid": [1, 1, 1], "kind": "kernel"}' in out
     assert data["key"] == {"runner": "eng", "batch_size": 4, "variant": None, "rank": 0}
     assert data["platform"] == "cuda-sm90" and data["level"] == "name"
     assert data["kernels"] == [
@@ -128,8 +130,12 @@ def test_summarize_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -
     code, _, err = _run(capsys, "summarize", str(a), str(a), "--replay", str(a))
     assert code == 2 and "--replay" in err
     no_bs = _write(tmp_path / "eager.json", _trace({"a": 1}))
-    code, _, err = _run(capsys, "summarize", str(no_bs))
-    assert code == 2 and "eager.json: cannot tell the batch size" in err
+    code, out, err = _run(capsys, "summarize", str(no_bs))  # any trace: its key says the batch size is unknown
+    assert code == 0 and json.loads(out)["key"]["batch_size"] == 0
+    assert "eager.json: the trace does not say its batch size" in err and "--batch-size N" in err
+    with pytest.raises(SystemExit) as info:
+        main(["summarize", str(no_bs), "--batch-size", "0"])
+    assert info.value.code == 2
     with pytest.raises(SystemExit) as info:
         main(["summarize", str(a), "--level", "fuzzy"])
     assert info.value.code == 2
