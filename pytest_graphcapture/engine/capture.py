@@ -17,11 +17,14 @@ import torch
 
 from ..errors import CaptureError
 from ..keys import CaptureKey
+from ..naming import memory_snapshot_path
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_replay
 from .backend import Backend, CaptureProgress
+from .guard import check_capture_evidence, check_replay_evidence
+from .memory import recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
-from .result import CaptureResult, KeyResult
+from .result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
 
 TRACE_MODES = ("off", "per-bs", "single")
@@ -37,7 +40,9 @@ class CaptureSettings:
       the input of golden checks — even when no trace is exported;
     * ``replay``: replay each captured graph once under the profiler to read its
       kernels (``None`` = when the backend's graphs show kernels, i.e. on GPU);
-    * ``profiler_flags``: stack / flops / memory recording for exported traces.
+    * ``profiler_flags``: stack / flops / memory recording for exported traces;
+    * ``memory_snapshot``: record the CUDA allocator's history during capture and
+      write one snapshot per runner and rank into the trace directory (GPU only).
     """
 
     trace: str = "off"
@@ -48,6 +53,7 @@ class CaptureSettings:
     replay: Optional[bool] = None
     profiler_flags: frozenset = frozenset({"stack", "flops", "memory"})
     environment: dict = field(default_factory=dict)
+    memory_snapshot: bool = False
     progress: Optional[Callable[[str], None]] = None
     #: Told of every stage change of every key (see :class:`~.backend.CaptureProgress`).
     on_stage: Optional[Callable[[Optional[CaptureKey], str], None]] = None
@@ -64,6 +70,11 @@ def current_rank() -> int:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank())
     return 0
+
+
+def _label(key: CaptureKey) -> str:
+    variant = f" variant={key.variant}" if key.variant is not None else ""
+    return f"graph-capture: {key.runner} bs={key.batch_size}{variant} rank={key.rank}"
 
 
 def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey], Any]:
@@ -85,6 +96,10 @@ def capture_runner(
     profiler is stopped, and :class:`~pytest_graphcapture.errors.CaptureError`
     names the key and stage (its ``partial`` holds the result so far).  A
     ``KeyboardInterrupt`` cleans up the same way and propagates unchanged.
+
+    On a GPU (``backend.kernel_evidence_required``) a key whose capture recorded
+    no launch events, or whose replay recorded no kernels, fails the same way with an
+    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming the likely causes.
     """
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
@@ -106,35 +121,40 @@ def capture_runner(
     try:
         if profiler is not None:
             profiler.__enter__()
-        for key in keys:
-            started = time.perf_counter()
-            progress.key = key
-            progress.enter("setup")
-            if per_bs:
-                profiler.begin_key(key)
-            graph = backend.capture_one(
-                key,
-                runner.forward_for(key),
-                profiler=profiler if per_bs else None,
-                profiling=per_bs,
-                post_warmup=runner.post_warmup,
-                progress=progress,
-            )
-            seconds = time.perf_counter() - started
-            done = profiler.results.get(key) if per_bs else None
-            result.keys[key] = KeyResult(
-                key,
-                trace_path=done.trace_path if done else None,
-                summary=done.summary if done else None,
-                graph=graph,
-                seconds=seconds,
-            )
-            if settings.progress is not None:
-                variant = f" variant={key.variant}" if key.variant is not None else ""
-                settings.progress(
-                    f"graph-capture: {key.runner} bs={key.batch_size}{variant} rank={key.rank} "
-                    f"captured in {seconds:.3f}s"
+        history = backend.memory_history() if settings.memory_snapshot else None
+        with recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank)) as snapshot:
+            for key in keys:
+                started = time.perf_counter()
+                progress.key = key
+                progress.enter("setup")
+                if per_bs:
+                    profiler.begin_key(key)
+                metrics = KeyMetrics()
+                graph = backend.capture_one(
+                    key,
+                    runner.forward_for(key),
+                    profiler=profiler if per_bs else None,
+                    profiling=per_bs,
+                    post_warmup=runner.post_warmup,
+                    progress=progress,
+                    metrics=metrics,
                 )
+                seconds = time.perf_counter() - started
+                done = profiler.results.get(key) if per_bs else None
+                if backend.kernel_evidence_required and done is not None:
+                    progress.enter("kernel evidence check")
+                    check_capture_evidence(key, done.summary)
+                result.keys[key] = KeyResult(
+                    key,
+                    trace_path=done.trace_path if done else None,
+                    summary=done.summary if done else None,
+                    graph=graph,
+                    seconds=seconds,
+                    metrics=metrics,
+                )
+                if settings.progress is not None:
+                    settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+        result.memory_snapshot_path = snapshot[0] if snapshot else None
         if profiler is not None:
             progress.key = None
             progress.enter("trace export")
@@ -143,7 +163,7 @@ def capture_runner(
                 result.single_trace_path = profiler.trace_path
             profiler = None
         if _replay_enabled(settings, backend) and settings.summarize:
-            _attach_replay_kernels(result, backend, progress)
+            _attach_replay_kernels(result, backend, progress, settings.progress)
     except KeyboardInterrupt:
         _stop_quietly(profiler)
         raise
@@ -173,8 +193,14 @@ def _replay_enabled(settings: CaptureSettings, backend: Backend) -> bool:
     return backend.replay_shows_kernels if settings.replay is None else bool(settings.replay)
 
 
-def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: CaptureProgress) -> None:
-    """Replay each graph once under a short profiler; its kernels join the summary."""
+def _attach_replay_kernels(
+    result: CaptureResult, backend: Backend, progress: CaptureProgress, report: Optional[Callable[[str], None]]
+) -> None:
+    """Replay each graph once timed, then once under a short profiler; its kernels join the summary.
+
+    The timed replay also keeps the device busy right before the profiler starts:
+    kernel records at the start of a session after the device idled can be dropped.
+    """
     from torch.profiler import profile
 
     from .profiling import profiler_activities
@@ -185,8 +211,17 @@ def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: Ca
         progress.key = key
         progress.enter("replay")
         backend.synchronize()
+        started = time.perf_counter()
+        backend.replay(key_result.graph)
+        backend.synchronize()
+        key_result.metrics.replay_seconds = time.perf_counter() - started
         with profile(activities=profiler_activities(backend.device)) as prof:
             backend.replay(key_result.graph)
             backend.synchronize()
-        key_result.summary = with_replay(key_result.summary, replay_kernels_from_profile(prof))
+        kernels = replay_kernels_from_profile(prof)
+        if backend.kernel_evidence_required:
+            check_replay_evidence(key, kernels)
+        key_result.summary = with_replay(key_result.summary, kernels)
+        if report is not None:
+            report(f"{_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
     progress.enter("done")

@@ -16,6 +16,7 @@ Where traces go and how they are named is :mod:`pytest_graphcapture.naming`'s.
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -152,6 +153,11 @@ class PerBatchSizeProfiler:
                 # Each cycle must start empty (that is the point); torch warns about it.
                 warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
                 self._prof.step()
+
+    def add_metadata(self, metrics: dict) -> None:
+        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``)."""
+        if self._prof is not None and self._active is not None:
+            self._prof.add_metadata_json("graph_capture_metrics", json.dumps(metrics, sort_keys=True))
 
     def abort_key(self) -> None:
         """Discard the current key's partial cycle and leave the profiler stopped."""

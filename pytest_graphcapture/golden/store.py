@@ -24,7 +24,7 @@ from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
 from ..summary.model import SCHEMA_VERSION, Summary
 from ..summary.model import summary_from_dict as model_summary_from_dict
-from .budget import launch_budget_of
+from .budget import MEMORY_BUDGET_FIELD, launch_budget_of
 
 #: Migrations of golden dicts from schema version ``n`` to ``n + 1``.  Schema 1 is the
 #: first released format, so there is nothing to migrate yet; a future schema bump adds
@@ -177,12 +177,13 @@ def parse_golden_file(path: Path) -> dict:
 
 
 def checked_golden_dict(data: dict, path: Any) -> dict:
-    """Migrate a parsed golden to the current schema and check its launch budget field (GoldenError naming ``path``).
+    """Migrate a parsed golden to the current schema and check its budget fields (GoldenError naming ``path``).
 
     The summary fields are checked where the golden becomes a Summary (:func:`summary_from_dict`).
     """
     data = migrate(data, path)
     launch_budget_of(data, path)
+    launch_budget_of(data, path, field=MEMORY_BUDGET_FIELD)
     return data
 
 

@@ -39,6 +39,8 @@ class CaptureSession:
     replay: Optional[bool]
     rank_timeout: float = 120.0
     merge: bool = False
+    memory_snapshot: bool = False
+    isolate: bool = False
     #: Per-rank trace files of this process's multi-rank captures, merged at session end with --graph-capture-merge.
     rank_traces: list = field(default_factory=list)
     merged: list = field(default_factory=list)
@@ -64,6 +66,8 @@ class CaptureSession:
             replay=replay,
             rank_timeout=_rank_timeout(config),
             merge=s.resolve(config, s.MERGE) == "on",
+            memory_snapshot=s.resolve(config, s.MEMORY_SNAPSHOT) == "on",
+            isolate=s.resolve(config, s.ISOLATE) == "on",
         )
 
     @property
@@ -122,6 +126,7 @@ class CaptureSession:
             profiler_flags=self.profiler_flags,
             environment=environment,
             progress=progress,
+            memory_snapshot=self.memory_snapshot,
         )
 
     def merge_rank_traces(self) -> None:
