@@ -84,7 +84,14 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
         schema_version=summary.schema_version,
     )
     if problems:
-        reason = "; ".join(problems) + " (the profiler probably dropped records)"
+        dropped = len(replay_kernels) < captured
+        cause = (
+            "the profiler probably dropped records: kernel records at the start of a profiler session are "
+            "dropped as out of range, more the longer the GPU idled before it"
+            if dropped
+            else "the profiler probably dropped records"
+        )
+        reason = "; ".join(problems) + f" ({cause})"
         result.complete = False
         result.incomplete_reason = reason
         warnings.warn(
