@@ -3,9 +3,11 @@
 #
 #   scripts/compat.sh [--root DIR] [--jobs N] VERSION...      e.g. scripts/compat.sh 2.14.1 2.4.0
 #
+# The committed tree (HEAD) is exported to DIR/src-COMMIT first, so edits made while the (long) runs go
+# on cannot change what is tested; the real traces are read in place (GRAPH_CAPTURE_REAL_TRACES).
 # For each VERSION: a venv DIR/torch-VERSION (default DIR: /work/compat), `pip install torch==VERSION
 # numpy` first (torch is unpinned in pyproject, so the build installed first is the one tested), then
-# this repository with [test], then `pytest` and the examples' main job. The closing pytest lines, the
+# that tree with [test], then `pytest` and the examples' main job. The closing pytest lines, the
 # torch/CUDA/python versions and the exit codes go to DIR/results/VERSION.txt and to stdout, the full
 # logs beside them; docs/compatibility.md is written from those files.
 set -uo pipefail
@@ -31,6 +33,17 @@ case "$root" in
     "$repo"|"$repo"/*) echo "compat.sh: --root $root lies inside the repository; use a folder outside it" >&2; exit 2 ;;
 esac
 mkdir -p "$root/results"
+commit="$(git -C "$repo" rev-parse --short HEAD)"
+src="$root/src-$commit"
+if [ ! -d "$src" ]; then
+    mkdir -p "$src.tmp" && git -C "$repo" archive HEAD | tar -x -C "$src.tmp" && mv "$src.tmp" "$src" || exit 2
+fi
+export GRAPH_CAPTURE_REAL_TRACES="${GRAPH_CAPTURE_REAL_TRACES:-$repo/../shared/testdata/real_traces}"
+
+closing_line() {  # pytest's closing line ("3 failed, 456 passed, 1 skipped in 12.3s"), the last in the log
+    grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error|errors|deselected)[^=]* in [0-9.]+s' "$1" | tail -1 \
+        | sed 's/=//g; s/^ *//; s/ *$//'
+}
 
 status=0
 for version in "${versions[@]}"; do
@@ -41,7 +54,7 @@ for version in "${versions[@]}"; do
     {
         [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
         "$venv/bin/pip" install -q "torch==$version" numpy \
-            && "$venv/bin/pip" install -q -e "$repo[test]"
+            && "$venv/bin/pip" install -q -e "$src[test]"
     } >"$log" 2>&1
     install_rc=$?
     if [ $install_rc -ne 0 ]; then
@@ -52,21 +65,21 @@ for version in "${versions[@]}"; do
     fi
     xdist=()
     [ "$jobs" != 0 ] && xdist=(-n "$jobs")
-    (cd "$repo" && env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${xdist[@]}") >>"$log" 2>&1
+    (cd "$src" && env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${xdist[@]}") >>"$log" 2>&1
     tests_rc=$?
-    tests_line="$(grep -E '^=*.* (passed|failed|error)' "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')"
+    tests_line="$(closing_line "$log")"
     examples_dir="$(mktemp -d)"
-    (cd "$repo" && env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider examples \
+    (cd "$src" && env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider examples \
         --graph-capture-trace --graph-capture-dir="$examples_dir") >>"$log" 2>&1
     examples_rc=$?
     rm -rf "$examples_dir"
-    examples_line="$(grep -E '^=*.* (passed|failed|error)' "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')"
+    examples_line="$(closing_line "$log")"
     versions_line="$(env -u PYTHONPATH "$venv/bin/python" -c 'import platform, torch; print(f"torch {torch.__version__} (CUDA build {torch.version.cuda}, HIP {torch.version.hip}), python {platform.python_version()}")')"
     {
         echo "$versions_line"
         echo "tests: $tests_line (exit $tests_rc)"
         echo "examples: $examples_line (exit $examples_rc)"
-        echo "commit: $(git -C "$repo" rev-parse --short HEAD)"
+        echo "commit: $commit"
     } | tee "$out"
     [ $tests_rc -eq 0 ] && [ $examples_rc -eq 0 ] || status=1
 done
