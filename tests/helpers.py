@@ -62,6 +62,18 @@ def run(
     return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
 
 
+def fake_project(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str, tests: str
+) -> pytest.Pytester:
+    """A pytester project of ``conftest`` (a fake capture) and ``test_model.py``, without GRAPH_CAPTURE_/FAKE_ variables."""
+    for name in list(os.environ):
+        if name.startswith(("GRAPH_CAPTURE_", "FAKE_")):
+            monkeypatch.delenv(name, raising=False)
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(test_model=tests)
+    return pytester
+
+
 def use_this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
     """Subprocesses (xdist workers, ``runpytest_subprocess``) import the package from this checkout."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))

@@ -7,11 +7,10 @@ The fake capture's graph pool grows by ``FAKE_POOL_MIB * bs`` MiB reserved per k
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_CONFTEST, run
+from helpers import FAKE_CONFTEST, fake_project, run
 
 from pytest_graphcapture.errors import GoldenError, UsageError
 from pytest_graphcapture.golden.gate import CheckOptions
@@ -62,11 +61,7 @@ GOLDEN_OF_BS4 = Path("goldens/cuda-sm90/test_model.py/test_decode/Fake_bs_4.json
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    for name in list(os.environ):
-        if name.startswith(("GRAPH_CAPTURE_", "FAKE_")):
-            monkeypatch.delenv(name, raising=False)
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_model=TESTS)
+    fake_project(pytester, monkeypatch, CONFTEST, TESTS)
     run(pytester, "--update-golden").assert_outcomes(passed=3)
     return pytester
 
