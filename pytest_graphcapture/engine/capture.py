@@ -22,7 +22,7 @@ from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_replay
 from .backend import Backend, CaptureProgress
 from .guard import check_capture_evidence, check_replay_evidence
-from .memory import recording
+from .memory import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
@@ -118,43 +118,43 @@ def capture_runner(
         profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner.name, rank)
 
     progress = CaptureProgress(on_stage=settings.on_stage)
+    history = backend.memory_history() if settings.memory_snapshot else None
+    snapshot = Recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank))
     try:
         if profiler is not None:
             profiler.__enter__()
-        history = backend.memory_history() if settings.memory_snapshot else None
-        with recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank)) as snapshot:
-            for key in keys:
-                started = time.perf_counter()
-                progress.key = key
-                progress.enter("setup")
-                if per_bs:
-                    profiler.begin_key(key)
-                metrics = KeyMetrics()
-                graph = backend.capture_one(
-                    key,
-                    runner.forward_for(key),
-                    profiler=profiler if per_bs else None,
-                    profiling=per_bs,
-                    post_warmup=runner.post_warmup,
-                    progress=progress,
-                    metrics=metrics,
-                )
-                seconds = time.perf_counter() - started
-                done = profiler.results.get(key) if per_bs else None
-                if backend.kernel_evidence_required and done is not None:
-                    progress.enter("kernel evidence check")
-                    check_capture_evidence(key, done.summary)
-                result.keys[key] = KeyResult(
-                    key,
-                    trace_path=done.trace_path if done else None,
-                    summary=done.summary if done else None,
-                    graph=graph,
-                    seconds=seconds,
-                    metrics=metrics,
-                )
-                if settings.progress is not None:
-                    settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
-        result.memory_snapshot_path = snapshot[0] if snapshot else None
+        for key in keys:
+            started = time.perf_counter()
+            progress.key = key
+            progress.enter("setup")
+            if per_bs:
+                profiler.begin_key(key)
+            metrics = KeyMetrics()
+            graph = backend.capture_one(
+                key,
+                runner.forward_for(key),
+                profiler=profiler if per_bs else None,
+                profiling=per_bs,
+                post_warmup=runner.post_warmup,
+                progress=progress,
+                metrics=metrics,
+            )
+            seconds = time.perf_counter() - started
+            done = profiler.results.get(key) if per_bs else None
+            if backend.kernel_evidence_required and done is not None:
+                progress.enter("kernel evidence check")
+                check_capture_evidence(key, done.summary)
+            result.keys[key] = KeyResult(
+                key,
+                trace_path=done.trace_path if done else None,
+                summary=done.summary if done else None,
+                graph=graph,
+                seconds=seconds,
+                metrics=metrics,
+            )
+            if settings.progress is not None:
+                settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+        result.memory_snapshot_path = snapshot.finish()
         if profiler is not None:
             progress.key = None
             progress.enter("trace export")
@@ -166,9 +166,11 @@ def capture_runner(
             _attach_replay_kernels(result, backend, progress, settings.progress)
     except KeyboardInterrupt:
         _stop_quietly(profiler)
+        snapshot.abandon()
         raise
     except Exception as exc:
         _stop_quietly(profiler)
+        snapshot.abandon()
         if progress.stage == "replay":
             # Its graph could not be read back: the key keeps its trace file but gets no result.
             result.keys.pop(progress.key, None)

@@ -10,9 +10,8 @@ and written atomically into the trace directory.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
-from typing import Iterator, Optional, Protocol
+from typing import Optional, Protocol
 
 import torch
 
@@ -45,22 +44,31 @@ class TorchMemoryHistory:
         torch.cuda.memory._record_memory_history(enabled=None)
 
 
-@contextlib.contextmanager
-def recording(history: Optional[MemoryHistory], path: Path) -> Iterator[list]:
-    """Record the allocator's history inside the block; on success write it to ``path``.
+class Recording:
+    """One capture phase's recording: :meth:`finish` writes the snapshot, :meth:`abandon` drops it.
 
-    Yields a list that holds ``path`` once the snapshot is written.  ``history`` None
-    (no CUDA allocator) records nothing.  On failure nothing is written, and the
-    recorder is always stopped.
+    ``history`` None (no CUDA allocator, or no snapshot asked for) records nothing.
+    The recorder is stopped either way; a failed capture writes no file.
     """
-    written: list = []
-    if history is None:
-        yield written
-        return
-    history.start()
-    try:
-        yield written
-        write_via(path, history.dump)
-        written.append(path)
-    finally:
-        history.stop()
+
+    def __init__(self, history: Optional[MemoryHistory], path: Path) -> None:
+        self.history, self.path = history, path
+        if history is not None:
+            history.start()
+
+    def finish(self) -> Optional[Path]:
+        """Write the snapshot to ``path`` (atomically) and stop; the path, or None when nothing was recorded."""
+        history, self.history = self.history, None
+        if history is None:
+            return None
+        try:
+            write_via(self.path, history.dump)
+        finally:
+            history.stop()
+        return self.path
+
+    def abandon(self) -> None:
+        """Stop recording without writing anything (the capture failed)."""
+        history, self.history = self.history, None
+        if history is not None:
+            history.stop()
