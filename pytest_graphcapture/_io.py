@@ -27,6 +27,16 @@ from .errors import FileError
 PARTIAL_MARK = ".partial"
 
 
+def format_bytes(count: float) -> str:
+    """``1536`` → ``1.5 KiB``: a byte count as a person reads it (binary units)."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Disable the cyclic GC inside the block; the previous state is always restored."""

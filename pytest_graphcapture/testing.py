@@ -117,6 +117,12 @@ class _LoggingStepper:
             self._backend._maybe_fail("step")
         self._inner.step()
 
+    def add_metadata(self, metrics: dict) -> None:
+        """Forwarded to the wrapped profiler when it takes metadata (the real one does)."""
+        add = getattr(self._inner, "add_metadata", None)
+        if callable(add):
+            add(metrics)
+
 
 class FakeBackend(Backend):
     """Records the per-key call sequence; can fail at one stage of one key.
@@ -125,7 +131,9 @@ class FakeBackend(Backend):
     (the profiler step after the capture, where traces are exported) or
     ``replay``; ``fail_key`` the key to fail on (any key when ``None``);
     ``fault`` builds the exception (default :class:`InjectedFault`; pass
-    ``KeyboardInterrupt`` to simulate Ctrl-C).
+    ``KeyboardInterrupt`` to simulate Ctrl-C); ``replay_shows_kernels`` replays
+    each graph as on a GPU, ``kernel_evidence_required`` applies the GPU's
+    empty-capture guard.
     """
 
     name = "fake"
@@ -138,11 +146,13 @@ class FakeBackend(Backend):
         fail_key: Optional[CaptureKey] = None,
         fault: Callable[[str], BaseException] = InjectedFault,
         replay_shows_kernels: bool = False,
+        kernel_evidence_required: bool = False,
     ) -> None:
         super().__init__("cpu")
         self.log = log if log is not None else CallLog()
         self.fail_stage, self.fail_key, self.fault = fail_stage, fail_key, fault
         self.replay_shows_kernels = replay_shows_kernels
+        self.kernel_evidence_required = kernel_evidence_required
         self._stage = ""
         self.graphs: list[FakeGraph] = []
 

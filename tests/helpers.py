@@ -62,13 +62,25 @@ def run(
     return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
 
 
-def fake_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> pytest.Pytester:
-    """A pytester project with FAKE_CONFTEST (plus ``extra``); no graph-capture, fake-model or CI variables leak in."""
+def fake_project(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tests: str | None = None,
+    *,
+    conftest: str | None = None,
+    extra: str = "",
+) -> pytest.Pytester:
+    """A pytester project: ``conftest`` (default :data:`FAKE_CONFTEST`) plus ``extra``, and ``test_model.py``.
+
+    ``tests`` is the test module (default :data:`TEST_DECODE`).  No graph-capture, fake-model,
+    xdist or CI variables of the outer run leak in, and subprocesses import this checkout.
+    """
     for name in list(os.environ):
         if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
             monkeypatch.delenv(name, raising=False)
     use_this_checkout(monkeypatch)
-    pytester.makeconftest(FAKE_CONFTEST + extra)
+    pytester.makeconftest((FAKE_CONFTEST if conftest is None else conftest) + extra)
+    pytester.makepyfile(test_model=TEST_DECODE if tests is None else tests)
     return pytester
 
 
@@ -148,16 +160,3 @@ def test_other(fake_capture, golden):
 """
 
 
-def fake_project(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, test_source: str, conftest: str | None = None
-) -> pytest.Pytester:
-    """A pytester project: ``conftest`` (default :data:`FAKE_CONFTEST`) and ``test_model.py``.
-
-    No GRAPH_CAPTURE_ or FAKE_ variables of the outer run leak in.
-    """
-    for name in list(os.environ):
-        if name.startswith(("GRAPH_CAPTURE_", "FAKE_")):
-            monkeypatch.delenv(name, raising=False)
-    pytester.makeconftest(FAKE_CONFTEST if conftest is None else conftest)
-    pytester.makepyfile(test_model=test_source)
-    return pytester

@@ -16,12 +16,15 @@ context" mean:
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 
 from ..keys import CaptureKey
+from .memory import MemoryHistory, TorchMemoryHistory
+from .result import KeyMetrics
 
 Forward = Callable[[], Any]
 
@@ -77,6 +80,9 @@ class Backend:
     name = "base"
     #: Whether replaying a graph under the profiler shows its kernels (real GPU graphs only).
     replay_shows_kernels = False
+    #: Whether a capture with no launch events (or a replay with no kernels) is a profiler fault:
+    #: true on a GPU, where every real graph launches kernels (see :mod:`.guard`).
+    kernel_evidence_required = False
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
@@ -99,6 +105,14 @@ class Backend:
     def replay(self, graph: Any) -> None:
         graph.replay()
 
+    def memory_stats(self) -> Optional[tuple[int, int]]:
+        """``(allocated, reserved)`` bytes of the device allocator now; None where there is none (CPU)."""
+        return None
+
+    def memory_history(self) -> Optional[MemoryHistory]:
+        """The recorder of the allocator's history (``--graph-capture-memory-snapshot``); None on CPU."""
+        return None
+
     def capture_one(
         self,
         key: CaptureKey,
@@ -108,6 +122,7 @@ class Backend:
         profiling: bool = False,
         post_warmup: Optional[Callable[[CaptureKey], None]] = None,
         progress: Optional[CaptureProgress] = None,
+        metrics: Optional[KeyMetrics] = None,
     ) -> Any:
         """Warm up ``key`` twice, capture it once, and return the graph.
 
@@ -117,10 +132,18 @@ class Backend:
         forward runs inside the graph context; the profiler steps once more only
         **after** the context has exited, because stepping (or stopping) a
         profiler synchronizes the device, which stream capture forbids.
+
+        ``metrics`` (when given) receives the warmups' and the capture's host wall time
+        (``torch.cuda.graph`` synchronizes the device on entry, so the last warmup's
+        device work counts towards the capture) and the allocator growth across the
+        graph context; a profiler that takes metadata (``add_metadata``) gets them while
+        the key's cycle still records, so they land in its exported trace.
         """
         progress = progress if progress is not None else CaptureProgress()
         progress.key = key
+        metrics = metrics if metrics is not None else KeyMetrics()
         stepping = profiling and profiler is not None
+        started = time.perf_counter()
         for warmup in range(1, WARMUPS + 1):
             self.enter_stage(progress, f"warmup {warmup}")
             self.synchronize()
@@ -133,8 +156,17 @@ class Backend:
             if stepping:
                 profiler.step()
         self.enter_stage(progress, "capture")
+        captured = time.perf_counter()
+        metrics.warmup_seconds = captured - started
+        before = self.memory_stats()
         with self.graph_context(key, forward) as graph:
             self.run_forward(forward)
+        metrics.capture_seconds = time.perf_counter() - captured
+        after = self.memory_stats()
+        if before is not None and after is not None:
+            metrics.memory_allocated, metrics.memory_reserved = after[0] - before[0], after[1] - before[1]
+        if stepping and callable(getattr(profiler, "add_metadata", None)):
+            profiler.add_metadata(metrics.to_dict())
         if stepping:
             # The step that closes the key's cycle is where its trace is summarized and exported.
             self.enter_stage(progress, "trace export")
@@ -165,6 +197,7 @@ class CudaGraphBackend(Backend):
 
     name = "cuda-graph"
     replay_shows_kernels = True
+    kernel_evidence_required = True
 
     def __init__(self, device: torch.device | str = "cuda") -> None:
         super().__init__(device)
@@ -175,6 +208,12 @@ class CudaGraphBackend(Backend):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
+
+    def memory_stats(self) -> Optional[tuple[int, int]]:
+        return int(torch.cuda.memory_allocated(self.device)), int(torch.cuda.memory_reserved(self.device))
+
+    def memory_history(self) -> Optional[MemoryHistory]:
+        return TorchMemoryHistory()
 
     def run_forward(self, forward: Forward) -> Any:
         # Warmups run on the capture stream too, as engines do, so lazy

@@ -17,11 +17,14 @@ import torch
 
 from ..errors import CaptureError, UsageError
 from ..keys import CaptureKey, key_label
+from ..naming import memory_snapshot_path
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_replay
 from .backend import Backend, CaptureProgress
+from .guard import check_capture_evidence, check_replay_evidence
+from .memory import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
-from .result import CaptureResult, KeyResult
+from .result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
 
 TRACE_MODES = ("off", "per-bs", "single")
@@ -37,7 +40,9 @@ class CaptureSettings:
       the input of golden checks — even when no trace is exported;
     * ``replay``: replay each captured graph once under the profiler to read its
       kernels (``None`` = when the backend's graphs show kernels, i.e. on GPU);
-    * ``profiler_flags``: stack / flops / memory recording for exported traces.
+    * ``profiler_flags``: stack / flops / memory recording for exported traces;
+    * ``memory_snapshot``: record the CUDA allocator's history during capture and
+      write one snapshot per runner and rank into the trace directory (GPU only).
     """
 
     trace: str = "off"
@@ -48,6 +53,7 @@ class CaptureSettings:
     replay: Optional[bool] = None
     profiler_flags: frozenset = frozenset({"stack", "flops", "memory"})
     environment: dict = field(default_factory=dict)
+    memory_snapshot: bool = False
     progress: Optional[Callable[[str], None]] = None
     #: Told of every stage change of every key (see :class:`~.backend.CaptureProgress`).
     on_stage: Optional[Callable[[Optional[CaptureKey], str], None]] = None
@@ -72,6 +78,10 @@ def current_rank() -> int:
     return 0
 
 
+def _label(key: CaptureKey) -> str:
+    return f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)}"
+
+
 def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey], Any]:
     def summarize(prof: Any, key: CaptureKey) -> Any:
         return summarize_profile(
@@ -91,6 +101,10 @@ def capture_runner(
     profiler is stopped, and :class:`~pytest_graphcapture.errors.CaptureError`
     names the key and stage (its ``partial`` holds the result so far).  A
     ``KeyboardInterrupt`` cleans up the same way and propagates unchanged.
+
+    On a GPU (``backend.kernel_evidence_required``) a key whose capture recorded
+    no launch events, or whose replay recorded no kernels, fails the same way with an
+    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming the likely causes.
     """
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
@@ -110,6 +124,8 @@ def capture_runner(
         profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner.name, rank, settings.trace_group)
 
     progress = CaptureProgress(on_stage=settings.on_stage)
+    history = backend.memory_history() if settings.memory_snapshot else None
+    snapshot = Recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank))
     try:
         if profiler is not None:
             profiler.__enter__()
@@ -119,6 +135,7 @@ def capture_runner(
             progress.enter("setup")
             if per_bs:
                 profiler.begin_key(key)
+            metrics = KeyMetrics()
             graph = backend.capture_one(
                 key,
                 _forward(runner, key),
@@ -126,20 +143,24 @@ def capture_runner(
                 profiling=per_bs,
                 post_warmup=runner.post_warmup,
                 progress=progress,
+                metrics=metrics,
             )
             seconds = time.perf_counter() - started
             done = profiler.results.get(key) if per_bs else None
+            if backend.kernel_evidence_required and done is not None:
+                progress.enter("kernel evidence check")
+                check_capture_evidence(key, done.summary)
             result.keys[key] = KeyResult(
                 key,
                 trace_path=done.trace_path if done else None,
                 summary=done.summary if done else None,
                 graph=graph,
                 seconds=seconds,
+                metrics=metrics,
             )
             if settings.progress is not None:
-                settings.progress(
-                    f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)} captured in {seconds:.3f}s"
-                )
+                settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+        result.memory_snapshot_path = snapshot.finish()
         if profiler is not None:
             progress.key = None
             progress.enter("trace export")
@@ -148,12 +169,14 @@ def capture_runner(
                 result.single_trace_path = profiler.trace_path
             profiler = None
         if _replay_enabled(settings, backend) and settings.summarize:
-            _attach_replay_kernels(result, backend, progress)
+            _attach_replay_kernels(result, backend, progress, settings.progress)
     except KeyboardInterrupt:
         _stop_quietly(profiler)
+        snapshot.abandon()
         raise
     except Exception as exc:
         _stop_quietly(profiler)
+        snapshot.abandon()
         if progress.stage == "replay":
             # Its graph could not be read back: the key keeps its trace file but gets no result.
             result.keys.pop(progress.key, None)
@@ -212,8 +235,14 @@ def _replay_enabled(settings: CaptureSettings, backend: Backend) -> bool:
     return backend.replay_shows_kernels if settings.replay is None else bool(settings.replay)
 
 
-def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: CaptureProgress) -> None:
-    """Replay each graph once under a short profiler; its kernels join the summary."""
+def _attach_replay_kernels(
+    result: CaptureResult, backend: Backend, progress: CaptureProgress, report: Optional[Callable[[str], None]]
+) -> None:
+    """Replay each graph once timed, then once under a short profiler; its kernels join the summary.
+
+    The timed replay also keeps the device busy right before the profiler starts:
+    kernel records at the start of a session after the device idled can be dropped.
+    """
     from torch.profiler import profile
 
     from .profiling import profiler_activities, quiet_kineto
@@ -224,8 +253,17 @@ def _attach_replay_kernels(result: CaptureResult, backend: Backend, progress: Ca
         progress.key = key
         progress.enter("replay")
         backend.synchronize()
+        started = time.perf_counter()
+        backend.replay(key_result.graph)
+        backend.synchronize()
+        key_result.metrics.replay_seconds = time.perf_counter() - started
         with quiet_kineto(), profile(activities=profiler_activities(backend.device)) as prof:
             backend.replay(key_result.graph)
             backend.synchronize()
-        key_result.summary = with_replay(key_result.summary, replay_kernels_from_profile(prof))
+        kernels = replay_kernels_from_profile(prof)
+        if backend.kernel_evidence_required:
+            check_replay_evidence(key, kernels)
+        key_result.summary = with_replay(key_result.summary, kernels)
+        if report is not None:
+            report(f"{_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
     progress.enter("done")

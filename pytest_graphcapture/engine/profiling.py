@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import os
 import re
 import shutil
@@ -228,6 +229,11 @@ class PerBatchSizeProfiler:
                 warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
                 with quiet_kineto():
                     self._prof.step()
+
+    def add_metadata(self, metrics: dict) -> None:
+        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``)."""
+        if self._prof is not None and self._active is not None:
+            self._prof.add_metadata_json("graph_capture_metrics", json.dumps(metrics, sort_keys=True))
 
     def abort_key(self) -> None:
         """Discard the current key's partial cycle and leave the profiler stopped."""

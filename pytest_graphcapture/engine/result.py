@@ -11,8 +11,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from .._io import format_bytes
 from ..keys import CaptureKey
 from ..summary.model import Summary
+
+#: The memory figures of a capture, in bytes: what the capture added to the allocator's counters.
+MEMORY_FIELDS = ("memory_allocated", "memory_reserved")
+
+
+@dataclass
+class KeyMetrics:
+    """What one key's graph cost: warmup, capture and replay wall time, graph-pool memory.
+
+    ``memory_allocated`` / ``memory_reserved`` are the bytes the capture added to the
+    CUDA allocator's counters (``torch.cuda.memory_allocated`` / ``memory_reserved``
+    just before and after the graph context): the graph pool it grew.  They are None
+    where there is no CUDA allocator (CPU).  ``replay_seconds`` is one unprofiled
+    replay, None when the graph was not replayed.  Timings vary from run to run, so
+    they are reported and budgeted, never stored in goldens.
+    """
+
+    warmup_seconds: float = 0.0
+    capture_seconds: float = 0.0
+    replay_seconds: Optional[float] = None
+    memory_allocated: Optional[int] = None
+    memory_reserved: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        """Plain data; absent figures (None) are left out."""
+        return {name: value for name, value in self.__dict__.items() if value is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "KeyMetrics":
+        known = {name for name in cls.__dataclass_fields__}
+        return cls(**{name: value for name, value in data.items() if name in known})
+
+    def describe(self) -> str:
+        """``warmups 0.120s, capture 0.031s, graph memory +2.0 MiB allocated / +20.0 MiB reserved, replay 0.4 ms``."""
+        parts = [f"warmups {self.warmup_seconds:.3f}s", f"capture {self.capture_seconds:.3f}s"]
+        if self.memory_allocated is not None and self.memory_reserved is not None:
+            parts.append(
+                f"graph memory +{format_bytes(self.memory_allocated)} allocated / "
+                f"+{format_bytes(self.memory_reserved)} reserved"
+            )
+        if self.replay_seconds is not None:
+            parts.append(f"replay {self.replay_seconds * 1e3:.3f} ms")
+        return ", ".join(parts)
 
 
 @dataclass
@@ -22,7 +66,8 @@ class KeyResult:
     ``trace_path`` is set when a per-bs trace was exported, ``summary`` when the
     capture was profiled (a :class:`~pytest_graphcapture.summary.model.Summary`),
     ``graph`` is the backend's captured graph (replayable on GPU), and
-    ``seconds`` the wall time of warmups plus capture.
+    ``seconds`` the wall time of the whole key (set-up, warmups, capture, trace export)
+    and ``metrics`` its :class:`KeyMetrics`.
     """
 
     key: CaptureKey
@@ -30,14 +75,16 @@ class KeyResult:
     summary: Any = None
     graph: Any = None
     seconds: float = 0.0
+    metrics: KeyMetrics = field(default_factory=KeyMetrics)
 
     def to_dict(self) -> dict:
-        """Plain data (no graph): key, summary dict, trace path and seconds."""
+        """Plain data (no graph): key, summary dict, trace path, seconds and metrics."""
         return {
             "key": self.key.to_dict(),
             "summary": self.summary.to_dict() if self.summary is not None else None,
             "trace_path": str(self.trace_path) if self.trace_path else None,
             "seconds": self.seconds,
+            "metrics": self.metrics.to_dict(),
         }
 
     @classmethod
@@ -54,6 +101,7 @@ class KeyResult:
             trace_path=Path(data["trace_path"]) if data.get("trace_path") else None,
             summary=summary,
             seconds=float(data.get("seconds", 0.0)),
+            metrics=KeyMetrics.from_dict(data.get("metrics") or {}),
         )
 
 
@@ -67,6 +115,8 @@ class CaptureResult:
     keys: dict[CaptureKey, KeyResult] = field(default_factory=dict)
     single_trace_path: Optional[Path] = None
     mode: str = "per-bs"
+    #: The allocator history of the capture (``--graph-capture-memory-snapshot`` on a GPU).
+    memory_snapshot_path: Optional[Path] = None
 
     def __iter__(self) -> Iterator[KeyResult]:
         return iter(self.keys.values())
@@ -93,6 +143,7 @@ class CaptureResult:
             "rank": self.rank,
             "mode": self.mode,
             "single_trace_path": str(self.single_trace_path) if self.single_trace_path else None,
+            "memory_snapshot_path": str(self.memory_snapshot_path) if self.memory_snapshot_path else None,
             "keys": [item.to_dict() for item in self],
         }
 
@@ -105,6 +156,7 @@ class CaptureResult:
             rank=int(data.get("rank", 0)),
             mode=data.get("mode", "per-bs"),
             single_trace_path=Path(data["single_trace_path"]) if data.get("single_trace_path") else None,
+            memory_snapshot_path=Path(data["memory_snapshot_path"]) if data.get("memory_snapshot_path") else None,
         )
         for item in data["keys"]:
             key_result = KeyResult.from_dict(item, source=source)

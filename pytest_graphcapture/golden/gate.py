@@ -25,7 +25,18 @@ from ..summary.model import Summary
 from ..summary.normalize import LEVELS, compile_patterns
 from . import store
 from .axis import failure_body
-from .budget import BUDGET_FIELD, budget_from_option, launch_budget_of, launch_budget_violations
+from .budget import (
+    BUDGET_FIELD,
+    DEFAULT_MEMORY_TOLERANCE,
+    MEMORY_BUDGET_FIELD,
+    budget_from_option,
+    budget_hints,
+    check_tolerance,
+    launch_budget_of,
+    launch_budget_violations,
+    memory_budget_violations,
+    over_budget_tag,
+)
 from .diff import SECTIONS, KeyDiff, _check_level, _check_sections, _complete, compare, compare_dicts
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
@@ -45,8 +56,11 @@ class CheckOptions:
     max_launches: Union[int, Mapping[int, int], None] = None
     share_ranks: bool = False
     rename: Rename = None
+    max_graph_memory: Union[int, Mapping[int, int], None] = None
+    memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
 
     def __post_init__(self) -> None:
+        check_tolerance(self.memory_tolerance)
         if self.level not in LEVELS:
             raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
         object.__setattr__(self, "sections", _check_sections(self.sections))
@@ -71,6 +85,9 @@ class KeyOutcome:
     over_budget: bool = False
     #: Over its launch budget and otherwise fine: ``--update-golden`` cannot fix it.
     budget_only: bool = False
+    #: Which budgets it is over (``over_budget`` is set for either).
+    over_launch: bool = False
+    over_memory: bool = False
     incomplete: Optional[str] = None
     #: The comparison behind ``lines`` when they start with its rendering.
     diff: Optional[KeyDiff] = None
@@ -124,7 +141,11 @@ class CheckOutcome:
             what = f"has no golden for {', '.join(labels)}"
         else:
             tagged = [
-                f"{k.label} (missing)" if k.missing else f"{k.label} (over launch budget)" if k.over_budget else k.label
+                f"{k.label} (missing)"
+                if k.missing
+                else f"{k.label} ({over_budget_tag(k.over_launch, k.over_memory)})"
+                if k.over_budget
+                else k.label
                 for k in failed
             ]
             what = f"does not match its goldens for {', '.join(tagged)}"
@@ -140,13 +161,7 @@ class CheckOutcome:
         if self.out_folder is not None:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
             tail.append(f"  {self.accept_command(display)}")
-        over = [k.label for k in failed if k.over_budget]
-        if over:
-            tail.append(
-                f"launch budget exceeded for {', '.join(over)}: cut the launches, or raise the budget "
-                f"({BUDGET_FIELD} in the golden file, kept by --update-golden, or "
-                f"golden.check(max_launches=...))"
-            )
+        tail += budget_hints([k.label for k in failed if k.over_launch], [k.label for k in failed if k.over_memory])
         if missing and len(missing) < len(failed):
             tail.append(f"create only the missing ones with: {rerun} --update-golden=new")
         where = f" (locally: updating is refused on CI, {ci_var} is set)" if ci_var else ""
@@ -200,7 +215,7 @@ class _Gate:
         _check_level(o.level, actual, "the captured summary", f"summary of {key}")
         return actual.normalized(o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename)
 
-    def check_key(self, item: Any, option_budget: Optional[int]) -> KeyOutcome:
+    def check_key(self, item: Any, option_budget: Optional[int], option_memory: Optional[int] = None) -> KeyOutcome:
         key = item.key
         path = self.folder / golden_file_name(key, explicit_rank=self.explicit_rank)
         if path.is_symlink():  # the folder is checked and the name is safe: only a link can lead elsewhere
@@ -239,19 +254,34 @@ class _Gate:
             except GoldenError as exc:
                 old, old_error = None, exc
         golden_budget = launch_budget_of(old, path) if old_error is None else None
-        if golden_budget is not None:
-            data[BUDGET_FIELD] = golden_budget  # kept by --update-golden and in --golden-out files
+        golden_memory = launch_budget_of(old, path, field=MEMORY_BUDGET_FIELD) if old_error is None else None
+        for name, value in ((BUDGET_FIELD, golden_budget), (MEMORY_BUDGET_FIELD, golden_memory)):
+            if value is not None:
+                data[name] = value  # kept by --update-golden and in --golden-out files
         budget_lines = launch_budget_violations(
             key,
             int(actual.launches.get("total", 0)),
             [(golden_budget, f"{BUDGET_FIELD} in {shown}"), (option_budget, "golden.check(max_launches=...)")],
         )
+        metrics = getattr(item, "metrics", None)
+        memory_lines = memory_budget_violations(
+            key,
+            getattr(metrics, "memory_reserved", None),
+            [
+                (golden_memory, f"{MEMORY_BUDGET_FIELD} in {shown}"),
+                (option_memory, "golden.check(max_graph_memory=...)"),
+            ],
+            self.options.memory_tolerance,
+        )
+        out.over_launch, out.over_memory = bool(budget_lines), bool(memory_lines)
+        budget_lines += memory_lines
         if self.out_folder is not None:
             try:
                 store.write_golden(self.out_folder / path.name, data)
             except GoldenError as exc:
                 self.warnings.append(f"--golden-out: {exc}")
-        self.compare(out, path, shown, actual, data, old, old_error, identical, golden_budget, stale)
+        carried = golden_budget is not None or golden_memory is not None
+        self.compare(out, path, shown, actual, data, old, old_error, identical, carried, stale)
         if budget_lines:  # over budget fails the key, whatever was written
             out.budget_only = out.outcome != "failed"
             out.lines = (out.lines if out.outcome == "failed" else []) + budget_lines
@@ -268,7 +298,7 @@ class _Gate:
         old: Optional[dict],
         old_error: Optional[GoldenError],
         identical: bool,
-        golden_budget: Optional[int],
+        carried: bool,
         stale: bool = False,
     ) -> None:
         """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode.
@@ -282,7 +312,7 @@ class _Gate:
             out.missing = True
             out.lines = [f"{out.label}: missing golden {shown}"]
             return
-        if identical or (old is not None and golden_budget is not None and store.same_content(old, data)):
+        if identical or (old is not None and carried and store.same_content(old, data)):
             if self.update == "all" and old is not None:
                 # Same content: only a file in an older text layout is rewritten (its own environment kept).
                 self.write(out, path, old, "updated")
@@ -409,6 +439,9 @@ def check_result(
     golden path that leads outside ``golden_dir``.
     """
     budgets = {kr.key: budget_from_option(options.max_launches, kr.key) for kr in result}
+    memory = {
+        kr.key: budget_from_option(options.max_graph_memory, kr.key, argument="max_graph_memory") for kr in result
+    }
     items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant_name or "", kr.key.rank, kr.key.batch_size))
     runner = getattr(result, "runner_name", "") or "capture"
     if not items:
@@ -432,7 +465,8 @@ def check_result(
         items, share_failures = gate.share_ranks(items)
     outcome = CheckOutcome(runner, str(result.platform), options.level, folder, out_folder, len(result))
     outcome.golden_dir = Path(golden_dir)
-    outcome.keys = [gate.check_key(item, budgets.get(item.key)) for item in items] + share_failures
+    outcome.keys = [gate.check_key(item, budgets.get(item.key), memory.get(item.key)) for item in items]
+    outcome.keys += share_failures
     outcome.warnings = gate.warnings
     return outcome
 

@@ -28,6 +28,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
+from .._io import format_bytes
+
 OUTCOMES = ("passed", "failed", "created", "updated")
 COUNT_NAMES = ("checked", "passed", "failed", "created", "updated", "deleted", "unused", "incomplete")
 REPORT_FORMAT = 1
@@ -43,6 +45,8 @@ class KeyRecord:
     golden: str
     outcome: str
     incomplete: Optional[str] = None
+    #: What the graph cost (warmup/capture/replay seconds, graph memory bytes): reported, never compared.
+    metrics: Optional[dict] = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -282,6 +286,7 @@ class SessionReport:
                     "</details>",
                     "",
                 ]
+        out += _metrics_table(self._sorted_records())
         incomplete = [r for r in self._sorted_records() if r.incomplete is not None]
         if incomplete:
             out += ["### Incomplete captures", ""]
@@ -309,3 +314,31 @@ class SessionReport:
 
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _metrics_table(records: list[KeyRecord]) -> list[str]:
+    """The "Capture costs" section: per checked key, its warmup/capture/replay time and graph memory."""
+    rows = [r for r in records if r.metrics]
+    if not rows:
+        return []
+
+    def seconds(value: Optional[float], scale: float = 1.0, unit: str = "s") -> str:
+        return "–" if value is None else f"{value * scale:.3f} {unit}"
+
+    def memory(value: Optional[int]) -> str:
+        return "–" if value is None else format_bytes(value)
+
+    out = [
+        "### Capture costs",
+        "",
+        "| test | key | warmups | capture | replay | graph memory reserved | allocated |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        m = r.metrics or {}
+        out.append(
+            f"| `{r.nodeid}` | {r.key} | {seconds(m.get('warmup_seconds'))} | {seconds(m.get('capture_seconds'))} "
+            f"| {seconds(m.get('replay_seconds'), 1e3, 'ms')} | {memory(m.get('memory_reserved'))} "
+            f"| {memory(m.get('memory_allocated'))} |"
+        )
+    return out + [""]

@@ -24,7 +24,7 @@ from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
 from ..summary.model import SCHEMA_VERSION, Summary
 from ..summary.model import summary_from_dict as model_summary_from_dict
-from .budget import launch_budget_of
+from .budget import MEMORY_BUDGET_FIELD, launch_budget_of
 
 
 def _v1_to_v2(data: dict) -> dict:
@@ -187,12 +187,13 @@ def parse_golden_file(path: Path) -> dict:
 
 
 def checked_golden_dict(data: dict, path: Any) -> dict:
-    """Migrate a parsed golden to the current schema and check its launch budget field (GoldenError naming ``path``).
+    """Migrate a parsed golden to the current schema and check its budget fields (GoldenError naming ``path``).
 
     The summary fields are checked where the golden becomes a Summary (:func:`summary_from_dict`).
     """
     data = migrate(data, path)
     launch_budget_of(data, path)
+    launch_budget_of(data, path, field=MEMORY_BUDGET_FIELD)
     return data
 
 

@@ -86,6 +86,11 @@ class GraphCapture:
         or a ``"module:function"`` string (default: the tensor-parallel embedded
         decoder) — and the result holds every rank's keys.  ``timeout`` overrides
         ``--graph-capture-rank-timeout``.
+
+        The ``graph_capture_isolated`` marker (or ``--graph-capture-isolate=on``) captures
+        in one fresh subprocess the same way (a factory, default: the embedded decoder),
+        so no profiler session that ran earlier in this process can leave its kernel
+        collection dead.
         """
         from ..engine.backend import make_backend
         from ..engine.capture import capture_runner
@@ -100,8 +105,17 @@ class GraphCapture:
                     pytrace=False,
                 )
             timeout = timeout if timeout is not None else marker.kwargs.get("timeout")
+        isolated = self._request.node.get_closest_marker("graph_capture_isolated")
+        if ranks is None and (isolated is not None or self._state.isolate):
+            if timeout is None and isolated is not None:
+                timeout = isolated.kwargs.get("timeout")
+            return self._capture_on_ranks(
+                runner, 1, trace=trace, summarize=summarize, timeout=timeout, what="isolated graph_capture()"
+            )
         if ranks is not None:
-            return self._capture_on_ranks(runner, ranks, trace=trace, summarize=summarize, timeout=timeout)
+            return self._capture_on_ranks(
+                runner, ranks, trace=trace, summarize=summarize, timeout=timeout, what=f"graph_capture(ranks={ranks})"
+            )
         if runner is None:
             runner = self._request.getfixturevalue("decode_runner")
         try:
@@ -120,7 +134,7 @@ class GraphCapture:
         return result
 
     def _capture_on_ranks(
-        self, factory: Any, ranks: Any, *, trace: Optional[str], summarize: bool, timeout: Optional[float]
+        self, factory: Any, ranks: Any, *, trace: Optional[str], summarize: bool, timeout: Optional[float], what: str
     ) -> Any:
         from ..engine.ranks.capture import DEFAULT_FACTORY, capture_on_ranks
         from ..engine.ranks.supervisor import RankError
@@ -129,8 +143,8 @@ class GraphCapture:
             device = self._state.device
             if factory is not None and callable(getattr(factory, "capture_keys", None)):
                 raise UsageError(
-                    f"graph_capture(ranks={ranks}) got a runner object ({type(factory).__name__}); "
-                    f"each rank builds its own runner: pass a module-level factory function "
+                    f"{what} got a runner object ({type(factory).__name__}); "
+                    f"each process builds its own runner: pass a module-level factory function "
                     f"(RankContext -> runner) or a 'module:function' string"
                 )
             capture_settings = self._state.capture_settings(
@@ -146,7 +160,7 @@ class GraphCapture:
             )
             problem = None
         except RankError as exc:
-            problem = f"multi-rank graph capture failed: {exc}"
+            problem = f"{'isolated' if what.startswith('isolated') else 'multi-rank'} graph capture failed: {exc}"
         except UsageError as exc:
             problem = str(exc)
         if problem is not None:  # failed outside the except block: no chained traceback in the report
@@ -209,6 +223,8 @@ class GoldenChecker:
         sections: Optional[Sequence[str]] = None,
         max_launches: Union[int, Mapping[int, int], None] = None,
         name: Optional[str] = None,
+        max_graph_memory: Union[int, Mapping[int, int], None] = None,
+        memory_tolerance: float = 0.1,
     ) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
@@ -228,6 +244,9 @@ class GoldenChecker:
         the test's folder: a test that checks the same runner twice (say a second
         time at ``level="family"``) names the second check; checking the same
         runner twice under one name is a usage error.
+        ``max_graph_memory`` (bytes, an int or ``{batch_size: int}``, like a golden's
+        ``graph_memory_budget`` field) bounds the reserved memory a capture adds, up to
+        ``memory_tolerance`` (a fraction) over it; only checked where memory is measured (GPU).
         """
         s = self._session
         try:
@@ -237,6 +256,8 @@ class GoldenChecker:
                 ignore_ops=ignore_ops,  # type: ignore[arg-type]
                 sections=SECTIONS if sections is None else sections,
                 max_launches=max_launches,
+                max_graph_memory=max_graph_memory,
+                memory_tolerance=memory_tolerance,
                 share_ranks=share_ranks,
                 rename=self._rename(),
             )
@@ -262,7 +283,7 @@ class GoldenChecker:
             problem = None
         if problem is not None:  # failed outside the except block: no chained traceback in the report
             pytest.fail(problem, pytrace=False)
-        self._record(outcome)
+        self._record(outcome, result)
 
     def _claim(self, folder: Path, result: Any, name: Optional[str]) -> None:
         """Refuse a second check that would read and write the goldens of an earlier one in this test."""
@@ -291,8 +312,9 @@ class GoldenChecker:
             return None
         return lambda data: hook(config=config, summary=data)
 
-    def _record(self, outcome: CheckOutcome) -> None:
+    def _record(self, outcome: CheckOutcome, result: Any) -> None:
         s = self._session
+        metrics = {kr.key: kr.metrics.to_dict() for kr in result if getattr(kr, "metrics", None) is not None}
         for message in outcome.warnings:
             warnings.warn(pytest.PytestWarning(message), stacklevel=3)
         for key in outcome.keys:
@@ -304,6 +326,7 @@ class GoldenChecker:
                     s.rel(key.golden),
                     "failed" if key.outcome == "passed" and key.failed else key.outcome,
                     key.incomplete,
+                    metrics.get(key.key),
                 )
             )
         if not outcome.failed:

@@ -41,6 +41,8 @@ class CaptureSession:
     merge: bool = False
     #: Where ``batch_sizes`` came from, as messages name it (the option, variable or ini key).
     batch_sizes_origin: str = "--graph-capture-batch-sizes"
+    memory_snapshot: bool = False
+    isolate: bool = False
     #: Per-rank trace files of this process's multi-rank captures, merged at session end with --graph-capture-merge.
     rank_traces: list = field(default_factory=list)
     merged: list = field(default_factory=list)
@@ -67,6 +69,8 @@ class CaptureSession:
             rank_timeout=_rank_timeout(config),
             merge=s.resolve(config, s.MERGE) == "on",
             batch_sizes_origin=s.where(s.BATCH_SIZES, sizes_source),
+            memory_snapshot=s.resolve(config, s.MEMORY_SNAPSHOT) == "on",
+            isolate=s.resolve(config, s.ISOLATE) == "on",
         )
 
     @property
@@ -137,6 +141,7 @@ class CaptureSession:
             batch_sizes=tuple(self.batch_sizes) if self.batch_sizes else None,
             batch_sizes_origin=self.batch_sizes_origin,
             trace_group=trace_group,
+            memory_snapshot=self.memory_snapshot,
         )
 
     def merge_rank_traces(self) -> None:

@@ -262,6 +262,32 @@ RANK_TIMEOUT = declare(
         metavar="SECONDS",
     )
 )
+MEMORY_SNAPSHOT = declare(
+    Setting(
+        "--graph-capture-memory-snapshot",
+        "GRAPH_CAPTURE_MEMORY_SNAPSHOT",
+        "record the CUDA allocator's history during capture and write one snapshot per runner and rank "
+        "({runner}_rank{r}_memory_snapshot.pickle in DIR/graph_capture_profile/, for pytorch.org/memory_viz); "
+        "GPU only, nothing is written on CPU",
+        default="off",
+        choices=("on", "off"),
+        const="on",
+        metavar="on|off",
+    )
+)
+ISOLATE = declare(
+    Setting(
+        "--graph-capture-isolate",
+        "GRAPH_CAPTURE_ISOLATE",
+        "run every graph_capture() call in a fresh subprocess (as the graph_capture_isolated marker does), "
+        "so no profiler session of another test can leave kernel collection dead; the runner then comes "
+        "from a module-level factory",
+        default="off",
+        choices=("on", "off"),
+        const="on",
+        metavar="on|off",
+    )
+)
 MERGE = declare(
     Setting(
         "--graph-capture-merge",

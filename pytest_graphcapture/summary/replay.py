@@ -88,7 +88,14 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     if not keep_capture and any(k.get("kind", "kernel") == "kernel" and not k.get("op") for k in kernels):
         result.unattributed = REPLAY_UNATTRIBUTED
     if problems:
-        reason = "; ".join(problems) + " (the profiler probably dropped records)"
+        dropped = len(replay_kernels) < captured
+        cause = (
+            "the profiler probably dropped records: kernel records at the start of a profiler session are "
+            "dropped as out of range, more the longer the GPU idled before it"
+            if dropped
+            else "the profiler probably dropped records"
+        )
+        reason = "; ".join(problems) + f" ({cause})"
         result.complete = False
         result.incomplete_reason = reason
         warnings.warn(

@@ -26,7 +26,7 @@ FOLDER = "cpu/test_model.py/test_decode"
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """Goldens for bs=1,2,4,8 of two tests; the capture now has 1,2,4, so bs=8 is a deletion candidate."""
-    fake_project(pytester, monkeypatch, FAULTS)
+    fake_project(pytester, monkeypatch, extra=FAULTS)
     pytester.makepyfile(test_model=TEST_DECODE)
     monkeypatch.setenv("FAKE_BATCH_SIZES", "1,2,4,8")
     run(pytester, "--update-golden").assert_outcomes(passed=2)

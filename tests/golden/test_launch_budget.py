@@ -53,7 +53,7 @@ GOLDEN_OF_BS8 = Path("goldens/cuda-sm90/test_model.py/test_decode/Fake_bs_8.json
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    return fake_project(pytester, monkeypatch, TESTS, CONFTEST)
+    return fake_project(pytester, monkeypatch, TESTS, conftest=CONFTEST)
 
 
 def set_budget(path: Path, budget: object) -> None:

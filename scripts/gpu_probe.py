@@ -1,0 +1,199 @@
+"""What a GPU machine should tell us about the profiler and CUDA graphs, answered into files.
+
+    python scripts/gpu_probe.py probe   OUT.json [--device cuda|cpu]
+    python scripts/gpu_probe.py timings OUT.json [--device cuda|cpu] [--repeat 3] [--batch-sizes 1,2,4]
+
+``probe`` captures a small graph (a GEMM, an elementwise op and a memset) and
+replays it under the profiler, twice in the same process, and answers: are there
+kernel events for captured-only kernels? do replay kernels share the graph launch's
+correlation id? do capture launches and replay kernels carry graph node ids? how do
+memsets appear in a replay? how many streams do replay kernels use? does a second
+profiler session still link replay kernels to their launch?
+
+``timings`` captures the embedded decoder with profiling off, summary only and
+per-bs trace export (median of ``--repeat`` runs each), gives the ratios, and the
+per-key metrics (warmup/capture/replay time, graph memory) of one summarized run.
+
+On CPU (``scripts/gpu_check.sh --dry-run``) both run the same code on the eager
+stand-in, and the GPU-only answers say "no GPU".  Used by scripts/gpu_check.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.profiler import profile
+
+from pytest_graphcapture.engine.backend import make_backend
+from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
+from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
+from pytest_graphcapture.engine.device import detect_platform, environment_from_device
+from pytest_graphcapture.engine.profiling import profiler_activities
+
+GPU_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
+LAUNCH = ("cudaLaunchKernel", "cudaGraphLaunch", "hipLaunchKernel", "hipGraphLaunch", "hipExtModuleLaunchKernel")
+
+
+def _events(prof: profile) -> list[dict]:
+    """The exported Chrome trace events of ``prof`` (what users' trace files hold)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return json.loads(path.read_text()).get("traceEvents", [])
+
+
+def _graph_ids(events: list[dict]) -> list[str]:
+    """Argument names that look like graph node / graph ids, over all events."""
+    return sorted({name for e in events for name in e.get("args", {}) if "graph" in name.lower()})
+
+
+class SmallGraph:
+    """A GEMM, an elementwise op and a memset (``zero_``) on static buffers."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.x = torch.randn(64, 64, device=device)
+        self.w = torch.randn(64, 64, device=device)
+        self.out = torch.empty(64, 64, device=device)
+
+    def __call__(self) -> None:
+        self.out.zero_()
+        self.out.add_(torch.relu(self.x @ self.w))
+
+
+def probe(device: torch.device) -> dict:
+    gpu = device.type == "cuda"
+    backend = make_backend(device)
+    forward = SmallGraph(device)
+    activities = profiler_activities(device)
+    for _ in range(2):
+        backend.run_forward(forward)
+    backend.synchronize()
+    with profile(activities=activities) as capture_prof:
+        with backend.graph_context(None, forward) as graph:  # type: ignore[arg-type]
+            backend.run_forward(forward)
+        backend.synchronize()
+    capture = _events(capture_prof)
+    sessions = []
+    for _ in range(2):  # the second session answers the last question
+        backend.synchronize()
+        with profile(activities=activities) as prof:
+            backend.replay(graph)
+            backend.synchronize()
+        sessions.append(_events(prof))
+    answers: dict[str, Any] = {"device": str(device), "platform": detect_platform(device)}
+    answers["environment"] = environment_from_device(device)
+    answers["capture"] = {
+        "launch_events": sum(1 for e in capture if e.get("name", "").split("_v")[0] in LAUNCH),
+        "gpu_events": sum(1 for e in capture if e.get("cat") in GPU_CATS),
+        "graph_id_args": _graph_ids(capture),
+    }
+    answers["replays"] = [_replay_answers(events) for events in sessions]
+    first, second = answers["replays"]
+    questions = {
+        "kernel events for captured-only kernels": answers["capture"]["gpu_events"] > 0,
+        "replay kernels share the graph launch's correlation id": first["share_launch_correlation"],
+        "capture launches carry graph node ids": bool(answers["capture"]["graph_id_args"]),
+        "replay kernels carry graph node ids": bool(first["graph_id_args"]),
+        "memsets in a replay appear as": first["memset_names"] or "no memset events",
+        "streams used by replay kernels": first["streams"],
+        "a second profiler session still links replay kernels to their launch": second["share_launch_correlation"],
+    }
+    answers["answers"] = questions if gpu else {q: "no GPU (dry run)" for q in questions}
+    return answers
+
+
+def _replay_answers(events: list[dict]) -> dict:
+    launches = [e for e in events if e.get("name", "").split("_v")[0] in ("cudaGraphLaunch", "hipGraphLaunch")]
+    gpu = [e for e in events if e.get("cat") in GPU_CATS]
+    launch_ids = {e.get("args", {}).get("correlation") for e in launches}
+    linked = [e for e in gpu if e.get("args", {}).get("correlation") in launch_ids]
+    return {
+        "graph_launches": len(launches),
+        "gpu_events": len(gpu),
+        "kernels": sorted({e["name"] for e in gpu if e.get("cat") == "kernel"}),
+        "linked_to_launch": len(linked),
+        "share_launch_correlation": bool(gpu) and len(linked) == len(gpu),
+        "graph_id_args": _graph_ids(gpu),
+        "memset_names": sorted({f"{e['cat']}: {e['name']}" for e in gpu if "memset" in (e["cat"] + e["name"]).lower()}),
+        "streams": len({e.get("args", {}).get("stream") for e in gpu}),
+    }
+
+
+def _median_seconds(run: Callable[[], Any], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def timings(device: torch.device, repeat: int, batch_sizes: list[int]) -> dict:
+    platform = detect_platform(device)
+    runner = TinyDecodeRunner(batch_sizes, device=device)
+    modes = {
+        "off": dict(trace="off", summarize=False),
+        "summary-only": dict(trace="off", summarize=True),
+        "per-bs export": dict(trace="per-bs", summarize=True),
+    }
+    medians = {}
+    with tempfile.TemporaryDirectory() as folder:
+        # One untimed run first: lazy initialisation (kernels, profiler libraries) is not a mode's cost.
+        capture_runner(runner, make_backend(device), CaptureSettings(out_dir=folder, platform=platform))
+        for name, values in modes.items():
+            settings = CaptureSettings(out_dir=Path(folder) / name.split()[0], platform=platform, **values)
+
+            def run(settings: CaptureSettings = settings) -> Any:
+                backend = make_backend(device)
+                try:
+                    return capture_runner(runner, backend, settings)
+                finally:
+                    backend.release()
+
+            medians[name] = _median_seconds(run, repeat)
+        result = capture_runner(runner, make_backend(device), CaptureSettings(out_dir=folder, platform=platform))
+    base = medians["off"] or float("nan")
+    return {
+        "device": str(device),
+        "platform": platform,
+        "batch_sizes": batch_sizes,
+        "repeat": repeat,
+        "median_seconds": medians,
+        "ratio_to_off": {name: value / base for name, value in medians.items()},
+        "per_key_metrics": {str(kr.key): kr.metrics.to_dict() for kr in result},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("probe", "timings"))
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch-sizes", default="1,2,4,8,16,32")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(
+            f"gpu_probe.py: no GPU visible to torch {torch.__version__}; use --device cpu for a dry run",
+            file=sys.stderr,
+        )
+        return 2
+    device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
+    sizes = [int(part) for part in args.batch_sizes.split(",") if part]
+    answers = probe(device) if args.what == "probe" else timings(device, args.repeat, sizes)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(answers, indent=2, sort_keys=True, default=str) + "\n")
+    print(json.dumps(answers.get("answers", answers.get("ratio_to_off")), indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""scripts/gpu_check.sh --dry-run: the GPU check's own plumbing, on CPU, as CI runs it.
+
+Every step runs (gpu-marked tests, the examples with traces and a golden harvest,
+the profiler probe, the capture timings), and every file the GPU run is read for
+is written: the summary, the harvested goldens, the probe's answers, the timings
+with their ratios and per-key metrics, and the copied traces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
+
+
+def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Path) -> None:
+    out = tmp_path / "check"
+    env = dict(os.environ, PYTHON=sys.executable)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = (out / "summary.md").read_text()
+    assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
+    for step in ("gpu-tests", "examples", "probe", "timings"):
+        assert f"| {step} | 0 |" in summary, summary
+    probe = json.loads((out / "probe.json").read_text())
+    assert len(probe["answers"]) == 7 and set(probe["answers"].values()) == {"no GPU (dry run)"}
+    assert probe["capture"]["gpu_events"] == 0 and len(probe["replays"]) == 2
+    timings = json.loads((out / "timings.json").read_text())
+    assert set(timings["median_seconds"]) == {"off", "summary-only", "per-bs export"}
+    assert timings["ratio_to_off"]["off"] == 1.0
+    assert all(m["capture_seconds"] > 0 for m in timings["per_key_metrics"].values())
+    harvested = sorted(p.relative_to(out / "goldens").as_posix() for p in (out / "goldens").rglob("*.json"))
+    assert harvested and all(name.startswith("cpu/") for name in harvested)
+    assert len(list((out / "traces").glob("*.json.gz"))) == 3
+
+
+def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--out", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "torch sees no GPU here; run it on a GPU machine, or pass --dry-run" in done.stderr
