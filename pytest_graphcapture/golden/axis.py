@@ -36,8 +36,8 @@ def _sizes(sizes: Iterable[int]) -> str:
     return "bs=" + ",".join(str(bs) for bs in sorted(sizes))
 
 
-def _grouped(items: dict[int, list[str]]) -> list[tuple[list[int], str]]:
-    """``[(sizes, template)]`` covering every ``(size, line)`` of ``items`` once, largest groups first."""
+def _grouped(items: dict[int, list[str]], by_subject: bool = True) -> list[tuple[list[int], str]]:
+    """``[(sizes, template)]`` covering every ``(size, line)`` of ``items`` once."""
     left = {bs: Counter(lines) for bs, lines in items.items()}
     out: list[tuple[list[int], str]] = []
     while any(+lines for lines in left.values()):
@@ -58,10 +58,11 @@ def _grouped(items: dict[int, list[str]]) -> list[tuple[list[int], str]]:
             template = _fill(template, covered[0])  # one size: print it as it is
         out.append((covered, template))
 
-    # By op or kernel name, then in the order the per-size diffs list them (removed before added).
+    # By op or kernel name (unless ``by_subject`` is False), then in the order the per-size
+    # diffs list them (removed before added; total launches first).
     def position(item: tuple[list[int], str]) -> tuple:
         sizes, template = item
-        subject = template.split(" ", 2)[1] if template.count(" ") >= 2 else template
+        subject = template.split(" ", 2)[1] if by_subject and template.count(" ") >= 2 else ""
         return (subject, min(items[bs].index(_fill(template, bs)) for bs in sizes), sizes)
 
     return sorted(out, key=position)
@@ -94,7 +95,8 @@ def group_lines(diffs: Sequence[tuple[CaptureKey, KeyDiff]], all_sizes: Sequence
         if not items:
             continue
         lines.append(f"  {section}:")
-        lines.extend(f"    {_render(sizes, template)}" for sizes, template in _grouped(items))
+        grouped = _grouped(items, by_subject=section != "launches")
+        lines.extend(f"    {_render(sizes, template)}" for sizes, template in grouped)
     notes = {bs: d.notes for bs, d in by_bs.items() if d.notes}
     lines.extend(f"  note: {_render(sizes, template)}" for sizes, template in _grouped(notes))
     return lines
