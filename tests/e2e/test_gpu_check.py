@@ -28,7 +28,7 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,  # four steps of at most 420 s each on a loaded CPU machine
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
