@@ -158,5 +158,3 @@ def test_decode(fake_capture, golden):
 def test_other(fake_capture, golden):
     golden.check(fake_capture())
 """
-
-

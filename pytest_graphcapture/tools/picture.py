@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from .matrix import PathLike, at_level, coarsest, collect, collect_tree, kernel_matrix
 from ..keys import batch_size_text
+from .matrix import PathLike, at_level, coarsest, collect, collect_tree, kernel_matrix
 
 #: Cell / row states against the goldens.
 SAME, ADDED, REMOVED, CHANGED, NO_GOLDEN = "same", "added", "removed", "changed", "no-golden"
