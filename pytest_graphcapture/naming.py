@@ -32,6 +32,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 TRACE_SUBDIR = "graph_capture_profile"
 TRACE_SUFFIXES = (".json", ".json.gz")
 GOLDEN_SUFFIX = ".json"
+#: The full failure text a check writes beside the summaries it harvests with --golden-out.
+HARVEST_DIFF_NAME = "diff.txt"
 MERGED_SUFFIX = "_merged.json.gz"
 
 

@@ -25,6 +25,7 @@ from ..golden.gate import CheckOptions, CheckOutcome, check_result
 from ..golden.report import KeyRecord
 from ..golden.store import golden_folder
 from ..keys import safe_name
+from ..naming import HARVEST_DIFF_NAME
 from . import settings
 from .session import CaptureSession, GoldenSession
 
@@ -350,7 +351,7 @@ class GoldenChecker:
     def _write_full_diff(self, outcome: CheckOutcome, lines: list[str]) -> Optional[Path]:
         s = self._session
         if outcome.out_folder is not None:
-            path = outcome.out_folder / "diff.txt"
+            path = outcome.out_folder / HARVEST_DIFF_NAME
         else:
             path = s.diff_dir() / f"{safe_name(self._nodeid)}.txt"
         try:

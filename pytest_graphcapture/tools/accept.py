@@ -20,7 +20,7 @@ from .._io import write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
 from ..keys import UNKNOWN_BATCH_SIZE, safe_name
-from ..naming import GOLDEN_SUFFIX, golden_file_name, is_hidden
+from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, golden_file_name, is_hidden
 from .dirdiff import describe_differences
 
 
@@ -61,7 +61,11 @@ def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[Pl
     if not harvest.is_dir():
         raise UsageError(f"{harvest}: not a directory (give the folder --golden-out wrote)")
     files = sorted(
-        p for p in harvest.rglob("*") if p.is_file() and not any(is_hidden(q) for q in p.relative_to(harvest).parts)
+        p
+        for p in harvest.rglob("*")
+        if p.is_file()
+        and not any(is_hidden(q) for q in p.relative_to(harvest).parts)
+        and p.name != HARVEST_DIFF_NAME  # the failure text a check writes beside its harvest, not a golden
     )
     if only is not None:
         files = [p for p in files if fnmatch.fnmatchcase(p.relative_to(harvest).as_posix(), only)]

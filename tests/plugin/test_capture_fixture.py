@@ -113,9 +113,9 @@ def test_progress_per_key_shows_live_with_v_and_without_s(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*graph-capture: FakeRunner bs=4 rank=0 captured in *s",
-            "*graph-capture: FakeRunner bs=2 rank=0 captured in *s",
-            "*graph-capture: FakeRunner bs=1 rank=0 captured in *s",
+            "*graph-capture: FakeRunner bs=4 rank=0 captured in *s*",
+            "*graph-capture: FakeRunner bs=2 rank=0 captured in *s*",
+            "*graph-capture: FakeRunner bs=1 rank=0 captured in *s*",
         ]
     )
 
@@ -128,7 +128,7 @@ def test_a_long_capture_reports_its_total_on_one_line_without_v(
     monkeypatch.setattr(fixtures, "LONG_CAPTURE_S", 0.0)  # the in-process run shares the module
     result = run(project)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*graph-capture: FakeRunner: 3 keys captured in *s"])
+    result.stdout.fnmatch_lines(["*graph-capture: FakeRunner: 3 keys captured in *s*"])
     assert "bs=4" not in result.stdout.str()
 
 

@@ -67,16 +67,16 @@ def test_dry_run_then_accept_created_changed_unchanged(trees: tuple[Path, Path],
         f"dry run: 1 created, 1 changed, 1 unchanged in {goldens}; nothing written",
     ]
     assert _tree(goldens) == before
-    code, out, _ = _main(capsys, "accept", str(harvest), "--golden-dir", str(goldens))
+    code, out, err = _main(capsys, "accept", str(harvest), "--golden-dir", str(goldens))
     assert code == 0 and out.splitlines()[-1] == f"accepted into {goldens}: 1 created, 1 changed, 1 unchanged"
     assert _tree(goldens) == {k: v for k, v in _tree(harvest).items()}
-    code, out, _ = _main(capsys, "accept", str(harvest), "--golden-dir", str(goldens))
+    code, out, err = _main(capsys, "accept", str(harvest), "--golden-dir", str(goldens))
     assert code == 0 and out.splitlines()[-1].endswith("0 created, 0 changed, 3 unchanged")
 
 
 def test_only_pattern(trees: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
     goldens, harvest = trees
-    code, out, _ = _main(capsys, "accept", str(harvest), "--golden-dir", str(goldens), "--only", "*_bs_4.json")
+    code, out, err = _main(capsys, "accept", str(harvest), "--golden-dir", str(goldens), "--only", "*_bs_4.json")
     assert code == 0 and out.splitlines() == [
         f"created   {FOLDER}/Eng_bs_4.json",
         f"accepted into {goldens}: 1 created, 0 changed, 0 unchanged",
@@ -154,9 +154,9 @@ def test_the_command_a_failing_harvest_prints_accepts_it(
     command = next(line.strip() for line in failed.outlines if line.strip().startswith("graphcapture accept "))
     assert command == "graphcapture accept harvest --golden-dir goldens --only 'cpu/test_model.py/test_decode/*'"
     monkeypatch.chdir(pytester.path)
-    code, out, _ = _main(
+    code, out, err = _main(
         capsys, "accept", "harvest", "--golden-dir", "goldens", "--only", "cpu/test_model.py/test_decode/*"
     )
-    assert code == 0 and out.splitlines()[-1] == "accepted into goldens: 0 created, 3 changed, 0 unchanged"
+    assert code == 0 and out.splitlines()[-1] == "accepted into goldens: 0 created, 3 changed, 0 unchanged", err
     assert "    ~ aten::mm [[1,256],[256,256]] → [[1,512],[512,256]]" in out.splitlines()
     run(pytester).assert_outcomes(passed=1)
