@@ -142,10 +142,10 @@ def test_verbose_mode_prints_one_progress_line_per_key(pytester: pytest.Pytester
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "graph-capture: FakeRunner bs=2 rank=0 captured in *s*",
-            "graph-capture: FakeRunner bs=2 variant=lora rank=0 captured in *s*",
-            "graph-capture: FakeRunner bs=1 rank=0 captured in *s*",
-            "graph-capture: FakeRunner bs=1 variant=lora rank=0 captured in *s*",
+            "graph-capture: FakeRunner bs=2 rank=0 captured in *s (warmups *s, capture *s)",
+            "graph-capture: FakeRunner bs=2 variant=lora rank=0 captured in *s (warmups *s, capture *s)",
+            "graph-capture: FakeRunner bs=1 rank=0 captured in *s (warmups *s, capture *s)",
+            "graph-capture: FakeRunner bs=1 variant=lora rank=0 captured in *s (warmups *s, capture *s)",
         ]
     )
     quiet = pytester.runpytest()
