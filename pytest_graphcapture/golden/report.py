@@ -96,6 +96,8 @@ class SessionReport:
     update_mode: Optional[str] = None
     #: The HTML picture (kernel × batch-size matrix) written beside the Markdown report, relative to it.
     picture: Optional[str] = None
+    #: Output the session was asked for and could not write, each starting with the option; they fail the run.
+    errors: list[str] = field(default_factory=list)
 
     # ----------------------------------------------------------------- filling
 
@@ -132,6 +134,7 @@ class SessionReport:
             "deleted": files(self.deleted),
             "unused": files(self.unused),
             "picture": self.picture,
+            "errors": list(self.errors),
         }
 
     @classmethod
@@ -150,6 +153,7 @@ class SessionReport:
             deleted=[FileRecord(**f) for f in data.get("deleted", [])],
             unused=[FileRecord(**f) for f in data.get("unused", [])],
             picture=data.get("picture"),
+            errors=list(data.get("errors", [])),
         )
 
     def merge(self, other: "SessionReport | dict") -> None:
@@ -166,6 +170,7 @@ class SessionReport:
         self.used |= other.used
         self.deleted.extend(f for f in other.deleted if f not in self.deleted)
         self.unused.extend(f for f in other.unused if f not in self.unused)
+        self.errors.extend(e for e in other.errors if e not in self.errors)
 
     # ----------------------------------------------------------------- counting
 
@@ -204,7 +209,7 @@ class SessionReport:
 
     @property
     def empty(self) -> bool:
-        return not self.records and not self.unused and not self.deleted
+        return not self.records and not self.unused and not self.deleted and not self.errors
 
     # ----------------------------------------------------------------- rendering
 
@@ -238,9 +243,15 @@ class SessionReport:
             lines.append(f"deleted: {self._golden_path(f.path)}")
         for f in sorted(self.unused, key=lambda f: f.path):
             lines.append(f"unused: {self._golden_path(f.path)} (remove with --update-golden)")
-        if self.obtained_dir and self.records:
+        lines += [f"error: {e}" for e in self.errors]
+        if self.obtained_dir and self.records and not self.harvest_failed:
             lines.append(f"obtained summaries written under {self.obtained_dir}")
         return lines
+
+    @property
+    def harvest_failed(self) -> bool:
+        """Some obtained summary could not be written under ``--golden-out``."""
+        return any(e.startswith("--golden-out") for e in self.errors)
 
     def markdown(self) -> str:
         """The report as GitHub-flavoured Markdown (counts table, failures with diffs, unused files)."""
@@ -284,7 +295,9 @@ class SessionReport:
                 out += [f"### {title}", ""]
                 out += [f"- `{self._golden_path(f.path)}`" for f in sorted(files, key=lambda f: f.path)]
                 out.append("")
-        if self.obtained_dir and self.records:
+        if self.errors:
+            out += ["### Errors", ""] + [f"- {_html(e)}" for e in self.errors] + [""]
+        if self.obtained_dir and self.records and not self.harvest_failed:
             out += [f"Obtained summaries were written under `{self.obtained_dir}`.", ""]
         return "\n".join(out)
 

@@ -249,7 +249,8 @@ class GoldenChecker:
 
     def _record(self, outcome: CheckOutcome) -> None:
         s = self._session
-        for message in outcome.warnings:
+        for message in outcome.warnings:  # output that could not be written: the run fails at its end
+            s.report.errors.append(message)
             warnings.warn(pytest.PytestWarning(message), stacklevel=3)
         for key in outcome.keys:
             s.report.add_record(
