@@ -74,6 +74,40 @@ class FolderRecord:
     nodeid: str
 
 
+#: Up to this many key labels are listed one by one; more are summarized as batch-size ranges.
+LIST_LIMIT = 8
+_LABEL = re.compile(r"^bs=(?P<bs>\d+)(?P<rest>[^(]*?)(?: \((?P<tag>[^)]*)\))?$")
+
+
+def summarize_labels(labels: Iterable[str], limit: int = LIST_LIMIT) -> str:
+    """Key labels for one line: listed when few, else ``bs=1…256 (256 sizes)`` per variant/rank/tag.
+
+    A head line naming 256 failing sizes one by one runs to thousands of
+    characters; the per-key details follow it anyway.
+    """
+    labels = list(labels)
+    if len(labels) <= limit:
+        return ", ".join(labels)
+    groups: dict[tuple[str, str], list[int]] = {}
+    others: list[str] = []
+    for label in labels:
+        match = _LABEL.match(label)
+        if match is None:
+            others.append(label)
+            continue
+        groups.setdefault((match["rest"], match["tag"] or ""), []).append(int(match["bs"]))
+    parts = []
+    for (rest, tag), sizes in groups.items():
+        if len(sizes) == 1:
+            parts.append(f"bs={sizes[0]}{rest}" + (f" ({tag})" if tag else ""))
+            continue
+        what = f"{len(sizes)} sizes" + (f", {tag}" if tag else "")
+        parts.append(f"bs={min(sizes)}…{max(sizes)}{rest} ({what})")
+    if len(others) > limit:
+        others = others[:limit] + [f"… {len(others) - limit} more"]
+    return ", ".join(parts + others)
+
+
 def _natural(text: str) -> tuple:
     """Sort key that orders embedded numbers by value (``bs_2`` before ``bs_12``)."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
@@ -231,7 +265,7 @@ class SessionReport:
             if r.outcome == "failed":
                 failed.setdefault(r.nodeid, []).append(r.key)
         for nodeid, keys in failed.items():
-            lines.append(f"failed: {nodeid} ({', '.join(keys)})")
+            lines.append(f"failed: {nodeid} ({summarize_labels(keys)})")
         for r in self._sorted_records():
             if r.incomplete is not None:
                 lines.append(f"incomplete: {r.nodeid} {r.key}: {r.incomplete}")

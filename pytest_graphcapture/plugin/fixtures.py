@@ -9,7 +9,6 @@ a pytest failure.
 
 from __future__ import annotations
 
-import shlex
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -266,7 +265,7 @@ class GoldenChecker:
         if not outcome.failed:
             return
         head, body, tail = outcome.failure_parts(
-            rerun=f"pytest {shlex.quote(self._nodeid)}",
+            rerun=s.rerun_command(self._nodeid),
             display=lambda p: s.display(Path(p)),
             ci_var=settings.ci_environment(),
         )

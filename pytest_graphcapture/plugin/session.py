@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import tempfile
 import warnings
@@ -25,6 +26,7 @@ from ..golden import store
 from ..golden.gate import unused_goldens
 from ..golden.lock import GoldenLock
 from ..golden.report import FileRecord, SessionReport
+from ..summary.tracefile import resolve_max_bytes
 from . import settings as s
 
 
@@ -56,10 +58,11 @@ class CaptureSession:
         flags_text, flags_source = s.resolve_with_source(config, s.PROFILER_FLAGS_SETTING)
         flags = s.parse_profiler_flags(flags_text, s.where(s.PROFILER_FLAGS_SETTING, flags_source))
         replay = {"auto": None, "on": True, "off": False}[s.resolve(config, s.REPLAY) or "auto"]
+        resolve_max_bytes()  # a bad GRAPH_CAPTURE_MAX_TRACE_BYTES is refused now, not when a trace is read
         return cls(
             config=config,
             trace=s.resolve(config, s.TRACE) or "off",
-            out_dir=s.resolve_path(config, s.DIR) or Path(config.rootpath),
+            out_dir=_trace_dir(config),
             batch_sizes=batch_sizes,
             device_choice=s.resolve(config, s.DEVICE) or "auto",
             platform_override=s.resolve(config, s.PLATFORM),
@@ -152,6 +155,23 @@ class CaptureSession:
             return []
         folders = sorted({str(p.parent) for p in self.merged})
         return [f"graph-capture: {len(self.merged)} merged multi-rank trace(s) written to {', '.join(folders)}"]
+
+
+def _trace_dir(config: pytest.Config) -> Path:
+    """``--graph-capture-dir``: a folder (existing or to be made), never a file."""
+    path = s.resolve_path(config, s.DIR) or Path(config.rootpath)
+    where = s.where(s.DIR, s.resolve_with_source(config, s.DIR)[1])
+    if any(ch in str(path) for ch in "\n\r\0"):
+        raise UsageError(f"{where}: {str(path)!r} contains a line break or NUL; give a plain folder name")
+    try:
+        for folder in (path, *path.parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise UsageError(f"{where} {path}: {folder} is a file, expected a folder for the traces")
+                break
+    except OSError as exc:  # a symlink loop, a name too long
+        raise UsageError(f"{where} {path}: {exc.strerror or exc}") from None
+    return path
 
 
 def _rank_timeout(config: pytest.Config) -> float:
@@ -283,6 +303,20 @@ class GoldenSession:
             return Path(path).relative_to(self.config.invocation_params.dir).as_posix()
         except ValueError:
             return str(path)
+
+    def rerun_command(self, nodeid: str) -> str:
+        """``pytest <test>`` that runs ``nodeid`` from the directory pytest was invoked in.
+
+        Node ids are relative to the rootdir; the user may have run pytest from
+        elsewhere (``pytest examples/…`` with the rootdir in ``examples``).
+        """
+        module, sep, rest = nodeid.partition("::")
+        path = Path(self.config.rootpath) / module
+        try:
+            target = os.path.relpath(path, self.config.invocation_params.dir)
+        except ValueError:  # another drive (Windows): only the absolute path works
+            target = str(path)
+        return f"pytest {shlex.quote(Path(target).as_posix() + sep + rest)}"
 
     def rel(self, path: Path) -> str:
         return Path(path).relative_to(self.golden_dir).as_posix()

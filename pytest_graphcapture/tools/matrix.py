@@ -7,10 +7,10 @@ prints (:func:`render_matrix_text`) and the HTML picture draws.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
+from .._io import JSONProblem, is_scratch, loads_strict
 from ..errors import TraceFormatError, UsageError
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
@@ -28,8 +28,8 @@ def load_any(path: Union[str, Path], *, level: Optional[str] = None) -> Summary:
     data = read_trace_bytes(path)
     if data[:2] != b"\x1f\x8b":
         try:
-            obj = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            obj = loads_strict(data.decode("utf-8"))
+        except (UnicodeDecodeError, JSONProblem):
             obj = None  # let the trace parser produce the precise error
         if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
             summary = Summary.from_dict(obj, source=str(path))
@@ -89,7 +89,11 @@ def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[di
 def collect_dir(directory: Path, level: Optional[str]) -> list[Summary]:
     if not directory.is_dir():
         raise TraceFormatError(directory, "is not a directory")
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    files = sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file() and p.name.endswith((".json", ".json.gz")) and not is_scratch(p.name)
+    )
     if not files:
         raise TraceFormatError(directory, "contains no summary JSON or trace files (*.json, *.json.gz)")
     summaries = [load_any(p, level=None) for p in files]
