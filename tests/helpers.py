@@ -62,6 +62,14 @@ def run(
     return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
 
 
+def isolated_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No plugin setting, fake-capture switch, xdist or CI variable leaks in; subprocesses use this checkout."""
+    for name in list(os.environ):
+        if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
+            monkeypatch.delenv(name, raising=False)
+    use_this_checkout(monkeypatch)
+
+
 def use_this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
     """Subprocesses (xdist workers, ``runpytest_subprocess``) import the package from this checkout."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))

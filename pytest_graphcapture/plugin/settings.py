@@ -219,7 +219,7 @@ BATCH_SIZES = declare(
     Setting(
         "--graph-capture-batch-sizes",
         "GRAPH_CAPTURE_BATCH_SIZES",
-        "comma-separated batch sizes the embedded runner captures, e.g. 1,2,4",
+        "comma-separated batch sizes the embedded runner captures, e.g. 1,2,4 (ASCII digits, 1 to 65536)",
         metavar="LIST",
     )
 )

@@ -8,10 +8,8 @@ deletes nothing.  Each case is run in-process and under ``-n 2``.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from helpers import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, run, use_this_checkout
+from helpers import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, isolated_checkout, run
 
 FAULTS = """
 
@@ -28,10 +26,7 @@ FOLDER = "cpu/test_model.py/test_decode"
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """Goldens for bs=1,2,4,8 of two tests; the capture now has 1,2,4, so bs=8 is a deletion candidate."""
-    for name in list(os.environ):
-        if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
-            monkeypatch.delenv(name, raising=False)
-    use_this_checkout(monkeypatch)
+    isolated_checkout(monkeypatch)
     pytester.makeconftest(FAKE_CONFTEST + FAULTS)
     pytester.makepyfile(test_model=TEST_DECODE)
     monkeypatch.setenv("FAKE_BATCH_SIZES", "1,2,4,8")
