@@ -29,6 +29,22 @@ def load_trace(path: Path) -> dict:
         return json.load(handle)
 
 
+def summary_dict(kernels: list[str], *, batch_size: int = 1, runner: str = "R") -> dict:
+    """A valid summary JSON dict (platform cpu, level name) with one launch of each kernel."""
+    return {
+        "schema_version": 1,
+        "key": {"runner": runner, "batch_size": batch_size, "variant": None, "rank": 0},
+        "platform": "cpu",
+        "level": "name",
+        "kernels": [{"name": name, "kind": "kernel", "count": 1} for name in kernels],
+        "ops": [],
+        "launches": {"total": len(kernels), "by_api": {}},
+        "complete": True,
+        "incomplete_reason": None,
+        "environment": {},
+    }
+
+
 def cpu_op_names(trace: dict) -> list[str]:
     return [e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
 

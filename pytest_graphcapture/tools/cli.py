@@ -23,13 +23,13 @@ that was not one.  ``graphcapture --version`` prints the version.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .. import __version__
 from .._io import write_atomic
 from ..errors import GraphCaptureError, UsageError
 from ..golden.diff import compare_dicts
@@ -148,10 +148,18 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed distribution's version (what ``pip`` reports)."""
+    try:
+        return importlib.metadata.version("pytest-graphcapture")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``graphcapture``."""
     parser = argparse.ArgumentParser(prog=PROG, description="Summarize and compare CUDA-graph capture traces.")
-    parser.add_argument("--version", action="version", version=f"{PROG} (pytest-graphcapture) {__version__}")
+    parser.add_argument("--version", action="version", version=f"{PROG} (pytest-graphcapture) {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
+from .._io import is_scratch
 from ..errors import TraceFormatError
 from .matrix import coarsest, kernel_matrix, load_any
 
@@ -310,9 +311,7 @@ def render_html(
 
 def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
     files = root.rglob("*") if recursive else root.iterdir()
-    return sorted(
-        p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith(".")
-    )
+    return sorted(p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not is_scratch(p.name))
 
 
 def collect(root: PathLike, *, recursive: bool = True) -> list[tuple[str, object]]:

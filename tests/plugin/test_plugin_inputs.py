@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_CONFTEST, TEST_DECODE, isolated_checkout, run
+from helpers import FAKE_CONFTEST, TEST_DECODE, isolated_checkout, run, summary_dict
 
 CAPTURE = """
 def test_capture(graph_capture):
@@ -125,19 +125,10 @@ def test_leftovers_of_a_killed_export_are_removed_and_never_read(
 def test_show_skips_partial_files_a_reader_might_take_for_traces(tmp_path: Path) -> None:
     from pytest_graphcapture.tools.cli import main
 
-    summary = {
-        "schema_version": 1,
-        "key": {"runner": "R", "batch_size": 1, "variant": None, "rank": 0},
-        "platform": "cpu",
-        "level": "name",
-        "kernels": [{"name": "k", "kind": "kernel", "count": 1}],
-        "ops": [],
-        "launches": {"total": 1, "by_api": {}},
-        "complete": True,
-        "incomplete_reason": None,
-        "environment": {},
-    }
-    (tmp_path / "R_bs_1.json").write_text(json.dumps(summary))
-    (tmp_path / "Fake_bs_2.partial.json").write_text("")  # a partial file without the dot
-    (tmp_path / ".R_bs_2.json.123-abcd1234.partial.json.gz").write_bytes(gzip.compress(b""))
-    assert main(["show", str(tmp_path)]) == 0
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "R_bs_1.json").write_text(json.dumps(summary_dict(["k"])))
+    (folder / "Fake_bs_2.partial.json").write_text("")  # a partial file without the dot
+    (folder / ".R_bs_2.json.123-abcd1234.partial.json.gz").write_bytes(gzip.compress(b""))
+    assert main(["show", str(folder)]) == 0
+    assert main(["show", str(folder), "--html", str(tmp_path / "picture.html")]) == 0

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, summary_dict
 from test_merge import rank_trace, write
 
 from pytest_graphcapture import __version__
@@ -31,24 +31,9 @@ def cli(*args: str, timeout: float = 60, shell: str = "") -> subprocess.Complete
     )
 
 
-def summary(kernels: list[str]) -> dict:
-    return {
-        "schema_version": 1,
-        "key": {"runner": "R", "batch_size": 1, "variant": None, "rank": 0},
-        "platform": "cpu",
-        "level": "name",
-        "kernels": [{"name": name, "kind": "kernel", "count": 1} for name in kernels],
-        "ops": [],
-        "launches": {"total": len(kernels), "by_api": {}},
-        "complete": True,
-        "incomplete_reason": None,
-        "environment": {},
-    }
-
-
 def test_diff_through_a_closed_pipe_still_reports_the_difference(tmp_path: Path) -> None:
-    (tmp_path / "a.json").write_text(json.dumps(summary([f"kernel_a_{i:05d}" for i in range(4000)])))
-    (tmp_path / "b.json").write_text(json.dumps(summary([f"kernel_b_{i:05d}" for i in range(4000)])))
+    (tmp_path / "a.json").write_text(json.dumps(summary_dict([f"kernel_a_{i:05d}" for i in range(4000)])))
+    (tmp_path / "b.json").write_text(json.dumps(summary_dict([f"kernel_b_{i:05d}" for i in range(4000)])))
     done = cli(shell=f"{sys.executable} -m pytest_graphcapture diff {tmp_path}/a.json {tmp_path}/b.json | head -n 1")
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stdout.count("\n") == 1
@@ -57,8 +42,7 @@ def test_diff_through_a_closed_pipe_still_reports_the_difference(tmp_path: Path)
 
 def test_show_through_a_closed_pipe_is_not_a_success(tmp_path: Path) -> None:
     for bs in range(1, 3):
-        data = summary([f"kernel_{i:06d}" for i in range(40_000)])
-        data["key"]["batch_size"] = bs
+        data = summary_dict([f"kernel_{i:06d}" for i in range(40_000)], batch_size=bs)
         (tmp_path / f"R_bs_{bs}.json").write_text(json.dumps(data))
     # The reader leaves without reading: the table (far more than a pipe holds) cannot be written.
     done = cli(shell=f"{sys.executable} -m pytest_graphcapture show {tmp_path} | true")
@@ -69,7 +53,7 @@ def test_show_through_a_closed_pipe_is_not_a_success(tmp_path: Path) -> None:
 def test_diff_of_a_fifo_is_refused_instead_of_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "golden.json"
     os.mkfifo(fifo)
-    (tmp_path / "b.json").write_text(json.dumps(summary(["k"])))
+    (tmp_path / "b.json").write_text(json.dumps(summary_dict(["k"])))
     done = cli("diff", str(fifo), str(tmp_path / "b.json"))
     assert done.returncode == 2
     assert done.stderr.strip() == f"graphcapture diff: error: {fifo}: is a FIFO, not a regular file"
