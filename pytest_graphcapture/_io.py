@@ -10,6 +10,14 @@
   JSON data cannot form cycles.  Pausing it for the duration is a large saving.
 * :func:`loads_strict` — JSON as goldens and traces must be: no NaN/Infinity,
   optionally no duplicate keys, and a message a person can act on for each fault.
+* :func:`require_regular` — reading a FIFO (or a device) blocks forever: every
+  reader of a user-named file refuses anything but a regular file first.
+
+Temp files are named ``.<target>.<pid>-<random>.partial<suffixes>``; a process
+killed mid-write leaves one behind, so the first write into a folder removes the
+leftovers of writers that are no longer running (:func:`sweep_leftovers`).
+Anything the exporter adds to a temp name (Kineto's ``….tmp``) shares the prefix
+and goes with it.
 """
 
 from __future__ import annotations
@@ -18,13 +26,106 @@ import contextlib
 import gc
 import json
 import os
+import re
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Union
 
 from .errors import FileError
 
 PARTIAL_MARK = ".partial"
+#: ``.<target>.<pid>-<random>.partial…``: the writer's pid tells whether a leftover is still being written.
+_LEFTOVER = re.compile(r"^\..+\.(?:(?P<pid>\d+)-)?[A-Za-z0-9_]{8}\.partial")
+#: Leftovers without a pid (written by older versions) are removed once this old (seconds).
+_LEGACY_AGE = 3600.0
+_swept: set[str] = set()
+
+
+def is_scratch(name: str) -> bool:
+    """A temp file of an atomic write (ours, or what an exporter made of its name): never an input."""
+    return name.startswith(".") or f"{PARTIAL_MARK}." in name or name.endswith((PARTIAL_MARK, ".tmp"))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def sweep_leftovers(folder: Union[str, Path]) -> list[Path]:
+    """Remove the temp files in ``folder`` that killed writers left behind; return what was removed.
+
+    A leftover is removed when its writer's pid no longer runs (on POSIX; elsewhere
+    only by age), or when it has no pid and is older than an hour.  Other files,
+    and temp files of writers still running (another xdist worker), are kept.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        match = _LEFTOVER.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        pid = match["pid"]
+        try:
+            old = now - entry.stat(follow_symlinks=False).st_mtime > _LEGACY_AGE
+        except OSError:
+            continue
+        stale = old if pid is None or os.name != "posix" else not _running(int(pid))
+        if stale:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _sweep_once(folder: Path) -> None:
+    key = os.path.abspath(folder)
+    if key not in _swept:
+        _swept.add(key)
+        sweep_leftovers(folder)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def require_regular(path: Union[str, Path], *, error: type[FileError] = FileError, missing_ok: bool = False) -> bool:
+    """Raise ``error(path, …)`` unless ``path`` is a regular file (links followed); False when missing and ``missing_ok``.
+
+    Reading a FIFO blocks until someone writes to it, a device may never end: refuse
+    them before opening.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if missing_ok:
+            return False
+        raise error(path, "does not exist") from None
+    except OSError as exc:
+        raise error(path, f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise error(path, f"is {file_kind(mode)}, not a regular file")
+    return True
 
 
 def format_bytes(count: float) -> str:
@@ -62,9 +163,11 @@ def write_via(path: Union[str, Path], export: Callable[[Path], None], *, error: 
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        existing = require_regular(path, error=error, missing_ok=True)
+        mode = path.stat().st_mode & 0o777 if existing else 0o644
+        _sweep_once(path.parent)
         fd, name = tempfile.mkstemp(
-            prefix=f".{path.name}.", suffix=f"{PARTIAL_MARK}{''.join(path.suffixes)}", dir=path.parent
+            prefix=f".{path.name}.{os.getpid()}-", suffix=f"{PARTIAL_MARK}{''.join(path.suffixes)}", dir=path.parent
         )
         os.close(fd)
     except OSError as exc:

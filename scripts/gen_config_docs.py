@@ -272,7 +272,10 @@ def render() -> str:
     out += [
         "## The `graphcapture` command line",
         "",
-        "Exit codes: 0 success / equal, 1 `diff` found differences, 2 bad input (one line on stderr).",
+        "Exit codes: 0 success / equal, 1 `diff` found differences, 2 bad input (one line on stderr); "
+        "when the reader of the output leaves early (`| head`), still 1 for a difference, else 141 "
+        "(as a tool killed by SIGPIPE), so `set -o pipefail` scripts see no false success. "
+        "`graphcapture --version` prints the version.",
         "",
     ]
     out += _cli()

@@ -29,6 +29,22 @@ def load_trace(path: Path) -> dict:
         return json.load(handle)
 
 
+def summary_dict(kernels: list[str], *, batch_size: int = 1, runner: str = "R") -> dict:
+    """A valid summary JSON dict (platform cpu, level name) with one launch of each kernel."""
+    return {
+        "schema_version": 1,
+        "key": {"runner": runner, "batch_size": batch_size, "variant": None, "rank": 0},
+        "platform": "cpu",
+        "level": "name",
+        "kernels": [{"name": name, "kind": "kernel", "count": 1} for name in kernels],
+        "ops": [],
+        "launches": {"total": len(kernels), "by_api": {}},
+        "complete": True,
+        "incomplete_reason": None,
+        "environment": {},
+    }
+
+
 def cpu_op_names(trace: dict) -> list[str]:
     return [e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
 
@@ -62,6 +78,14 @@ def run(
     return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
 
 
+def isolated_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No plugin setting, fake-capture switch, xdist or CI variable leaks in; subprocesses use this checkout."""
+    for name in list(os.environ):
+        if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
+            monkeypatch.delenv(name, raising=False)
+    use_this_checkout(monkeypatch)
+
+
 def fake_project(
     pytester: pytest.Pytester,
     monkeypatch: pytest.MonkeyPatch,
@@ -72,13 +96,9 @@ def fake_project(
 ) -> pytest.Pytester:
     """A pytester project: ``conftest`` (default :data:`FAKE_CONFTEST`) plus ``extra``, and ``test_model.py``.
 
-    ``tests`` is the test module (default :data:`TEST_DECODE`).  No graph-capture, fake-model,
-    xdist or CI variables of the outer run leak in, and subprocesses import this checkout.
+    ``tests`` is the test module (default :data:`TEST_DECODE`); the environment is :func:`isolated_checkout`'s.
     """
-    for name in list(os.environ):
-        if name.startswith(("GRAPH_CAPTURE_", "FAKE_", "PYTEST_XDIST")) or name == "CI":
-            monkeypatch.delenv(name, raising=False)
-    use_this_checkout(monkeypatch)
+    isolated_checkout(monkeypatch)
     pytester.makeconftest((FAKE_CONFTEST if conftest is None else conftest) + extra)
     pytester.makepyfile(test_model=TEST_DECODE if tests is None else tests)
     return pytester

@@ -38,6 +38,7 @@ from .budget import (
     over_budget_tag,
 )
 from .diff import SECTIONS, KeyDiff, _check_level, _check_sections, _complete, compare, compare_dicts
+from .report import summarize_labels
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
 Postprocess = Optional[Callable[[dict], None]]
@@ -138,7 +139,7 @@ class CheckOutcome:
         missing = [k for k in failed if k.missing]
         budget_only = [k for k in failed if k.budget_only]
         if len(missing) == len(failed):
-            what = f"has no golden for {', '.join(labels)}"
+            what = f"has no golden for {summarize_labels(labels)}"
         else:
             tagged = [
                 f"{k.label} (missing)"
@@ -148,7 +149,7 @@ class CheckOutcome:
                 else k.label
                 for k in failed
             ]
-            what = f"does not match its goldens for {', '.join(tagged)}"
+            what = f"does not match its goldens for {summarize_labels(tagged)}"
         head = (
             f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
             f"{len(failed)} of {self.total} keys)"

@@ -81,6 +81,40 @@ class FolderRecord:
     nodeid: str
 
 
+#: Up to this many key labels are listed one by one; more are summarized as batch-size ranges.
+LIST_LIMIT = 8
+_LABEL = re.compile(r"^bs=(?P<bs>\d+)(?P<rest>[^(]*?)(?: \((?P<tag>[^)]*)\))?$")
+
+
+def summarize_labels(labels: Iterable[str], limit: int = LIST_LIMIT) -> str:
+    """Key labels for one line: listed when few, else ``bs=1…256 (256 sizes)`` per variant/rank/tag.
+
+    A head line naming 256 failing sizes one by one runs to thousands of
+    characters; the per-key details follow it anyway.
+    """
+    labels = list(labels)
+    if len(labels) <= limit:
+        return ", ".join(labels)
+    groups: dict[tuple[str, str], list[int]] = {}
+    others: list[str] = []
+    for label in labels:
+        match = _LABEL.match(label)
+        if match is None:
+            others.append(label)
+            continue
+        groups.setdefault((match["rest"], match["tag"] or ""), []).append(int(match["bs"]))
+    parts = []
+    for (rest, tag), sizes in groups.items():
+        if len(sizes) == 1:
+            parts.append(f"bs={sizes[0]}{rest}" + (f" ({tag})" if tag else ""))
+            continue
+        what = f"{len(sizes)} sizes" + (f", {tag}" if tag else "")
+        parts.append(f"bs={min(sizes)}…{max(sizes)}{rest} ({what})")
+    if len(others) > limit:
+        others = others[:limit] + [f"… {len(others) - limit} more"]
+    return ", ".join(parts + others)
+
+
 def _natural(text: str) -> tuple:
     """Sort key that orders embedded numbers by value (``bs_2`` before ``bs_12``)."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
@@ -103,6 +137,8 @@ class SessionReport:
     update_mode: Optional[str] = None
     #: The HTML picture (kernel × batch-size matrix) written beside the Markdown report, relative to it.
     picture: Optional[str] = None
+    #: Output the session was asked for and could not write, each starting with the option; they fail the run.
+    errors: list[str] = field(default_factory=list)
 
     # ----------------------------------------------------------------- filling
 
@@ -143,6 +179,7 @@ class SessionReport:
             "deleted": files(self.deleted),
             "unused": files(self.unused),
             "picture": self.picture,
+            "errors": list(self.errors),
         }
 
     @classmethod
@@ -161,6 +198,7 @@ class SessionReport:
             deleted=[FileRecord(**f) for f in data.get("deleted", [])],
             unused=[FileRecord(**f) for f in data.get("unused", [])],
             picture=data.get("picture"),
+            errors=list(data.get("errors", [])),
         )
 
     def merge(self, other: "SessionReport | dict") -> None:
@@ -177,6 +215,7 @@ class SessionReport:
         self.used |= other.used
         self.deleted.extend(f for f in other.deleted if f not in self.deleted)
         self.unused.extend(f for f in other.unused if f not in self.unused)
+        self.errors.extend(e for e in other.errors if e not in self.errors)
 
     # ----------------------------------------------------------------- counting
 
@@ -215,7 +254,7 @@ class SessionReport:
 
     @property
     def empty(self) -> bool:
-        return not self.records and not self.unused and not self.deleted
+        return not self.records and not self.unused and not self.deleted and not self.errors
 
     # ----------------------------------------------------------------- rendering
 
@@ -237,7 +276,7 @@ class SessionReport:
             if r.outcome == "failed":
                 failed.setdefault(r.nodeid, []).append(r.key)
         for nodeid, keys in failed.items():
-            lines.append(f"failed: {nodeid} ({', '.join(keys)})")
+            lines.append(f"failed: {nodeid} ({summarize_labels(keys)})")
         for r in self._sorted_records():
             if r.incomplete is not None:
                 lines.append(f"incomplete: {r.nodeid} {r.key}: {r.incomplete}")
@@ -250,9 +289,15 @@ class SessionReport:
         for f in sorted(self.unused, key=lambda f: f.path):
             why = "belongs to no collected test; " if f.orphan else ""
             lines.append(f"unused: {self._golden_path(f.path)} ({why}remove with --update-golden)")
-        if self.obtained_dir and self.records:
+        lines += [f"error: {e}" for e in self.errors]
+        if self.obtained_dir and self.records and not self.harvest_failed:
             lines.append(f"obtained summaries written under {self.obtained_dir}")
         return lines
+
+    @property
+    def harvest_failed(self) -> bool:
+        """Some obtained summary could not be written under ``--golden-out``."""
+        return any(e.startswith("--golden-out") for e in self.errors)
 
     def markdown(self) -> str:
         """The report as GitHub-flavoured Markdown (counts table, failures with diffs, unused files)."""
@@ -300,7 +345,9 @@ class SessionReport:
                     for f in sorted(files, key=lambda f: f.path)
                 ]
                 out.append("")
-        if self.obtained_dir and self.records:
+        if self.errors:
+            out += ["### Errors", ""] + [f"- {_html(e)}" for e in self.errors] + [""]
+        if self.obtained_dir and self.records and not self.harvest_failed:
             out += [f"Obtained summaries were written under `{self.obtained_dir}`.", ""]
         return "\n".join(out)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from .._io import JSONProblem, dumps_entries, loads_strict, write_atomic
+from .._io import JSONProblem, dumps_entries, loads_strict, require_regular, write_atomic
 from ..errors import GoldenError
 from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
@@ -46,14 +46,22 @@ def current_schema_version() -> int:
     return SCHEMA_VERSION
 
 
+def resolved_path(path: Path) -> Path:
+    """``path`` with every symlink followed; a symlink loop is a GoldenError naming it."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: "Symlink loop" before Python 3.13
+        raise GoldenError(path, f"cannot be resolved (a symlink loop?): {exc}") from None
+
+
 def ensure_inside(root: Path, path: Path) -> Path:
     """Return ``path`` if it resolves inside ``root``; GoldenError otherwise.
 
     Resolving follows symlinks, so a link inside the golden dir that points elsewhere
     is refused as well.
     """
-    root_resolved = Path(root).resolve()
-    resolved = Path(path).resolve()
+    root_resolved = resolved_path(root)
+    resolved = resolved_path(path)
     if resolved != root_resolved and root_resolved not in resolved.parents:
         raise GoldenError(path, f"refusing to use a path outside the golden dir {root_resolved}")
     return Path(path)
@@ -91,8 +99,8 @@ def remove_golden(path: Path, root: Path) -> None:
         return
     except OSError as exc:
         raise GoldenError(path, f"cannot delete: {exc.strerror or exc}") from None
-    root_resolved = Path(root).resolve()
-    parent = Path(path).resolve().parent
+    root_resolved = resolved_path(root)
+    parent = resolved_path(path).parent
     while parent != root_resolved and root_resolved in parent.parents:
         try:
             parent.rmdir()
@@ -116,6 +124,7 @@ def write_golden(path: Path, data: Mapping[str, Any]) -> str:
     """
     path = Path(path)
     text = dumps(data)
+    require_regular(path, error=GoldenError, missing_ok=True)
     try:
         old = path.read_bytes()
     except FileNotFoundError:
@@ -173,6 +182,7 @@ def parse_golden_file(path: Path) -> dict:
     Not yet migrated or type-checked: see :func:`checked_golden_dict`.
     """
     path = Path(path)
+    require_regular(path, error=GoldenError)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

@@ -104,6 +104,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     listener = config.pluginmanager.get_plugin(_SESSION_PLUGIN)
     if listener is not None:
         config.pluginmanager.unregister(listener)
+    golden_session = config.stash.get(GOLDEN, None)
+    if golden_session is not None:
+        golden_session.release()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before any test (and before xdist starts workers): start from an empty harvest and diff folder."""
+    try:
+        session.config.stash[GOLDEN].start()
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def graph_capture_config(config: pytest.Config) -> CaptureSession:
@@ -178,6 +190,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.config.workeroutput[WORKER_OUTPUT_KEY] = golden_session.report.to_dict()  # type: ignore[attr-defined]
     else:
         golden_session.finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        if golden_session.report.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked-for output is missing: not a success
 
 
 @pytest.hookimpl(optionalhook=True)

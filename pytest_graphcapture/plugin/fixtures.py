@@ -10,7 +10,6 @@ a pytest failure.
 from __future__ import annotations
 
 import contextlib
-import shlex
 import time
 import warnings
 from pathlib import Path
@@ -316,7 +315,8 @@ class GoldenChecker:
     def _record(self, outcome: CheckOutcome, result: Any) -> None:
         s = self._session
         metrics = {kr.key: kr.metrics.to_dict() for kr in result if getattr(kr, "metrics", None) is not None}
-        for message in outcome.warnings:
+        for message in outcome.warnings:  # output that could not be written: the run fails at its end
+            s.report.errors.append(message)
             warnings.warn(pytest.PytestWarning(message), stacklevel=3)
         for key in outcome.keys:
             s.report.add_record(
@@ -333,7 +333,7 @@ class GoldenChecker:
         if not outcome.failed:
             return
         head, body, tail = outcome.failure_parts(
-            rerun=f"pytest {shlex.quote(self._nodeid)}",
+            rerun=s.rerun_command(self._nodeid),
             display=lambda p: s.display(Path(p)),
             ci_var=settings.ci_environment(),
         )

@@ -8,7 +8,10 @@ summaries: that is :mod:`pytest_graphcapture.golden.gate`'s.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -21,7 +24,9 @@ from .._io import write_atomic
 from ..errors import FileError, GoldenError, GraphCaptureError, UsageError
 from ..golden import store
 from ..golden.gate import unused_goldens
+from ..golden.lock import GoldenLock
 from ..golden.report import FileRecord, SessionReport
+from ..summary.tracefile import resolve_max_bytes
 from . import settings as s
 
 
@@ -57,10 +62,11 @@ class CaptureSession:
         flags_text, flags_source = s.resolve_with_source(config, s.PROFILER_FLAGS_SETTING)
         flags = s.parse_profiler_flags(flags_text, s.where(s.PROFILER_FLAGS_SETTING, flags_source))
         replay = {"auto": None, "on": True, "off": False}[s.resolve(config, s.REPLAY) or "auto"]
+        resolve_max_bytes()  # a bad GRAPH_CAPTURE_MAX_TRACE_BYTES is refused now, not when a trace is read
         return cls(
             config=config,
             trace=s.resolve(config, s.TRACE) or "off",
-            out_dir=s.resolve_path(config, s.DIR) or Path(config.rootpath),
+            out_dir=_trace_dir(config),
             batch_sizes=batch_sizes,
             device_choice=s.resolve(config, s.DEVICE) or "auto",
             platform_override=s.resolve(config, s.PLATFORM),
@@ -171,6 +177,23 @@ class CaptureSession:
         return [f"graph-capture: {len(self.merged)} merged multi-rank trace(s) written to {', '.join(folders)}"]
 
 
+def _trace_dir(config: pytest.Config) -> Path:
+    """``--graph-capture-dir``: a folder (existing or to be made), never a file."""
+    path = s.resolve_path(config, s.DIR) or Path(config.rootpath)
+    where = s.where(s.DIR, s.resolve_with_source(config, s.DIR)[1])
+    if any(ch in str(path) for ch in "\n\r\0"):
+        raise UsageError(f"{where}: {str(path)!r} contains a line break or NUL; give a plain folder name")
+    try:
+        for folder in (path, *path.parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise UsageError(f"{where} {path}: {folder} is a file, expected a folder for the traces")
+                break
+    except OSError as exc:  # a symlink loop, a name too long
+        raise UsageError(f"{where} {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def _rank_timeout(config: pytest.Config) -> float:
     text, source = s.resolve_with_source(config, s.RANK_TIMEOUT)
     where = s.where(s.RANK_TIMEOUT, source)
@@ -181,6 +204,22 @@ def _rank_timeout(config: pytest.Config) -> float:
     if not value > 0 or value == float("inf"):
         raise UsageError(f"{where}: the rank timeout must be a positive number of seconds, got {text!r}")
     return value
+
+
+#: The file that marks a --golden-out folder as a harvest this plugin wrote (and may empty).
+HARVEST_MARK = ".graphcapture-harvest"
+HARVEST_MARK_TEXT = "Obtained summaries written by pytest-graphcapture (--golden-out); emptied by each session.\n"
+
+
+def reset_folder(folder: Path) -> None:
+    """Make ``folder`` an empty folder (created when missing)."""
+    if folder.is_dir() and not folder.is_symlink():
+        for entry in folder.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 class GoldenSession:
@@ -195,6 +234,10 @@ class GoldenSession:
         self.report_md = s.resolve_path(config, s.REPORT_MD)
         self.report_json = s.resolve_path(config, s.REPORT_JSON)
         self.is_worker = hasattr(config, "workerinput")
+        self._check_paths()
+        #: Report files actually written at session end (only those are announced).
+        self.written: list[Path] = []
+        self.lock = GoldenLock(self.golden_dir)
         self.report = SessionReport(
             golden_dir=self.display(self.golden_dir),
             update_mode=self.update,
@@ -217,6 +260,68 @@ class GoldenSession:
                     f"--update-golden is refused on CI (environment variable {ci_var} is set): goldens are "
                     f"reviewed changes; harvest the obtained summaries with --golden-out DIR and commit them instead"
                 )
+            if not self.is_worker:  # xdist workers write on behalf of their controller, which holds the lock
+                try:
+                    self.lock.acquire()
+                except GoldenError as exc:
+                    raise UsageError(f"--update-golden: {exc}") from None
+
+    def _check_paths(self) -> None:
+        """Refuse, before any test runs, output paths that cannot be written as the options say."""
+        for setting, path, want_dir in (
+            (s.GOLDEN_OUT, self.out_dir, True),
+            (s.REPORT_MD, self.report_md, False),
+            (s.REPORT_JSON, self.report_json, False),
+        ):
+            if path is None:
+                continue
+            where = s.where(setting, s.resolve_with_source(self.config, setting)[1])
+            if want_dir and path.exists() and not path.is_dir():
+                raise UsageError(f"{where} {self.display(path)}: is a file, expected a folder for the summaries")
+            if not want_dir and path.is_dir():
+                raise UsageError(f"{where} {self.display(path)}: is a folder, expected a file name for the report")
+        if self.out_dir is not None:
+            golden = self.golden_dir.resolve()
+            if self.out_dir.resolve() == golden or self.out_dir.resolve() in golden.parents:
+                raise UsageError(
+                    f"{s.GOLDEN_OUT.option} {self.display(self.out_dir)}: holds the golden dir "
+                    f"{self.display(self.golden_dir)}; the harvest goes to a folder of its own"
+                )
+
+    def start(self) -> None:
+        """Controller only, before any test: empty the harvest folder and the folder of full diffs.
+
+        What an earlier session left there would mix into this session's harvest,
+        picture and diffs.  A harvest folder is only emptied when it is new, empty or
+        marked as ours (:data:`HARVEST_MARK`); anything else is refused, so a
+        mistyped ``--golden-out`` never deletes a user's files.
+        """
+        if self.is_worker:
+            return
+        if self.out_dir is not None:
+            self._reset_harvest(self.out_dir)
+        reset_folder(self.diff_dir())
+
+    def _reset_harvest(self, folder: Path) -> None:
+        where = s.where(s.GOLDEN_OUT, s.resolve_with_source(self.config, s.GOLDEN_OUT)[1])
+        try:
+            entries = list(folder.iterdir()) if folder.is_dir() else []
+        except OSError as exc:
+            raise UsageError(f"{where} {self.display(folder)}: cannot read: {exc.strerror or exc}") from None
+        if entries and not (folder / HARVEST_MARK).is_file():
+            raise UsageError(
+                f"{where} {self.display(folder)}: the folder holds files pytest-graphcapture did not write; "
+                f"each session starts from an empty harvest folder: give a new or empty folder"
+            )
+        try:
+            reset_folder(folder)
+            (folder / HARVEST_MARK).write_text(HARVEST_MARK_TEXT, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{where} {self.display(folder)}: cannot write: {exc.strerror or exc}") from None
+
+    def release(self) -> None:
+        """End of the session: let the next writer of the golden tree in."""
+        self.lock.release()
 
     def display(self, path: Path) -> str:
         """``path`` relative to the invocation dir when below it, else absolute."""
@@ -225,17 +330,37 @@ class GoldenSession:
         except ValueError:
             return str(path)
 
+    def rerun_command(self, nodeid: str) -> str:
+        """``pytest <test>`` that runs ``nodeid`` from the directory pytest was invoked in.
+
+        Node ids are relative to the rootdir; the user may have run pytest from
+        elsewhere (``pytest examples/…`` with the rootdir in ``examples``).
+        """
+        module, sep, rest = nodeid.partition("::")
+        path = Path(self.config.rootpath) / module
+        try:
+            target = os.path.relpath(path, self.config.invocation_params.dir)
+        except ValueError:  # another drive (Windows): only the absolute path works
+            target = str(path)
+        return f"pytest {shlex.quote(Path(target).as_posix() + sep + rest)}"
+
     def rel(self, path: Path) -> str:
         return Path(path).relative_to(self.golden_dir).as_posix()
 
     def diff_dir(self) -> Path:
-        """Where full diffs go when no --golden-out dir is given: the pytest cache, else a temp dir."""
+        """Where full diffs go when no --golden-out dir is given; emptied when a session starts.
+
+        The pytest cache (``.pytest_cache/d/graphcapture-diffs``), else one folder per
+        rootdir under the temp dir: always the same place, never a new one per run.
+        """
         if self._diff_dir is None:
             cache = getattr(self.config, "cache", None)
             if cache is not None:
                 self._diff_dir = Path(cache.mkdir("graphcapture-diffs"))
             else:
-                self._diff_dir = Path(tempfile.mkdtemp(prefix="graphcapture-diffs-"))
+                root = hashlib.sha256(str(self.config.rootpath).encode()).hexdigest()[:12]
+                user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+                self._diff_dir = Path(tempfile.gettempdir()) / f"graphcapture-diffs-{user}" / root
         return self._diff_dir
 
     def note_test(self, report: pytest.TestReport) -> None:
@@ -264,12 +389,16 @@ class GoldenSession:
             self._orphans(delete=delete)
         if self.report_md is not None and self.out_dir is not None and self.report.folders:
             self._write_picture(self.report_md, self.out_dir)
-        for target, text in ((self.report_md, self.report.markdown()), (self.report_json, self.report.to_json())):
-            if target is not None:
-                try:
-                    write_atomic(target, text)
-                except FileError as exc:
-                    warnings.warn(pytest.PytestWarning(f"graph capture report not written: {exc}"), stacklevel=1)
+        for setting, target in ((s.REPORT_MD, self.report_md), (s.REPORT_JSON, self.report_json)):
+            if target is None:
+                continue
+            text = self.report.markdown() if setting is s.REPORT_MD else self.report.to_json()
+            try:
+                write_atomic(target, text)
+            except FileError as exc:
+                self.report.errors.append(f"{setting.option} {self.display(target)}: not written: {exc.problem}")
+            else:
+                self.written.append(target)
 
     def whole_suite(self) -> bool:
         """Whether this run collected the whole suite: no paths or node ids given, nothing selected out.
@@ -333,7 +462,6 @@ class GoldenSession:
 
     def terminal_lines(self) -> list[str]:
         lines = self.report.terminal_lines(verbose=self.config.getoption("verbose", 0) > 0)
-        for target in (self.report_md, self.report_json):
-            if target is not None:
-                lines.append(f"report written to {self.display(target)}")
+        for target in self.written:
+            lines.append(f"report written to {self.display(target)}")
         return lines

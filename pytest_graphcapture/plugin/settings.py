@@ -99,18 +99,27 @@ def resolve(config: pytest.Config, setting: Setting) -> Optional[str]:
     return resolve_with_source(config, setting)[0]
 
 
+#: The largest batch size accepted: far above what engines capture, far below an allocation that cannot succeed.
+MAX_BATCH_SIZE = 65536
+
+
 def parse_batch_sizes(text: str, where: str) -> list[int]:
-    """Parse ``"1,2,4"`` into ``[1, 2, 4]``; ``where`` names the option in errors."""
+    """Parse ``"1,2,4"`` into ``[1, 2, 4]``; ``where`` names the option in errors.
+
+    ASCII digits only (``int()`` would also take ``1_0`` and other scripts' digits),
+    each size from 1 to :data:`MAX_BATCH_SIZE`.
+    """
     sizes: list[int] = []
     for part in str(text).replace(" ", "").split(","):
         if not part:
             continue
-        try:
-            size = int(part)
-        except ValueError:
-            raise UsageError(f"{where}: {part!r} is not an integer batch size (expected e.g. 1,2,4)") from None
+        if not (part.isascii() and part.isdigit()):
+            raise UsageError(f"{where}: {part!r} is not an integer batch size (expected e.g. 1,2,4)")
+        size = int(part)
         if size < 1:
             raise UsageError(f"{where}: batch size {size} must be at least 1")
+        if size > MAX_BATCH_SIZE:
+            raise UsageError(f"{where}: batch size {size} is larger than the largest accepted, {MAX_BATCH_SIZE}")
         sizes.append(size)
     if not sizes:
         raise UsageError(f"{where}: no batch sizes given (expected e.g. 1,2,4)")
@@ -210,8 +219,8 @@ BATCH_SIZES = declare(
     Setting(
         "--graph-capture-batch-sizes",
         "GRAPH_CAPTURE_BATCH_SIZES",
-        "comma-separated batch sizes to capture, e.g. 1,2,4: the embedded runner is built with them, "
-        "any other runner captures only these of its sizes (a size it does not list is an error)",
+        "comma-separated batch sizes to capture, e.g. 1,2,4 (ASCII digits, 1 to 65536): the embedded runner is "
+        "built with them, any other runner captures only these of its sizes (a size it does not list is an error)",
         metavar="LIST",
     )
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Union
 
-from .._io import JSONProblem, gc_paused, loads_strict
+from .._io import JSONProblem, gc_paused, loads_strict, require_regular
 from ..errors import TraceFormatError
 from ..keys import CaptureKey
 from ..naming import key_from_trace_name
@@ -55,6 +55,7 @@ def summarize_trace_file(
 
 def load_summary_file(path: Union[str, Path]) -> Summary:
     """Read a summary JSON file written by :meth:`Summary.to_json`."""
+    require_regular(path, error=TraceFormatError)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -32,7 +32,7 @@ import re
 import zlib
 from typing import Optional, Union
 
-from .._io import JSONProblem, loads_strict
+from .._io import JSONProblem, loads_strict, require_regular
 from ..errors import TraceFormatError, UsageError
 
 DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
@@ -102,6 +102,8 @@ def _gunzip(path: Union[str, "os.PathLike[str]"], compressed: bytes, limit: int)
 def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> bytes:
     """Return the decompressed bytes of a trace file, enforcing the size cap."""
     limit = resolve_max_bytes(max_bytes)
+    if not os.path.isdir(path):  # a FIFO or a device would block the read: refuse it first
+        require_regular(path, error=TraceFormatError, missing_ok=True)
     try:
         with open(path, "rb") as handle:
             head = handle.read(2)

@@ -1,7 +1,11 @@
 """``graphcapture`` command line: summarize traces, diff summaries, show a kernel table.
 
 Exit codes: 0 success / equal, 1 ``diff`` found differences, 2 bad input (one line
-on stderr naming the file and the problem, never a traceback).
+on stderr naming the file and the problem, never a traceback).  When the reader of
+the output goes away (``graphcapture diff … | head``) the exit code is still the
+command's answer — 1 for a difference — and 141 (as for a tool killed by SIGPIPE)
+when the command had none yet, so ``set -o pipefail`` scripts never see a success
+that was not one.  ``graphcapture --version`` prints the version.
 
 * ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--batch-size N] [--out FILE]`` —
   summary JSON (the golden layout: one line per entry); a list for several traces.
@@ -25,6 +29,8 @@ on stderr naming the file and the problem, never a traceback).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -101,6 +107,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if expected == actual:
         print(f"equal (level {target})")
         return 0
+    args.status = 1  # decided before printing: a reader that stops early does not change the answer
     print(f"{args.expected} -> {args.actual} (level {target}):")
     for line in describe_differences(expected, actual):
         print(f"  {line}")
@@ -150,7 +157,10 @@ def _cmd_accept(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from .merge import merge_rank_traces
 
-    written = merge_rank_traces(Path(args.directory), out_dir=Path(args.out_dir) if args.out_dir else None)
+    def warn(message: str) -> None:
+        print(f"{PROG} merge: warning: {message}", file=sys.stderr)
+
+    written = merge_rank_traces(Path(args.directory), out_dir=Path(args.out_dir) if args.out_dir else None, warn=warn)
     if not written:
         raise UsageError(
             f"{args.directory}: no group of per-rank traces with two or more ranks "
@@ -180,9 +190,18 @@ def _batch_size_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    """The installed distribution's version (what ``pip`` reports)."""
+    try:
+        return importlib.metadata.version("pytest-graphcapture")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``graphcapture``."""
     parser = argparse.ArgumentParser(prog=PROG, description="Summarize and compare CUDA-graph capture traces.")
+    parser.add_argument("--version", action="version", version=f"{PROG} (pytest-graphcapture) {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -249,6 +268,16 @@ def _run_with_clean_warnings(args: argparse.Namespace) -> int:
                 print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
+def _silence_stdout() -> None:
+    """The reader is gone: point stdout at the null device so the interpreter's final flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (captured in-process)
+        pass
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``graphcapture`` console script; returns the exit code."""
     parser = build_parser()
@@ -264,7 +293,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return 0
+        _silence_stdout()
+        return getattr(args, "status", None) or 141
     except Exception as exc:  # a bug in our code: still one line, never a traceback
         print(f"{PROG} {args.command}: internal error (please report): {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -8,11 +8,11 @@ finds every summary and trace under a folder, recursively, for both.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
+from .._io import JSONProblem, is_scratch, loads_strict
 from ..errors import TraceFormatError, UsageError
 from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..summary.files import summarize_trace_file
@@ -37,8 +37,8 @@ def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size:
     data = read_trace_bytes(path)
     if data[:2] != b"\x1f\x8b":
         try:
-            obj = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            obj = loads_strict(data.decode("utf-8"))
+        except (UnicodeDecodeError, JSONProblem):
             obj = None  # let the trace parser produce the precise error
         if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
             summary = Summary.from_dict(obj, source=str(path))
@@ -99,9 +99,7 @@ def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[di
 
 def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
     files = root.rglob("*") if recursive else root.iterdir()
-    return sorted(
-        p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith(".")
-    )
+    return sorted(p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not is_scratch(p.name))
 
 
 def collect(root: PathLike, *, recursive: bool = True, batch_size: Optional[int] = None) -> list[tuple[str, object]]:

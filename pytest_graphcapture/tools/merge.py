@@ -28,7 +28,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from .._io import write_atomic
 from ..errors import TraceFormatError
@@ -151,17 +151,32 @@ def merge_trace_files(paths: dict[int, Path], out_path: Union[str, Path]) -> Pat
     return out_path
 
 
+def _rank_list(ranks: Iterable[int]) -> str:
+    """``1, 3-6``: ranks as runs."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
 def merge_rank_traces(
     directory: Union[str, Path],
     *,
     only: Optional[Iterable[Union[str, Path]]] = None,
     out_dir: Optional[Union[str, Path]] = None,
+    warn: Optional[Callable[[str], None]] = None,
 ) -> list[Path]:
     """Merge every group of per-rank traces (two ranks or more) in ``directory``; return the merged paths.
 
     ``only`` restricts the inputs to these files (what one session wrote);
-    ``out_dir`` defaults to ``directory``.  Raises TraceFormatError for a missing
-    directory or an unreadable trace.
+    ``out_dir`` defaults to ``directory``.  ``warn`` hears, per group, what a
+    reader would otherwise miss: ranks missing between 0 and the highest rank
+    (merged anyway), and a group of one rank (not merged).  Raises
+    TraceFormatError for a missing directory, an ``out_dir`` that is not a
+    folder, or an unreadable trace.
     """
     directory = Path(directory)
     if only is None:
@@ -171,10 +186,21 @@ def merge_rank_traces(
     else:
         candidates = [Path(p) for p in only]
     target = Path(out_dir) if out_dir is not None else directory
+    if target.exists() and not target.is_dir():
+        raise TraceFormatError(target, "is a file, expected a folder for the merged traces (--out-dir)")
     written = []
     for (stem, single), ranks in sorted(group_rank_traces(candidates).items()):
-        if len(ranks) < 2:
-            continue
         name = RankTrace(stem, 0, Path(), single).merged_name
+        if len(ranks) < 2:
+            if warn is not None:
+                (rank,) = ranks
+                warn(f"{name}: not written, only rank {rank} has a trace ({ranks[rank].name})")
+            continue
+        gaps = sorted(set(range(max(ranks) + 1)) - set(ranks))
+        if gaps and warn is not None:
+            warn(
+                f"{name}: rank{'s' if len(gaps) > 1 else ''} {_rank_list(gaps)} missing "
+                f"(merged ranks {_rank_list(ranks)})"
+            )
         written.append(merge_trace_files(ranks, target / name))
     return written

@@ -1,0 +1,99 @@
+"""The ``graphcapture`` command's answers stay true at the edges: closed pipes, FIFOs, deep files, gaps.
+
+Run as users run it (``python -m pytest_graphcapture``) where the process matters
+(exit codes through a pipe, a FIFO that would block).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT, summary_dict
+from test_merge import rank_trace, write
+
+from pytest_graphcapture import __version__
+from pytest_graphcapture.tools.cli import main
+
+
+def cli(*args: str, timeout: float = 60, shell: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    if shell:
+        return subprocess.run(
+            ["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, env=env, timeout=timeout
+        )
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_graphcapture", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+def test_diff_through_a_closed_pipe_still_reports_the_difference(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps(summary_dict([f"kernel_a_{i:05d}" for i in range(4000)])))
+    (tmp_path / "b.json").write_text(json.dumps(summary_dict([f"kernel_b_{i:05d}" for i in range(4000)])))
+    done = cli(shell=f"{sys.executable} -m pytest_graphcapture diff {tmp_path}/a.json {tmp_path}/b.json | head -n 1")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stdout.count("\n") == 1
+    assert done.stderr == ""  # no "Exception ignored … BrokenPipeError" from the interpreter
+
+
+def test_show_through_a_closed_pipe_is_not_a_success(tmp_path: Path) -> None:
+    for bs in range(1, 3):
+        data = summary_dict([f"kernel_{i:06d}" for i in range(40_000)], batch_size=bs)
+        (tmp_path / f"R_bs_{bs}.json").write_text(json.dumps(data))
+    # The reader leaves without reading: the table (far more than a pipe holds) cannot be written.
+    done = cli(shell=f"{sys.executable} -m pytest_graphcapture show {tmp_path} | true")
+    assert done.returncode == 141, (done.stdout, done.stderr)
+    assert done.stderr == ""
+
+
+def test_diff_of_a_fifo_is_refused_instead_of_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "golden.json"
+    os.mkfifo(fifo)
+    (tmp_path / "b.json").write_text(json.dumps(summary_dict(["k"])))
+    done = cli("diff", str(fifo), str(tmp_path / "b.json"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"graphcapture diff: error: {fifo}: is a FIFO, not a regular file"
+
+
+def test_diff_of_a_deeply_nested_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"schema_version": 1, "kernels": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert main(["diff", str(deep), str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"graphcapture diff: error: {deep}: invalid JSON: nesting too deep"
+
+
+def test_version(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"graphcapture (pytest-graphcapture) {__version__}"
+
+
+def test_merge_warns_about_missing_ranks_and_skipped_sizes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write(tmp_path / "M_bs_4_rank0.json.gz", rank_trace(0, 1_000_000_000, 100.0))
+    write(tmp_path / "M_bs_4_rank7.json.gz", rank_trace(7, 1_000_000_000, 100.0))
+    write(tmp_path / "M_bs_8_rank1.json.gz", rank_trace(1, 1_000_000_000, 100.0))
+    assert main(["merge", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(tmp_path / "M_bs_4_merged.json.gz")
+    assert captured.err.splitlines() == [
+        "graphcapture merge: warning: M_bs_4_merged.json.gz: ranks 1-6 missing (merged ranks 0, 7)",
+        "graphcapture merge: warning: M_bs_8_merged.json.gz: not written, only rank 1 has a trace "
+        "(M_bs_8_rank1.json.gz)",
+    ]
+
+
+def test_merge_into_a_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write(tmp_path / "M_bs_4_rank0.json.gz", rank_trace(0, 1_000_000_000, 100.0))
+    write(tmp_path / "M_bs_4_rank1.json.gz", rank_trace(1, 1_000_000_000, 100.0))
+    (tmp_path / "afile").write_text("x")
+    assert main(["merge", str(tmp_path), "--out-dir", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"graphcapture merge: error: {tmp_path / 'afile'}: is a file, expected a folder for the merged traces (--out-dir)"
+    )
