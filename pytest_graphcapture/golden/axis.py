@@ -20,6 +20,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ..keys import CaptureKey, key_label
 from .diff import SECTIONS, KeyDiff
+from .report import LIST_LIMIT
 
 _HOLE = "\x00"  # stands for the batch size inside a template; printed as "bs"
 
@@ -33,7 +34,11 @@ def _fill(template: str, bs: int) -> str:
 
 
 def _sizes(sizes: Iterable[int]) -> str:
-    return "bs=" + ",".join(str(bs) for bs in sorted(sizes))
+    """``bs=1,2,4,8``; past :data:`~.report.LIST_LIMIT` sizes ``bs=1…256 (256 sizes)``, so a line stays short."""
+    ordered = sorted(sizes)
+    if len(ordered) > LIST_LIMIT:
+        return f"bs={ordered[0]}…{ordered[-1]} ({len(ordered)} sizes)"
+    return "bs=" + ",".join(str(bs) for bs in ordered)
 
 
 def _grouped(items: dict[int, list[str]], by_subject: bool = True) -> list[tuple[list[int], str]]:

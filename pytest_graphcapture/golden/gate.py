@@ -6,180 +6,28 @@ it reads, compares and — in update mode — writes goldens, and returns a
 :class:`CheckOutcome` with one :class:`KeyOutcome` per key and the failure text.
 It never imports pytest: the ``golden`` fixture turns a failed outcome into a
 test failure, and the same function can gate any other runner.
-
-:func:`unused_goldens` is the end-of-session policy: golden files in the folders
-of tests that passed, which no check used.
 """
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Optional
 
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import golden_file_name
 from ..summary.model import Summary
-from ..summary.normalize import LEVELS, compile_patterns
 from . import store
-from .axis import failure_body
 from .budget import (
     BUDGET_FIELD,
-    DEFAULT_MEMORY_TOLERANCE,
     MEMORY_BUDGET_FIELD,
     budget_from_option,
-    budget_hints,
-    check_tolerance,
     launch_budget_of,
     launch_budget_violations,
     memory_budget_violations,
-    over_budget_tag,
 )
-from .diff import SECTIONS, KeyDiff, _check_level, _check_sections, _complete, compare, compare_dicts
-from .report import summarize_labels
-
-#: Edits a summary dict in place (the post-processing hook); None when nobody does.
-Postprocess = Optional[Callable[[dict], None]]
-#: A project's own kernel-name normalization ``(name, level) -> name or None`` (the normalize hook).
-Rename = Optional[Callable[[str, str], Optional[str]]]
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """What one ``golden.check`` call asked for."""
-
-    level: str = "name"
-    ignore_kernels: tuple[str, ...] = ()
-    ignore_ops: tuple[str, ...] = ()
-    sections: tuple[str, ...] = SECTIONS
-    max_launches: Union[int, Mapping[int, int], None] = None
-    share_ranks: bool = False
-    rename: Rename = None
-    max_graph_memory: Union[int, Mapping[int, int], None] = None
-    memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
-
-    def __post_init__(self) -> None:
-        check_tolerance(self.memory_tolerance)
-        if self.level not in LEVELS:
-            raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
-        object.__setattr__(self, "sections", _check_sections(self.sections))
-        # A bad pattern is the caller's mistake, not a mismatch of every key: refuse it up front.
-        for option in ("ignore_kernels", "ignore_ops"):
-            given = getattr(self, option)
-            patterns = (given,) if isinstance(given, str) else tuple(given)
-            compile_patterns(patterns, what=f"golden.check({option}=...):")
-            object.__setattr__(self, option, patterns)
-
-
-@dataclass
-class KeyOutcome:
-    """One key's result: ``outcome`` is passed / failed / created / updated (what was written)."""
-
-    key: CaptureKey
-    label: str
-    golden: Path
-    outcome: str
-    lines: list[str] = field(default_factory=list)
-    missing: bool = False
-    over_budget: bool = False
-    #: Over its launch budget and otherwise fine: ``--update-golden`` cannot fix it.
-    budget_only: bool = False
-    #: Which budgets it is over (``over_budget`` is set for either).
-    over_launch: bool = False
-    over_memory: bool = False
-    incomplete: Optional[str] = None
-    #: The comparison behind ``lines`` when they start with its rendering.
-    diff: Optional[KeyDiff] = None
-
-    @property
-    def failed(self) -> bool:
-        """Failed the check; a key over budget fails even when its golden was written."""
-        return self.outcome == "failed" or self.over_budget
-
-
-@dataclass
-class CheckOutcome:
-    """Every key of one check, and the text a failed check shows."""
-
-    runner: str
-    platform: str
-    level: str
-    folder: Path
-    out_folder: Optional[Path]
-    total: int
-    keys: list[KeyOutcome] = field(default_factory=list)
-    #: Problems that do not fail the check (an obtained summary that could not be written).
-    warnings: list[str] = field(default_factory=list)
-    #: The golden tree ``folder`` is in (the accept command names the harvest root and this).
-    golden_dir: Optional[Path] = None
-
-    @property
-    def failed(self) -> list[KeyOutcome]:
-        return [k for k in self.keys if k.failed]
-
-    def accept_command(self, display: Callable[[Path], str]) -> str:
-        """The command accepting this test's harvested goldens (:func:`accept_command`)."""
-        assert self.out_folder is not None and self.golden_dir is not None
-        rel = self.folder.relative_to(self.golden_dir)
-        harvest = Path(*self.out_folder.parts[: len(self.out_folder.parts) - len(rel.parts)])
-        return accept_command(display(harvest), display(self.golden_dir), rel.as_posix())
-
-    def failure_parts(
-        self, *, rerun: str, display: Callable[[Path], str], ci_var: Optional[str]
-    ) -> tuple[str, list[str], list[str]]:
-        """The failure as (head line naming every failed key, each key's diff lines, how to accept).
-
-        ``rerun`` is the command that re-runs the test (``pytest 'x.py::test'``);
-        ``display`` shows a path to the user; ``ci_var`` names the CI variable when on CI.
-        """
-        failed = self.failed
-        labels = [k.label for k in failed]
-        missing = [k for k in failed if k.missing]
-        budget_only = [k for k in failed if k.budget_only]
-        if len(missing) == len(failed):
-            what = f"has no golden for {summarize_labels(labels)}"
-        else:
-            tagged = [
-                f"{k.label} (missing)"
-                if k.missing
-                else f"{k.label} ({over_budget_tag(k.over_launch, k.over_memory)})"
-                if k.over_budget
-                else k.label
-                for k in failed
-            ]
-            what = f"does not match its goldens for {summarize_labels(tagged)}"
-        head = (
-            f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
-            f"{len(failed)} of {self.total} keys)"
-        )
-        body = failure_body(failed, self.keys)
-        toolchain = list(dict.fromkeys(t for k in failed if k.diff is not None for t in k.diff.toolchain))
-        if toolchain:  # the likeliest explanation of a kernel change leads the message
-            head = f"{'; '.join(toolchain)} since the goldens were written (may explain the diff)\n{head}"
-        tail = [f"goldens: {display(self.folder)}/"]
-        if self.out_folder is not None:
-            tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
-            tail.append(f"  {self.accept_command(display)}")
-        tail += budget_hints([k.label for k in failed if k.over_launch], [k.label for k in failed if k.over_memory])
-        if missing and len(missing) < len(failed):
-            tail.append(f"create only the missing ones with: {rerun} --update-golden=new")
-        where = f" (locally: updating is refused on CI, {ci_var} is set)" if ci_var else ""
-        if len(budget_only) < len(failed):  # --update-golden cannot fix a budget-only failure
-            verb = "create" if len(missing) == len(failed) else "accept"
-            tail.append(f"{verb} them with: {rerun} --update-golden{where}")
-        return head, body, tail
-
-    def per_key_lines(self) -> list[str]:
-        """Every failed key's own lines, batch size by batch size: the full record (diff file)."""
-        return [line for k in self.failed for line in k.lines]
-
-
-def accept_command(harvest: str, golden_dir: str, rel: str) -> str:
-    """``graphcapture accept`` of the harvested goldens of one test folder ``rel`` (below both roots)."""
-    quote = shlex.quote
-    return f"graphcapture accept {quote(harvest)} --golden-dir {quote(golden_dir)} --only {quote(rel + '/*')}"
+from .diff import _check_level, _complete, compare, compare_dicts
+from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
 
 def _postprocessed(summary: Summary, label: str, postprocess: Postprocess) -> Summary:
@@ -427,7 +275,7 @@ def check_result(
     folder: Path,
     out_folder: Optional[Path] = None,
     update: Optional[str] = None,
-    options: CheckOptions = CheckOptions(),
+    options: Optional[CheckOptions] = None,
     postprocess: Postprocess = None,
     display: Callable[[Path], str] = str,
 ) -> CheckOutcome:
@@ -439,6 +287,7 @@ def check_result(
     cannot be checked at all (no keys, single-trace mode) and GoldenError for a
     golden path that leads outside ``golden_dir``.
     """
+    options = options if options is not None else CheckOptions()
     budgets = {kr.key: budget_from_option(options.max_launches, kr.key) for kr in result}
     memory = {
         kr.key: budget_from_option(options.max_graph_memory, kr.key, argument="max_graph_memory") for kr in result
@@ -470,25 +319,3 @@ def check_result(
     outcome.keys += share_failures
     outcome.warnings = gate.warnings
     return outcome
-
-
-def unused_goldens(
-    golden_dir: Path, folders: Iterable[tuple[str, str, bool]], used: set[tuple[str, str]]
-) -> list[tuple[str, Path]]:
-    """``(platform, path)`` of golden files no check used, in folders whose every test passed.
-
-    ``folders`` holds ``(platform, folder relative to golden_dir, test passed)``
-    per test that checked the folder.  A test that failed, errored or never
-    finished may not have checked all of its keys, so its folder is left alone.
-    """
-    settled: dict[tuple[str, str], bool] = {}
-    for platform, folder, passed in folders:
-        settled[(platform, folder)] = settled.get((platform, folder), True) and passed
-    found = []
-    for (platform, folder), passed in sorted(settled.items()):
-        if not passed:
-            continue
-        for path in store.golden_files(Path(golden_dir) / folder):
-            if (platform, path.relative_to(golden_dir).as_posix()) not in used:
-                found.append((platform, path))
-    return found

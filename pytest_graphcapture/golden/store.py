@@ -16,7 +16,7 @@ goldens (indented JSON) read the same; ``--update-golden`` rewrites them.  Older
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .._io import JSONProblem, dumps_entries, loads_strict, require_regular, write_atomic
 from ..errors import GoldenError
@@ -226,3 +226,25 @@ def same_content(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """True when two golden dicts differ at most in ``environment`` (informational only)."""
     strip = lambda d: {k: v for k, v in d.items() if k != "environment"}  # noqa: E731
     return strip(old) == strip(new)
+
+
+def unused_goldens(
+    golden_dir: Path, folders: Iterable[tuple[str, str, bool]], used: set[tuple[str, str]]
+) -> list[tuple[str, Path]]:
+    """``(platform, path)`` of golden files no check used, in folders whose every test passed.
+
+    ``folders`` holds ``(platform, folder relative to golden_dir, test passed)``
+    per test that checked the folder.  A test that failed, errored or never
+    finished may not have checked all of its keys, so its folder is left alone.
+    """
+    settled: dict[tuple[str, str], bool] = {}
+    for platform, folder, passed in folders:
+        settled[(platform, folder)] = settled.get((platform, folder), True) and passed
+    found = []
+    for (platform, folder), passed in sorted(settled.items()):
+        if not passed:
+            continue
+        for path in golden_files(Path(golden_dir) / folder):
+            if (platform, path.relative_to(golden_dir).as_posix()) not in used:
+                found.append((platform, path))
+    return found

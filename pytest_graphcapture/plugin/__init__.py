@@ -20,7 +20,8 @@ from ..errors import CaptureError, GraphCaptureError, UsageError
 from . import hookspecs
 from .contract_fixtures import capture_contract, fake_backend, recording_profiler
 from .fixtures import CAPTURE, GOLDEN, GoldenChecker, GraphCapture, decode_runner, golden, graph_capture
-from .session import CaptureSession, GoldenSession
+from .golden_session import GoldenSession
+from .session import CaptureSession
 from .settings import SETTINGS, XDIST_GPU, add_setting, resolve
 from .torch_setup import before_test, import_torch_early, torch_warning_lines
 from .xdist import pin_worker_gpu

@@ -26,7 +26,8 @@ from ..golden.store import golden_folder
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME
 from . import settings
-from .session import CaptureSession, GoldenSession
+from .golden_session import GoldenSession
+from .session import CaptureSession
 
 #: A capture taking longer than this many seconds reports its total on one line even without ``-v``.
 LONG_CAPTURE_S = 10.0

@@ -14,6 +14,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from .._io import JSONProblem, is_scratch, loads_strict
 from ..errors import TraceFormatError, UsageError
+from ..golden.store import migrate
 from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
@@ -41,7 +42,8 @@ def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size:
         except (UnicodeDecodeError, JSONProblem):
             obj = None  # let the trace parser produce the precise error
         if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
-            summary = Summary.from_dict(obj, source=str(path))
+            # Summary files of an older schema read like goldens do: migrated first.
+            summary = Summary.from_dict(migrate(obj, path), source=str(path))
             if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
                 summary.key = replace(summary.key, batch_size=batch_size)
             if level is not None and summary.level != level:

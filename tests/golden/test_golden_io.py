@@ -249,9 +249,9 @@ def test_many_failing_sizes_are_named_as_a_range_and_full_diffs_go_to_one_reset_
         ]
     )
     assert max(len(line) for line in result.outlines) < 300
-    full = [line for line in result.outlines if "full diff" in line]
+    full = [line for line in result.outlines if "diff in " in line]
     assert full, result.stdout.str()
-    diff_file = project.path / full[0].split("full diff in ", 1)[1].strip()
+    diff_file = project.path / full[0].split("diff in ", 1)[1].strip()
     folder = diff_file.parent
     assert diff_file.is_file()
     (folder / "stale-from-an-earlier-session.txt").write_text("old")
