@@ -309,7 +309,8 @@ class KeyDiff:
         }
 
 
-def _check_sections(sections: Sequence[str]) -> tuple[str, ...]:
+def check_sections(sections: Sequence[str]) -> tuple[str, ...]:
+    """The sections a check compares, in canonical order; UsageError for an empty or unknown set."""
     if isinstance(sections, str):
         sections = (sections,)
     unknown = [s for s in sections if s not in SECTIONS]
@@ -318,7 +319,8 @@ def _check_sections(sections: Sequence[str]) -> tuple[str, ...]:
     return tuple(s for s in SECTIONS if s in sections)
 
 
-def _check_level(level: str, summary: Any, what: str, path: Any) -> None:
+def require_level(level: str, summary: Any, what: str, path: Any) -> None:
+    """UsageError for an unknown level, GoldenError when ``summary`` is coarser than ``level``."""
     levels = LEVELS
     if level not in levels:
         raise UsageError(f"level={level!r}: expected one of {', '.join(levels)}")
@@ -336,7 +338,7 @@ def diff_dicts(
 ) -> list[Change]:
     """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``."""
     changes: list[Change] = []
-    sections = _check_sections(sections)
+    sections = check_sections(sections)
     if "kernels" in sections:
         changes += _kernel_changes(expected.get("kernels", []), actual.get("kernels", []))
     if "ops" in sections:
@@ -346,7 +348,8 @@ def diff_dicts(
     return changes
 
 
-def _complete(data: Mapping[str, Any]) -> tuple[bool, Optional[str]]:
+def completeness(data: Mapping[str, Any]) -> tuple[bool, Optional[str]]:
+    """``(complete, reason)`` of a summary dict, in the current or the old boolean layout."""
     value = data.get("complete", {"value": True})
     if isinstance(value, Mapping):
         return bool(value.get("value", True)), value.get("reason")
@@ -367,10 +370,10 @@ def compare_dicts(
     evidence is not a regression; ops and launches are still compared.  The
     environment is only mentioned when there are differences.
     """
-    sections = _check_sections(sections)
+    sections = check_sections(sections)
     result = KeyDiff(key=key, golden=golden)
-    act_ok, act_reason = _complete(actual)
-    exp_ok, exp_reason = _complete(expected)
+    act_ok, act_reason = completeness(actual)
+    exp_ok, exp_reason = completeness(expected)
     if not act_ok:
         result.incomplete = act_reason or "no reason given"
         if "kernels" in sections:
@@ -410,8 +413,8 @@ def compare(
     ``ignore_*`` regexes first.  ``golden`` is the golden's display path, used in
     error messages and in the rendered heading.
     """
-    _check_level(level, actual, "the captured summary", golden or "<actual>")
-    _check_level(level, expected, "the golden", golden or "<golden>")
+    require_level(level, actual, "the captured summary", golden or "<actual>")
+    require_level(level, expected, "the golden", golden or "<golden>")
     exp = expected.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
     act = actual.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
     return compare_dicts(exp.to_dict(), act.to_dict(), actual.key, sections=sections, golden=golden)

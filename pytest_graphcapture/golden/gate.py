@@ -26,7 +26,7 @@ from .budget import (
     launch_budget_violations,
     memory_budget_violations,
 )
-from .diff import _check_level, _complete, compare, compare_dicts
+from .diff import compare, compare_dicts, completeness, require_level
 from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
 
@@ -61,7 +61,7 @@ class _Gate:
     def normalized(self, summary: Summary, key: CaptureKey) -> Summary:
         o = self.options
         actual = _postprocessed(summary, str(key), self.postprocess)
-        _check_level(o.level, actual, "the captured summary", f"summary of {key}")
+        require_level(o.level, actual, "the captured summary", f"summary of {key}")
         return actual.normalized(o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename)
 
     def check_key(self, item: Any, option_budget: Optional[int], option_memory: Optional[int] = None) -> KeyOutcome:
@@ -190,7 +190,7 @@ class _Gate:
             out.lines = [f"{out.label}: {exc}"]
             return
         if self.update == "all":
-            if out.incomplete is not None and _complete(old)[0]:
+            if out.incomplete is not None and completeness(old)[0]:
                 # Never replace complete kernel evidence with an incomplete capture.
                 if not diff.ok:
                     out.lines = diff.render() + [

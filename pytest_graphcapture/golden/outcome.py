@@ -17,7 +17,7 @@ from .budget import (
     check_tolerance,
     over_budget_tag,
 )
-from .diff import SECTIONS, KeyDiff, _check_sections
+from .diff import SECTIONS, KeyDiff, check_sections
 from .report import summarize_labels
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
@@ -44,7 +44,7 @@ class CheckOptions:
         check_tolerance(self.memory_tolerance)
         if self.level not in LEVELS:
             raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
-        object.__setattr__(self, "sections", _check_sections(self.sections))
+        object.__setattr__(self, "sections", check_sections(self.sections))
         # A bad pattern is the caller's mistake, not a mismatch of every key: refuse it up front.
         for option in ("ignore_kernels", "ignore_ops"):
             given = getattr(self, option)
