@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Optional
 
-from .normalize import normalize_op_name
-
 #: Why kernels from an NVIDIA graph replay carry no op: the replay ran inside one
 #: ``cudaGraphLaunch`` and the capture's launch calls name no kernel to match them by.
 REPLAY_UNATTRIBUTED = (
@@ -29,70 +27,70 @@ REPLAY_UNATTRIBUTED = (
 )
 
 
-def _number(value: Any) -> Optional[float]:
-    return value if value.__class__ in (int, float) else None
-
-
-def op_spans(cpu_ops: Iterable[dict]) -> dict[Any, list]:
-    """``{tid: [(start, end, op), ...]}`` sorted by start, outer ops before inner ones starting together.
-
-    ``op`` is the ``{"name", "input_dims"}`` dict kernels carry; events without a
-    number ``ts``/``dur`` or a string name are skipped.
-    """
-    spans: dict[Any, list] = {}
-    for event in cpu_ops:
-        name = event.get("name")
-        start = _number(event.get("ts"))
-        dur = _number(event.get("dur"))
-        if name.__class__ is not str or start is None or dur is None:
-            continue
-        args = event.get("args")
-        dims = args.get("Input Dims") if args.__class__ is dict else None
-        op = {"name": normalize_op_name(name), "input_dims": dims if isinstance(dims, list) else []}
-        spans.setdefault(event.get("tid"), []).append((start, start + dur, op))
-    for items in spans.values():
-        items.sort(key=_span_order)
-    return spans
-
-
-def enclosing_ops(spans: dict[Any, list], launches: list[tuple[Any, Any]]) -> list[Optional[dict]]:
+def enclosing_ops(spans: Any, launches: list[tuple[Any, Any]]) -> list[Optional[dict]]:
     """For each ``(ts, tid)`` launch, the innermost op of ``spans`` enclosing ``ts`` on ``tid`` (None if none).
 
-    A launch on a thread that ran no op (live profiles of old torch builds number
+    ``spans`` holds the collected op spans (:class:`~.collect.Collector`: ``span_start``,
+    ``span_end``, ``span_tid``, ``span_ref`` and the ``op_refs`` they point to).  A
+    launch on a thread that ran no op (live profiles of old torch builds number
     threads differently for ops and runtime calls) is matched against every thread's
     ops together, the best evidence left.
     """
     result: list[Optional[dict]] = [None] * len(launches)
     by_thread: dict[Any, list[int]] = {}
+    span_tid = spans.span_tid
+    threads: dict[Any, list[int]] = {}
+    for index, tid in enumerate(span_tid):
+        members = threads.get(tid)
+        if members is None:
+            threads[tid] = [index]
+        else:
+            members.append(index)
     for index, (ts, tid) in enumerate(launches):
         if ts is not None:
-            by_thread.setdefault(tid if tid in spans else _ANY, []).append(index)
+            by_thread.setdefault(tid if tid in threads else _ANY, []).append(index)
+    if not by_thread:
+        return result
+    order = _span_order(spans)
+    for members in threads.values():
+        members.sort(key=order)
+    starts, ends, refs, ops = spans.span_start, spans.span_end, spans.span_ref, spans.op_refs
     for tid, indices in by_thread.items():
-        items = spans[tid] if tid is not _ANY else sorted((s for v in spans.values() for s in v), key=_span_order)
+        if tid is _ANY:
+            items = sorted((i for members in threads.values() for i in members), key=order)
+        else:
+            items = threads[tid]
         indices.sort(key=lambda i: launches[i][0])
         stack: list = []
         position = 0
+        count = len(items)
         for index in indices:
             ts = launches[index][0]
-            while position < len(items) and items[position][0] <= ts:
+            while position < count and starts[items[position]] <= ts:
                 span = items[position]
-                while stack and stack[-1][1] < span[0]:
+                while stack and ends[stack[-1]] < starts[span]:
                     stack.pop()
                 stack.append(span)
                 position += 1
-            while stack and stack[-1][1] < ts:
+            while stack and ends[stack[-1]] < ts:
                 stack.pop()
             if stack:
-                result[index] = stack[-1][2]
+                result[index] = ops[refs[stack[-1]]]
     return result
 
 
 _ANY = object()
 
 
-def _span_order(span: tuple) -> tuple:
-    """Outer spans first; equal spans in one fixed order, so event order never changes the result."""
-    return (span[0], -span[1], span[2]["name"], json.dumps(span[2]["input_dims"]))
+def _span_order(spans: Any) -> Any:
+    """Sort key of a span index: outer spans first; equal spans in one fixed order (op name, then dims)."""
+    ops = spans.op_refs
+    ranked = sorted(range(len(ops)), key=lambda r: (ops[r]["name"], json.dumps(ops[r]["input_dims"])))
+    rank = [0] * len(ops)
+    for position, ref in enumerate(ranked):
+        rank[ref] = position
+    starts, ends, refs = spans.span_start, spans.span_end, spans.span_ref
+    return lambda i: (starts[i], -ends[i], rank[refs[i]])
 
 
 def op_label(op: Optional[dict]) -> str:

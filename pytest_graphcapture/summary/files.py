@@ -13,8 +13,24 @@ from .model import Summary
 from .normalize import DEFAULT_LEVEL, check_level
 from .platform import environment_from_trace, platform_from_trace
 from .replay import with_replay
-from .scan import _build, _scan
+from .scan import _build, _Scan, _scan
+from .stream import Unusual, stream_trace
 from .tracefile import load_trace
+
+
+def collect_trace_file(path: Union[str, Path], *, max_bytes: Optional[int] = None) -> tuple[_Scan, dict]:
+    """The collected events of a trace file and its top-level fields, read in slices (bounded memory).
+
+    A file the slice reader cannot take as it is (see :mod:`.stream`) is read whole,
+    which gives the same events, or the one-line error naming what is wrong with it.
+    """
+    scan = _Scan()
+    try:
+        top = stream_trace(path, scan, max_bytes=max_bytes)
+    except Unusual:
+        trace = load_trace(path, max_bytes=max_bytes)
+        return _scan(trace["traceEvents"]), trace
+    return scan, top
 
 
 def summarize_trace_file(
@@ -35,8 +51,7 @@ def summarize_trace_file(
     """
     check_level(level)
     with gc_paused():
-        trace = load_trace(path, max_bytes=max_bytes)
-        scan = _scan(trace["traceEvents"])
+        scan, trace = collect_trace_file(path, max_bytes=max_bytes)
         if key is None:
             key = key_from_trace_name(
                 path, scan.annotations, trace, batch_size=batch_size, unknown_ok=unknown_batch_size_ok
@@ -45,9 +60,7 @@ def summarize_trace_file(
         del trace, scan
         replay = None
         if replay_path is not None:
-            replay_trace = load_trace(replay_path, max_bytes=max_bytes)
-            replay = _scan(replay_trace["traceEvents"]).replay_kernels()
-            del replay_trace
+            replay = collect_trace_file(replay_path, max_bytes=max_bytes)[0].replay_kernels()
     if replay is not None:
         summary = with_replay(summary, replay)
     return summary

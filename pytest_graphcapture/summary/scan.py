@@ -1,4 +1,4 @@
-"""Building a summary from trace events: one pass over the events, then work on the few relevant ones.
+"""Building a summary from trace events: one pass into compact records (:mod:`.collect`), then the summary.
 
 Two inputs give one result:
 
@@ -46,164 +46,33 @@ How the summary is built:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any, Iterable, Optional
 
 from ..errors import UsageError
 from ..keys import CaptureKey
-from .attribute import enclosing_ops, op_spans
+from .attribute import enclosing_ops
+from .collect import (  # noqa: F401  (re-exported: the live reader classifies with the same rules)
+    _GPU_CATS,
+    _INTERESTING_RUNTIME,
+    _RUNTIME_CATS,
+    KERNEL_LAUNCH_APIS,
+    Collector,
+    _api_base,
+)
 from .model import Summary, _merge_kernel
-from .normalize import (
-    DEFAULT_LEVEL,
-    check_level,
-    normalize_kernel_name,
-    normalize_op_name,
-)
-
-KERNEL_LAUNCH_APIS = frozenset(
-    {
-        "cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cudaLaunchKernelEx",
-        "cudaLaunchCooperativeKernel",
-        "cudaLaunchCooperativeKernelMultiDevice",
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "cuLaunchCooperativeKernel",
-        "hipLaunchKernel",
-        "hipExtModuleLaunchKernel",
-        "hipModuleLaunchKernel",
-        "hipExtLaunchKernel",
-        "hipLaunchCooperativeKernel",
-        "hipModuleLaunchCooperativeKernel",
-        "hipLaunchKernelExC",
-        "hipExtLaunchKernelGGL",
-        "hipHccModuleLaunchKernel",
-    }
-)
-
-_MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
-
-_MEMSET_API = re.compile(r"^(?:cuda|cu|hip)Memset\w*Async$")
-
-_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
-
-_BEGIN_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
-
-_END_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
-
-_GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch(?:_v\d+|_ptsz|_spt)*$")
-
-_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
-
-_GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-
-_INTERESTING_RUNTIME = re.compile(
-    r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
-    r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)"
-)
+from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
 
 
-def _api_base(name: str) -> str:
-    return _API_SUFFIX.sub("", name)
-
-
-def _dims3(value: Any) -> Optional[list]:
-    """``[x, y, z]`` of ints, else None (Kineto writes grid/block as 3 ints)."""
-    if (
-        value.__class__ is list
-        and len(value) == 3
-        and value[0].__class__ is int
-        and value[1].__class__ is int
-        and value[2].__class__ is int
-    ):
-        return value
-    return None
-
-
-_NUMBER_TYPES = (int, float)
-
-
-def _number(value: Any) -> Optional[float]:
-    return value if value.__class__ in _NUMBER_TYPES else None
-
-
-class _Scan:
-    """Everything a summary needs, bucketed in one pass over the events.
-
-    The pass only sorts events into buckets by ``cat``; the per-event work
-    (runtime-name classification with a per-name cache, op grouping) happens
-    afterwards on the few relevant buckets, so scanning costs little next to
-    JSON parsing.
-    """
-
-    __slots__ = ("cpu_ops", "runtime", "gpu", "annotations", "_classified")
-
-    def __init__(self) -> None:
-        self.cpu_ops: list = []
-        self.runtime: list = []
-        self.gpu: list = []
-        self.annotations: list = []
-        self._classified: Optional[tuple] = None
-
-    def classify(self) -> tuple:
-        """(begins, ends, launches, graph correlations, launch thread by correlation) from the runtime events."""
-        if self._classified is not None:
-            return self._classified
-        begins: list = []
-        ends: list = []
-        launches: list = []  # (ts, api, kind, kernel name or None, grid, block, tid)
-        graph_corr: set = set()
-        launch_at: dict = {}  # correlation -> (ts, tid) of each launch call
-        cache: dict = {}
-        for event in self.runtime:
-            name = event.get("name")
-            if name.__class__ is not str:
-                continue
-            role = cache.get(name)
-            if role is None:
-                role = cache[name] = _classify_runtime(name)
-            if role is _SKIP:
-                continue
-            tag, api = role
-            args = event.get("args")
-            if args.__class__ is not dict:
-                args = {}
-            if tag == "begin":
-                begins.append(_number(event.get("ts")))
-            elif tag == "end":
-                ends.append(_number(event.get("ts")))
-            elif tag == "graph":
-                corr = args.get("correlation")
-                if corr is not None:
-                    graph_corr.add(corr)
-            else:
-                kernel = args.get("kernel") if tag == "kernel" else None
-                corr = args.get("correlation")
-                if corr is not None:
-                    launch_at[corr] = (_number(event.get("ts")), event.get("tid"))
-                launches.append(
-                    (
-                        _number(event.get("ts")),
-                        api,
-                        tag,
-                        kernel if isinstance(kernel, str) and kernel else None,
-                        _dims3(args.get("grid")),
-                        _dims3(args.get("block")),
-                        event.get("tid"),
-                    )
-                )
-        self._classified = (begins, ends, launches, graph_corr, launch_at)
-        return self._classified
+class _Scan(Collector):
+    """The collected records of one trace, and what a summary reads from them."""
 
     def windows(self) -> Optional[list]:
         """List of (start, end) capture windows; None when the trace has no capture calls."""
-        begins, ends = self.classify()[:2]
-        if not begins and not ends:
+        if not self.begins and not self.ends:
             return None
-        begins = sorted(b for b in begins if b is not None)
-        ends = sorted(e for e in ends if e is not None)
+        begins = sorted(b for b in self.begins if b is not None)
+        ends = sorted(e for e in self.ends if e is not None)
         windows = []
         inf = float("inf")
         if ends and (not begins or ends[0] < begins[0]):
@@ -213,82 +82,64 @@ class _Scan:
             windows.append((start, end))
         return windows
 
-    @staticmethod
-    def _inside(ts: Any, windows: Optional[list]) -> bool:
-        if windows is None:
-            return True
-        if ts is None:
-            return False
-        for start, end in windows:
-            if start <= ts <= end:
-                return True
-        return False
-
-    def gpu_events(self) -> list:
-        """(ts, correlation, kind, name, grid, block) for each kernel/memcpy/memset event."""
-        out = []
-        append = out.append
-        for event in self.gpu:
-            name = event.get("name")
-            if name.__class__ is not str:
-                continue
-            args = event.get("args")
-            if args.__class__ is not dict:
-                args = _EMPTY_ARGS
-            ts = event.get("ts")
-            append(
-                (
-                    ts if ts.__class__ in _NUMBER_TYPES else None,
-                    args.get("correlation"),
-                    _GPU_CATS[event["cat"]],
-                    name,
-                    _dims3(args.get("grid")),
-                    _dims3(args.get("block")),
-                )
-            )
-        return out
-
     def replay_kernels(self) -> list:
         """GPU events correlated with a graph launch, in time order."""
-        graph_corr = self.classify()[3]
+        graph_corr = self.graph_corr
         if not graph_corr:
             return []
-        picked = [g for g in self.gpu_events() if g[1] is not None and g[1] in graph_corr]
-        picked.sort(key=lambda g: g[0] if g[0] is not None else 0)
-        return [_raw_kernel(kind, name, grid, block) for _, _, kind, name, grid, block in picked]
+        picked = [i for i, corr in enumerate(self.gpu_corr) if corr is not None and corr in graph_corr]
+        gpu_ts = self.gpu_ts
+        picked.sort(key=lambda i: gpu_ts[i] if gpu_ts[i] is not None else 0)
+        rows = self.gpu_rows
+        return [_raw_kernel(*rows[self.gpu_desc[i]]) for i in picked]
 
     def gpu_kernels(self) -> list:
         """Every executed kernel/memcpy/memset (the kernels of an eager step), each with its launching op."""
-        launch_at = self.classify()[4]
-        events = self.gpu_events()
-        calls = [launch_at.get(g[1], (None, None)) if g[1] is not None else (None, None) for g in events]
-        ops = enclosing_ops(op_spans(self.cpu_ops), calls) if any(c[0] is not None for c in calls) else []
-        return [
-            _raw_kernel(kind, name, grid, block, ops[i] if ops else None)
-            for i, (_, _, kind, name, grid, block) in enumerate(events)
-        ]
+        launch_at = self.launch_at
+        calls = []
+        for corr in self.gpu_corr:
+            index = launch_at.get(corr) if corr is not None else None
+            calls.append((None, None) if index is None else (self.launch_ts[index], self.launch_tid[index]))
+        ops = enclosing_ops(self, calls) if any(c[0] is not None for c in calls) else []
+        rows = self.gpu_rows
+        return [_raw_kernel(*rows[desc], ops[i] if ops else None) for i, desc in enumerate(self.gpu_desc)]
+
+    def op_entries(self, windows: Optional[list]) -> list:
+        """Op groups with their counts in the windows, in the order they first occur there."""
+        counts: dict = {}
+        op_group = self.op_group
+        if windows is None:
+            for group in op_group:
+                counts[group] = counts.get(group, 0) + 1
+        else:
+            inside = _inside
+            for ts, group in zip(self.op_ts, op_group):
+                if inside(ts, windows):
+                    counts[group] = counts.get(group, 0) + 1
+        rows = self.group_rows
+        out = []
+        for group, count in counts.items():
+            name, dims, types = rows[group]
+            out.append(
+                {
+                    "name": name,
+                    "input_dims": list(dims) if isinstance(dims, list) else [],
+                    "input_types": list(types) if isinstance(types, list) else [],
+                    "count": count,
+                }
+            )
+        return out
 
 
-_SKIP = object()
-
-
-def _classify_runtime(name: str) -> Any:
-    if not _INTERESTING_RUNTIME.match(name):
-        return _SKIP
-    if _BEGIN_CAPTURE.match(name):
-        return ("begin", None)
-    if _END_CAPTURE.match(name):
-        return ("end", None)
-    if _GRAPH_LAUNCH.match(name):
-        return ("graph", None)
-    api = _api_base(name)
-    if api in KERNEL_LAUNCH_APIS:
-        return ("kernel", api)
-    if _MEMCPY_API.match(api):
-        return ("memcpy", api)
-    if _MEMSET_API.match(api):
-        return ("memset", api)
-    return _SKIP
+def _inside(ts: Any, windows: Optional[list]) -> bool:
+    if windows is None:
+        return True
+    if ts is None:
+        return False
+    for start, end in windows:
+        if start <= ts <= end:
+            return True
+    return False
 
 
 def _raw_kernel(kind: str, name: str, grid: Any, block: Any, op: Optional[dict] = None) -> dict:
@@ -304,23 +155,7 @@ def _raw_kernel(kind: str, name: str, grid: Any, block: Any, op: Optional[dict] 
 
 def _scan(events: Iterable[dict]) -> _Scan:
     scan = _Scan()
-    ops_append = scan.cpu_ops.append
-    runtime_append = scan.runtime.append
-    gpu_append = scan.gpu.append
-    runtime_cats = _RUNTIME_CATS
-    gpu_cats = _GPU_CATS
-    for event in events:
-        cat = event.get("cat")
-        if cat == "cpu_op":
-            ops_append(event)
-        elif cat in runtime_cats:
-            runtime_append(event)
-        elif cat in gpu_cats:
-            gpu_append(event)
-        elif cat == "user_annotation":
-            name = event.get("name")
-            if name.__class__ is str:
-                scan.annotations.append(name)
+    scan.feed_dicts(events)
     return scan
 
 
@@ -328,52 +163,23 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     check_level(level)
     if not isinstance(key, CaptureKey):
         raise UsageError(f"key must be a CaptureKey, got {type(key).__name__}")
-    begins, ends, all_launches = scan.classify()[:3]
     windows = scan.windows()
-    inside = _Scan._inside
+    ops = scan.op_entries(windows)
 
-    op_groups: dict[tuple, list] = {}
-    op_names: dict[str, str] = {}
-    for event in scan.cpu_ops:
-        if windows is not None and not inside(_number(event.get("ts")), windows):
-            continue
-        name = event.get("name")
-        if name.__class__ is not str:
-            continue
-        name = op_names.get(name) or op_names.setdefault(name, normalize_op_name(name))
-        args = event.get("args")
-        if args.__class__ is dict:
-            dims = args.get("Input Dims", _EMPTY)
-            types = args.get("Input type", _EMPTY)
-        else:
-            dims = types = _EMPTY
-        gkey = (name, str(dims), str(types))
-        group = op_groups.get(gkey)
-        if group is None:
-            op_groups[gkey] = [name, dims, types, 1]
-        else:
-            group[3] += 1
-    ops = [
-        {
-            "name": n,
-            "input_dims": list(d) if isinstance(d, list) else [],
-            "input_types": list(t) if isinstance(t, list) else [],
-            "count": c,
-        }
-        for n, d, t, c in op_groups.values()
-    ]
-
-    launches_in = [launch for launch in all_launches if inside(launch[0], windows)]
-    by_api = Counter(launch[1] for launch in launches_in)
+    rows = scan.desc_rows
+    launches_in = [i for i, ts in enumerate(scan.launch_ts) if windows is None or _inside(ts, windows)]
+    by_api = Counter(rows[scan.launch_desc[i]][0] for i in launches_in)
     launches = {"total": len(launches_in), "by_api": dict(by_api)}
 
     complete, reason = True, None
     raw: list = []
     if windows is not None:
-        named = [launch for launch in launches_in if launch[2] != "kernel" or launch[3] is not None]
-        by = enclosing_ops(op_spans(scan.cpu_ops), [(launch[0], launch[6]) for launch in named]) if named else []
+        named = [i for i in launches_in if rows[scan.launch_desc[i]][1] != "kernel" or rows[scan.launch_desc[i]][2]]
+        calls = [(scan.launch_ts[i], scan.launch_tid[i]) for i in named]
+        by = enclosing_ops(scan, calls) if named else []
         unnamed = len(launches_in) - len(named)
-        for (_, api, kind, kernel, grid, block, _), op in zip(named, by):
+        for i, op in zip(named, by):
+            api, kind, kernel, grid, block = rows[scan.launch_desc[i]]
             if kind == "kernel":
                 raw.append(_raw_kernel("kernel", kernel, grid, block, op))
             else:
@@ -384,9 +190,9 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
                 f"{unnamed} of {len(launches_in)} launches in the capture window carry no kernel name "
                 "(NVIDIA records names only for executed kernels); a graph replay must supply the kernels"
             )
-        if not begins or not ends:
+        if not scan.begins or not scan.ends:
             complete = False
-            missing = "EndCapture" if begins and not ends else "BeginCapture"
+            missing = "EndCapture" if scan.begins and not scan.ends else "BeginCapture"
             extra = f"the trace has no {missing} call, so the capture window is cut off by the profiler window"
             reason = f"{reason}; {extra}" if reason else extra
     else:
@@ -403,12 +209,6 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         environment=dict(environment or {}),
         level=level,
     )
-
-
-_EMPTY: list = []
-
-
-_EMPTY_ARGS: dict = {}
 
 
 def _entries(raw_kernels: Iterable[dict], level: str) -> list:

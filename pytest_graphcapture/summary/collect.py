@@ -1,0 +1,306 @@
+"""Sorting trace events into the compact records a summary needs, one event at a time.
+
+A trace can be gigabytes of JSON, and most of it (flow events, Python stacks,
+memory events, every field but a few) never reaches a summary.  The
+:class:`Collector` therefore keeps no event: it is fed events one by one (dicts
+from a live profile or a stdlib parse, or the typed records of :mod:`.stream`)
+and keeps only, per event that matters,
+
+* a CPU op: its ``ts``, its group (name, ``Input Dims``, ``Input type``, interned)
+  and, when it has a duration, its span (start, end, thread, op) for attribution;
+* a launch runtime call: ``ts``, thread and an interned description (API, kind,
+  kernel name, grid, block), plus ``correlation -> launch``;
+* a GPU event: ``ts``, correlation and an interned description;
+* capture begin/end times, graph-launch correlations, annotation names.
+
+Numbers are kept as the parser made them (ints stay ints), so window and
+nesting comparisons are exactly those of a whole-file parse, and the summary is
+the same whichever way the events arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable, Optional
+
+from .normalize import normalize_op_name
+
+KERNEL_LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "cudaLaunchCooperativeKernelMultiDevice",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipLaunchCooperativeKernel",
+        "hipModuleLaunchCooperativeKernel",
+        "hipLaunchKernelExC",
+        "hipExtLaunchKernelGGL",
+        "hipHccModuleLaunchKernel",
+    }
+)
+
+_MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
+
+_MEMSET_API = re.compile(r"^(?:cuda|cu|hip)Memset\w*Async$")
+
+_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
+
+_BEGIN_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
+
+_END_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
+
+_GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch(?:_v\d+|_ptsz|_spt)*$")
+
+_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
+
+_GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+_INTERESTING_RUNTIME = re.compile(
+    r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
+    r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)"
+)
+
+_NUMBER_TYPES = (int, float)
+
+_SKIP = ("skip", None)
+
+#: ``args`` field absent (a JSON ``null`` is kept apart: it groups differently).
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+_NO_DIMS_TEXT = str([])
+
+
+def _api_base(name: str) -> str:
+    return _API_SUFFIX.sub("", name)
+
+
+def _classify_runtime(name: str) -> tuple:
+    """(role, base API) of a runtime call name; role ``skip`` for calls a summary ignores."""
+    if not _INTERESTING_RUNTIME.match(name):
+        return _SKIP
+    if _BEGIN_CAPTURE.match(name):
+        return ("begin", None)
+    if _END_CAPTURE.match(name):
+        return ("end", None)
+    if _GRAPH_LAUNCH.match(name):
+        return ("graph", None)
+    api = _api_base(name)
+    if api in KERNEL_LAUNCH_APIS:
+        return ("kernel", api)
+    if _MEMCPY_API.match(api):
+        return ("memcpy", api)
+    if _MEMSET_API.match(api):
+        return ("memset", api)
+    return _SKIP
+
+
+def _dims3(value: Any) -> Optional[list]:
+    """``[x, y, z]`` of ints, else None (Kineto writes grid/block as 3 ints)."""
+    if (
+        value.__class__ is list
+        and len(value) == 3
+        and value[0].__class__ is int
+        and value[1].__class__ is int
+        and value[2].__class__ is int
+    ):
+        return value
+    return None
+
+
+def _number(value: Any) -> Optional[float]:
+    return value if value.__class__ in _NUMBER_TYPES else None
+
+
+def _hashable(value: Any) -> Any:
+    """An id usable as a dict key: JSON scalars as they are, a list or object by its JSON text."""
+    if value is None or value.__class__ in (int, float, str, bool):
+        return value
+    return ("json", json.dumps(value, sort_keys=True, default=repr))
+
+
+class Collector:
+    """Compact records of the events a summary needs, fed one event at a time."""
+
+    def __init__(self) -> None:
+        self.annotations: list = []
+        # CPU ops: every op with a string name, in event order.
+        self.op_ts: list = []
+        self.op_group: list = []
+        self._groups: dict = {}  # (name, dims text, types text) -> group index
+        self.group_rows: list = []  # [name, dims, types] per group
+        # Spans of ops with a number ts and dur, for attribution.
+        self.span_start: list = []
+        self.span_end: list = []
+        self.span_tid: list = []
+        self.span_ref: list = []
+        self._refs: dict = {}  # (name, dims text) -> op index
+        self.op_refs: list = []  # {"name", "input_dims"} per op index
+        self._tids: dict = {}
+        # Runtime calls.
+        self.begins: list = []
+        self.ends: list = []
+        self.graph_corr: set = set()
+        self.launch_ts: list = []
+        self.launch_desc: list = []
+        self.launch_tid: list = []
+        self._descs: dict = {}
+        self.desc_rows: list = []  # (api, kind, kernel name or None, grid, block)
+        self.launch_at: dict = {}  # correlation -> launch index (the last launch with it)
+        # GPU events (kernel / memcpy / memset).
+        self.gpu_ts: list = []
+        self.gpu_corr: list = []
+        self.gpu_desc: list = []
+        self._gpu_descs: dict = {}
+        self.gpu_rows: list = []  # (kind, name, grid, block)
+        self._roles: dict = {}
+        self._op_names: dict = {}
+
+    # -- feeding -----------------------------------------------------------------------------------------------
+
+    def feed_dicts(self, events: Iterable[dict]) -> None:
+        """Take Chrome-trace event dicts; fields of the wrong type count as missing."""
+        runtime_cats = _RUNTIME_CATS
+        gpu_cats = _GPU_CATS
+        for event in events:
+            cat = event.get("cat")
+            if cat == "cpu_op":
+                name = event.get("name")
+                if name.__class__ is str:
+                    args = event.get("args")
+                    if args.__class__ is dict:
+                        self.add_op(
+                            name,
+                            event.get("ts"),
+                            event.get("dur"),
+                            event.get("tid"),
+                            args.get("Input Dims", MISSING),
+                            args.get("Input type", MISSING),
+                        )
+                    else:
+                        self.add_op(name, event.get("ts"), event.get("dur"), event.get("tid"), MISSING, MISSING)
+            elif cat in runtime_cats:
+                name = event.get("name")
+                if name.__class__ is str:
+                    args = event.get("args")
+                    if args.__class__ is not dict:
+                        args = _EMPTY_ARGS
+                    self.add_runtime(
+                        name,
+                        event.get("ts"),
+                        event.get("tid"),
+                        args.get("correlation"),
+                        args.get("kernel"),
+                        args.get("grid"),
+                        args.get("block"),
+                    )
+            elif cat in gpu_cats:
+                name = event.get("name")
+                if name.__class__ is str:
+                    args = event.get("args")
+                    if args.__class__ is not dict:
+                        args = _EMPTY_ARGS
+                    self.add_gpu(
+                        gpu_cats[cat],
+                        name,
+                        event.get("ts"),
+                        args.get("correlation"),
+                        args.get("grid"),
+                        args.get("block"),
+                    )
+            elif cat == "user_annotation":
+                name = event.get("name")
+                if name.__class__ is str:
+                    self.annotations.append(name)
+
+    def add_op(self, name: str, ts: Any, dur: Any, tid: Any, dims: Any, types: Any) -> None:
+        """One ``cpu_op`` event (``dims``/``types``: the args' fields, :data:`MISSING` when absent)."""
+        normal = self._op_names.get(name)
+        if normal is None:
+            normal = self._op_names[name] = normalize_op_name(name)
+        dims_text = _NO_DIMS_TEXT if dims is MISSING else str(dims)
+        types_text = _NO_DIMS_TEXT if types is MISSING else str(types)
+        gkey = (normal, dims_text, types_text)
+        group = self._groups.get(gkey)
+        if group is None:
+            group = self._groups[gkey] = len(self.group_rows)
+            self.group_rows.append(
+                (normal, [] if dims is MISSING else dims, [] if types is MISSING else types),
+            )
+        if ts.__class__ not in _NUMBER_TYPES:
+            ts = None
+        self.op_ts.append(ts)
+        self.op_group.append(group)
+        if ts is None or dur.__class__ not in _NUMBER_TYPES:
+            return
+        is_list = dims.__class__ is list or isinstance(dims, list)
+        rkey = (normal, dims_text if is_list else _NO_DIMS_TEXT)
+        ref = self._refs.get(rkey)
+        if ref is None:
+            ref = self._refs[rkey] = len(self.op_refs)
+            self.op_refs.append({"name": normal, "input_dims": dims if is_list else []})
+        self.span_start.append(ts)
+        self.span_end.append(ts + dur)
+        self.span_tid.append(self._tid(tid))
+        self.span_ref.append(ref)
+
+    def add_runtime(self, name: str, ts: Any, tid: Any, correlation: Any, kernel: Any, grid: Any, block: Any) -> None:
+        """One runtime (``cuda_runtime``/``cuda_driver``/``hip_*``) call."""
+        role = self._roles.get(name)
+        if role is None:
+            role = self._roles[name] = _classify_runtime(name)
+        tag, api = role
+        if tag == "skip":
+            return
+        if ts.__class__ not in _NUMBER_TYPES:
+            ts = None
+        if tag == "begin":
+            self.begins.append(ts)
+        elif tag == "end":
+            self.ends.append(ts)
+        elif tag == "graph":
+            if correlation is not None:
+                self.graph_corr.add(_hashable(correlation))
+        else:
+            if tag != "kernel" or not (kernel.__class__ is str or isinstance(kernel, str)) or not kernel:
+                kernel = None
+            grid = _dims3(grid)
+            block = _dims3(block)
+            dkey = (api, tag, kernel, tuple(grid) if grid else None, tuple(block) if block else None)
+            desc = self._descs.get(dkey)
+            if desc is None:
+                desc = self._descs[dkey] = len(self.desc_rows)
+                self.desc_rows.append((api, tag, kernel, grid, block))
+            index = len(self.launch_ts)
+            if correlation is not None:
+                self.launch_at[_hashable(correlation)] = index
+            self.launch_ts.append(ts)
+            self.launch_desc.append(desc)
+            self.launch_tid.append(self._tid(tid))
+
+    def add_gpu(self, kind: str, name: str, ts: Any, correlation: Any, grid: Any, block: Any) -> None:
+        """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset)."""
+        grid = _dims3(grid)
+        block = _dims3(block)
+        dkey = (kind, name, tuple(grid) if grid else None, tuple(block) if block else None)
+        desc = self._gpu_descs.get(dkey)
+        if desc is None:
+            desc = self._gpu_descs[dkey] = len(self.gpu_rows)
+            self.gpu_rows.append((kind, name, grid, block))
+        self.gpu_ts.append(ts if ts.__class__ in _NUMBER_TYPES else None)
+        self.gpu_corr.append(None if correlation is None else _hashable(correlation))
+        self.gpu_desc.append(desc)
+
+    def _tid(self, tid: Any) -> Any:
+        return tid if tid is None or tid.__class__ is int else _hashable(tid)
+
+
+_EMPTY_ARGS: dict = {}

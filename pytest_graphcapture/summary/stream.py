@@ -1,0 +1,385 @@
+"""Reading a trace file's events in slices, so summarizing takes little memory however large the file.
+
+Loading a whole trace holds the JSON text and every parsed event at once: about six
+times the file's uncompressed size.  Here the gzip stream is read in blocks, the
+``traceEvents`` array is cut into slices of whole events, each slice is parsed on its
+own and handed to a :class:`~.collect.Collector`, and nothing of it is kept.
+
+Cutting: a slice ends at a ``}`` followed by ``,`` and ``{`` (or by the array's
+``]``).  Such a place can also lie inside an event (a nested object in a list) or a
+string; a slice cut there does not parse, because ``[`` + slice + ``]`` is valid JSON
+only when the cut falls between two elements of the array.  A slice that does not
+parse is cut again at an earlier candidate, so every event is parsed exactly once,
+whole.
+
+Parsing: with `msgspec <https://jcristharif.com/msgspec/>`_ installed, each slice is
+decoded into typed records holding only the fields a summary reads (``name``,
+``cat``, ``ts``, ``dur``, ``tid`` and six ``args`` fields); every other field is
+checked as JSON and skipped without building Python objects.  That is several times
+faster than ``json.loads``.  Without msgspec the stdlib parses the slices into dicts.
+
+Anything unusual (a parse error in the file, an event that is not an object, a
+non-object ``args``, a second ``traceEvents`` key, invalid UTF-8, numbers outside
+the double range) raises :class:`Unusual`: the caller then reads the file the
+whole-file way (:func:`~.tracefile.load_trace`), which either gives the same events
+or the one-line error that names the problem.  The size cap is enforced here as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import zlib
+from typing import Any, Callable, Iterator, Optional, Union
+
+from .._io import require_regular
+from ..errors import TraceFormatError
+from .collect import _GPU_CATS, _RUNTIME_CATS, MISSING, Collector
+from .tracefile import _GZIP_MAGIC, _too_big, resolve_max_bytes
+
+try:  # the fast parser; the stdlib does the same work more slowly without it
+    import msgspec
+except ImportError:  # pragma: no cover - exercised by the tests through FAST_PARSER = False
+    msgspec = None
+
+#: Bytes of JSON per slice: big enough that per-slice costs vanish, small enough to keep memory low.
+SLICE_BYTES = 8 * 1024**2
+
+_READ_BYTES = 1024**2
+
+_WS = re.compile(rb"[ \t\n\r]*")
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class Unusual(Exception):
+    """The file needs the whole-file reader (which reports its problem, if it has one)."""
+
+
+def fast_parser_name() -> str:
+    """Which parser reads slices: ``msgspec <version>`` or ``json (stdlib)``."""
+    return f"msgspec {msgspec.__version__}" if msgspec is not None else "json (stdlib)"
+
+
+if msgspec is not None:
+
+    class _Args(msgspec.Struct):
+        correlation: Any = None
+        kernel: Any = None
+        grid: Any = None
+        block: Any = None
+        input_dims: Any = msgspec.field(default=msgspec.UNSET, name="Input Dims")
+        input_type: Any = msgspec.field(default=msgspec.UNSET, name="Input type")
+
+    class _Event(msgspec.Struct):
+        name: Any = None
+        cat: Any = None
+        ts: Any = None
+        dur: Any = None
+        tid: Any = None
+        args: Optional[_Args] = None
+
+    _DECODER = msgspec.json.Decoder(list[_Event])
+    _UNSET = msgspec.UNSET
+
+
+def _feed_records(collector: Collector, events: list) -> None:
+    """Hand typed records (msgspec) to ``collector`` with the rules of ``Collector.feed_dicts``."""
+    runtime_cats = _RUNTIME_CATS
+    gpu_cats = _GPU_CATS
+    unset = _UNSET
+    add_op = collector.add_op
+    add_runtime = collector.add_runtime
+    add_gpu = collector.add_gpu
+    for event in events:
+        cat = event.cat
+        if cat == "cpu_op":
+            name = event.name
+            if name.__class__ is str:
+                args = event.args
+                if args is None:
+                    add_op(name, event.ts, event.dur, event.tid, MISSING, MISSING)
+                else:
+                    dims = args.input_dims
+                    types = args.input_type
+                    add_op(
+                        name,
+                        event.ts,
+                        event.dur,
+                        event.tid,
+                        MISSING if dims is unset else dims,
+                        MISSING if types is unset else types,
+                    )
+        elif cat in runtime_cats:
+            name = event.name
+            if name.__class__ is str:
+                args = event.args
+                if args is None:
+                    add_runtime(name, event.ts, event.tid, None, None, None, None)
+                else:
+                    add_runtime(name, event.ts, event.tid, args.correlation, args.kernel, args.grid, args.block)
+        elif cat in gpu_cats:
+            name = event.name
+            if name.__class__ is str:
+                args = event.args
+                if args is None:
+                    add_gpu(gpu_cats[cat], name, event.ts, None, None, None)
+                else:
+                    add_gpu(gpu_cats[cat], name, event.ts, args.correlation, args.grid, args.block)
+        elif cat == "user_annotation":
+            name = event.name
+            if name.__class__ is str:
+                collector.annotations.append(name)
+
+
+def _parse_slice_records(data: bytes) -> Optional[list]:
+    try:
+        return _DECODER.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _parse_slice_dicts(data: bytes) -> Optional[list]:
+    try:
+        events = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    for event in events:
+        if event.__class__ is not dict:
+            raise Unusual("an event is not an object")
+    return events
+
+
+def _blocks(path: Union[str, "os.PathLike[str]"], limit: int) -> Iterator[bytes]:
+    """The file's (decompressed) bytes in blocks; TraceFormatError past the size cap, Unusual on bad gzip."""
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+        handle.seek(0)
+        total = 0
+        if head != _GZIP_MAGIC:
+            if os.fstat(handle.fileno()).st_size > limit:
+                raise TraceFormatError(path, _too_big(limit))
+            while True:
+                block = handle.read(SLICE_BYTES)
+                if not block:
+                    return
+                total += len(block)
+                if total > limit:
+                    raise TraceFormatError(path, _too_big(limit))
+                yield block
+        decomp = zlib.decompressobj(wbits=31)
+        pending = b""
+        while True:
+            if not pending:
+                pending = handle.read(_READ_BYTES)
+                if not pending:
+                    break
+            if decomp.eof:  # a further gzip member (or the zero padding some writers add)
+                pending = pending.lstrip(b"\0")
+                if not pending:
+                    continue
+                if not pending.startswith(_GZIP_MAGIC[:1]):
+                    raise Unusual("bytes after the gzip stream")
+                decomp = zlib.decompressobj(wbits=31)
+            try:
+                block = decomp.decompress(pending, SLICE_BYTES)
+            except zlib.error:
+                raise Unusual("corrupt gzip data") from None
+            pending = decomp.unconsumed_tail or decomp.unused_data
+            total += len(block)
+            if total > limit:
+                raise TraceFormatError(path, _too_big(limit))
+            if block:
+                yield block
+        if not decomp.eof:
+            raise Unusual("truncated gzip stream")
+
+
+class _Reader:
+    """A growing window over the blocks, with JSON token helpers for the top level."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self._blocks = blocks
+        self.buf = b""
+        self.pos = 0
+        self.eof = False
+
+    def fill(self, wanted: int) -> bool:
+        """Make ``wanted`` bytes available after ``pos`` if the file has them; False at the end."""
+        if len(self.buf) - self.pos >= wanted:
+            return True
+        parts = [self.buf[self.pos :]]
+        have = len(parts[0])
+        while have < wanted:
+            block = next(self._blocks, None)
+            if block is None:
+                self.eof = True
+                break
+            parts.append(block)
+            have += len(block)
+        self.buf = b"".join(parts)
+        self.pos = 0
+        return have >= wanted
+
+    def skip_ws(self) -> int:
+        """Skip whitespace; the next byte (-1 at the end of the file)."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self.fill(1):
+                return -1
+
+    def value(self) -> Any:
+        """Parse one JSON value at ``pos`` with the stdlib (top-level values are small)."""
+        size = 64 * 1024
+        decoder = json.JSONDecoder(parse_constant=_reject_constant)
+        while True:
+            self.fill(size)
+            window = self.buf[self.pos : self.pos + size]
+            try:
+                text = window.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if exc.start < len(window) - 3 or self.eof:
+                    raise Unusual("invalid UTF-8") from None
+                text = window[: exc.start].decode("utf-8")
+            try:
+                value, end = decoder.raw_decode(text)
+            except (ValueError, RecursionError):
+                if self.eof and len(self.buf) - self.pos <= size:
+                    raise Unusual("invalid JSON at the top level") from None
+                size *= 4
+                continue
+            if end == len(text) and not self.eof:  # a number may go on past the window
+                size *= 4
+                continue
+            self.pos += len(text[:end].encode("utf-8"))
+            return value
+
+
+def stream_trace(
+    path: Union[str, "os.PathLike[str]"],
+    collector: Collector,
+    *,
+    max_bytes: Optional[int] = None,
+    fast: Optional[bool] = None,
+) -> dict:
+    """Feed ``path``'s events to ``collector``; return the top-level object without ``traceEvents``.
+
+    ``fast`` picks the slice parser (default: msgspec when installed).  Raises
+    :class:`Unusual` when the file must be read whole (see the module docstring).
+    """
+    limit = resolve_max_bytes(max_bytes)
+    if not os.path.isdir(path):
+        require_regular(path, error=TraceFormatError, missing_ok=True)
+    if fast is None:
+        fast = msgspec is not None
+    if fast:
+        parse: Callable[[bytes], Optional[list]] = _parse_slice_records
+        feed: Callable[[Collector, list], None] = _feed_records
+    else:
+        parse, feed = _parse_slice_dicts, Collector.feed_dicts
+    try:
+        reader = _Reader(_blocks(path, limit))
+        return _read_top(reader, collector, parse, feed)
+    except OSError:
+        raise Unusual("cannot read the file") from None
+
+
+def _read_top(reader: _Reader, collector: Collector, parse: Callable, feed: Callable) -> dict:
+    reader.fill(len(_BOM))
+    if reader.buf.startswith(_BOM):
+        reader.pos = len(_BOM)
+    if reader.skip_ws() != ord("{"):
+        raise Unusual("the top level is not an object")
+    reader.pos += 1
+    top: dict = {}
+    seen_events = False
+    first = True
+    while True:
+        byte = reader.skip_ws()
+        if byte == ord("}") and first:
+            break
+        if byte != ord('"'):
+            raise Unusual("expected a key")
+        key = reader.value()
+        if reader.skip_ws() != ord(":"):
+            raise Unusual("expected ':'")
+        reader.pos += 1
+        if key == "traceEvents" and reader.skip_ws() == ord("["):
+            if seen_events:
+                raise Unusual("a second traceEvents key")
+            seen_events = True
+            reader.pos += 1
+            _read_events(reader, collector, parse, feed)
+        else:
+            reader.skip_ws()
+            top[key] = reader.value()
+            if key == "traceEvents":
+                raise Unusual("traceEvents is not a list")
+        first = False
+        byte = reader.skip_ws()
+        if byte == ord(","):
+            reader.pos += 1
+            continue
+        if byte == ord("}"):
+            break
+        raise Unusual("expected ',' or '}'")
+    reader.pos += 1
+    if reader.skip_ws() != -1:
+        raise Unusual("data after the top-level object")
+    if not seen_events:
+        raise Unusual("no traceEvents list")
+    return top
+
+
+#: Cuts tried per slice before the file is left to the whole-file reader.
+_ATTEMPTS = 4
+
+
+def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: Callable) -> None:
+    """Parse the ``traceEvents`` array from ``reader.pos`` (just after ``[``) through its ``]``."""
+    if reader.skip_ws() == ord("]"):
+        reader.pos += 1
+        return
+    while True:
+        reader.fill(SLICE_BYTES)
+        buf, start = reader.buf, reader.pos
+        limit = len(buf)
+        attempts = 0
+        while True:
+            cut = buf.rfind(b"}", start, limit)
+            if cut < 0:
+                if reader.eof or attempts:
+                    raise Unusual("no complete event")
+                reader.fill(2 * (len(buf) - start) + 1)  # one event longer than a slice: read on
+                break
+            limit = cut
+            after = _WS.match(buf, cut + 1).end()
+            if after >= len(buf):
+                continue
+            closing = buf[after] == 0x5D  # "]"
+            if not closing:
+                if buf[after] != 0x2C:  # ","
+                    continue
+                following = _WS.match(buf, after + 1).end()
+                if following >= len(buf) or buf[following] != 0x7B:  # "{"
+                    continue
+            events = parse(b"[" + buf[start : cut + 1] + b"]")
+            if events is None:
+                attempts += 1
+                if attempts >= _ATTEMPTS:
+                    raise Unusual("a slice of events does not parse")
+                continue
+            feed(collector, events)
+            del events
+            if closing:
+                reader.pos = after + 1
+                return
+            reader.pos = following
+            break
