@@ -71,6 +71,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="minimum uncompressed size of the synthetic trace in MiB (default 200)",
     )
     parser.add_argument(
+        "--huge-mb",
+        type=int,
+        default=2048,
+        help="minimum uncompressed size of the huge synthetic trace, summarized by us alone (default 2048; 0: none)",
+    )
+    parser.add_argument(
         "--hta-venv",
         type=Path,
         default=None,
@@ -150,6 +156,18 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
                 f"({meta['events']} events, {meta['uncompressed_bytes']} bytes of JSON, "
                 f"{meta['compressed_bytes']} gzipped), in {dest}"
             )
+            if args.huge_mb:
+                progress(f"B2: making the huge synthetic trace (≥ {args.huge_mb} MiB JSON) from {source.name}")
+                dest = args.work_dir / "synthetic" / "synthetic_huge__rank0.json.gz"
+                meta = make_large_trace(source, dest, args.huge_mb * 2**20)
+                huge = b2_traces.TraceFile(dest, f"synthetic_huge ({meta['copies']} copies)", 2, modes=("ours",))
+                huge.max_bytes = 2 * meta["uncompressed_bytes"]
+                traces.append(huge)
+                section.notes.append(
+                    f"B2: huge synthetic trace = {meta['copies']} copies ({meta['events']} events, "
+                    f"{meta['uncompressed_bytes']} bytes of JSON, {meta['compressed_bytes']} gzipped), in {dest}; "
+                    "summarized by us alone (the floor and HTA would need about 12 GiB)"
+                )
         else:
             section.notes.append(f"B2: no synthetic trace: its source {source} is missing")
     hta_python, hta_note = None, ""
@@ -161,6 +179,9 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
                 "B3: HTA timed as Trace(trace_dir=<folder with only that file>)"
                 ".parse_traces(max_ranks=1, use_multiprocessing=False, use_memory_profiling=False)"
             )
+    from pytest_graphcapture.summary.stream import fast_parser_name
+
+    section.notes.append(f"B2/B3: our summarize parses the trace in slices with {fast_parser_name()}")
     section.notes.append(
         "B2: each measurement in a fresh process; time = the load alone (imports excluded); peak "
         "memory = peak RSS during the load minus peak RSS before it; floor = gzip.open + json.load"
