@@ -163,7 +163,15 @@ def rows(traces: Sequence[TraceFile], *, hta_note: str) -> Section:
         if "hta" in trace.errors or (hta_s is None and hta_note):
             reason = trace.errors.get("hta") or hta_note
             b3.append(
-                Row("B3", f"ours ÷ HTA load, {trace.label}", fmt_seconds(ours_s), "HTA: no result", None, B3_TARGET, reason)
+                Row(
+                    "B3",
+                    f"ours ÷ HTA load, {trace.label}",
+                    fmt_seconds(ours_s),
+                    "HTA: no result",
+                    None,
+                    B3_TARGET,
+                    reason,
+                )
             )
         elif hta_s is not None:
             b3.append(

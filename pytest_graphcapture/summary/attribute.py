@@ -17,7 +17,8 @@ timestamps or ids).  A launch outside every op stays unattributed.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional
+from array import array
+from typing import Any, Iterable, Optional, Sequence
 
 #: Why kernels from an NVIDIA graph replay carry no op: the replay ran inside one
 #: ``cudaGraphLaunch`` and the capture's launch calls name no kernel to match them by.
@@ -27,45 +28,45 @@ REPLAY_UNATTRIBUTED = (
 )
 
 
-def enclosing_ops(spans: Any, launches: list[tuple[Any, Any]]) -> list[Optional[dict]]:
-    """For each ``(ts, tid)`` launch, the innermost op of ``spans`` enclosing ``ts`` on ``tid`` (None if none).
+def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[int]) -> list[int]:
+    """For each launch, the op index (into ``spans.op_refs``) of the innermost op enclosing it, -1 if none.
 
     ``spans`` holds the collected op spans (:class:`~.collect.Collector`: ``span_start``,
-    ``span_end``, ``span_tid``, ``span_ref`` and the ``op_refs`` they point to).  A
-    launch on a thread that ran no op (live profiles of old torch builds number
-    threads differently for ops and runtime calls) is matched against every thread's
-    ops together, the best evidence left.
+    ``span_end``, ``span_tid``, ``span_ref``); a launch is its time (``NaN``: none) and
+    its thread index.  A launch on a thread that ran no op (live profiles of old
+    torch builds number threads differently for ops and runtime calls) is matched
+    against every thread's ops together, the best evidence left.
     """
-    result: list[Optional[dict]] = [None] * len(launches)
-    by_thread: dict[Any, list[int]] = {}
-    span_tid = spans.span_tid
-    threads: dict[Any, list[int]] = {}
-    for index, tid in enumerate(span_tid):
+    result = [-1] * len(launch_ts)
+    threads: dict[int, Any] = {}
+    for index, tid in enumerate(spans.span_tid):
         members = threads.get(tid)
         if members is None:
-            threads[tid] = [index]
-        else:
-            members.append(index)
-    for index, (ts, tid) in enumerate(launches):
-        if ts is not None:
-            by_thread.setdefault(tid if tid in threads else _ANY, []).append(index)
+            members = threads[tid] = array("l")
+        members.append(index)
+    by_thread: dict[Any, Any] = {}
+    for index, (ts, tid) in enumerate(zip(launch_ts, launch_tid)):
+        if ts == ts:  # not NaN
+            group = by_thread.get(tid if tid in threads else _ANY)
+            if group is None:
+                group = by_thread[tid if tid in threads else _ANY] = array("l")
+            group.append(index)
     if not by_thread:
         return result
-    order = _span_order(spans)
-    for members in threads.values():
-        members.sort(key=order)
-    starts, ends, refs, ops = spans.span_start, spans.span_end, spans.span_ref, spans.op_refs
+    order = _SpanOrder(spans)
+    for tid in list(threads):
+        threads[tid] = order.sorted(threads[tid])
+    starts, ends, refs = spans.span_start, spans.span_end, spans.span_ref
     for tid, indices in by_thread.items():
         if tid is _ANY:
-            items = sorted((i for members in threads.values() for i in members), key=order)
+            items = order.sorted([i for members in threads.values() for i in members])
         else:
             items = threads[tid]
-        indices.sort(key=lambda i: launches[i][0])
         stack: list = []
         position = 0
         count = len(items)
-        for index in indices:
-            ts = launches[index][0]
+        for index in sorted(indices, key=launch_ts.__getitem__):
+            ts = launch_ts[index]
             while position < count and starts[items[position]] <= ts:
                 span = items[position]
                 while stack and ends[stack[-1]] < starts[span]:
@@ -75,22 +76,62 @@ def enclosing_ops(spans: Any, launches: list[tuple[Any, Any]]) -> list[Optional[
             while stack and ends[stack[-1]] < ts:
                 stack.pop()
             if stack:
-                result[index] = ops[refs[stack[-1]]]
+                result[index] = refs[stack[-1]]
     return result
 
 
 _ANY = object()
 
+_INF = float("inf")
 
-def _span_order(spans: Any) -> Any:
-    """Sort key of a span index: outer spans first; equal spans in one fixed order (op name, then dims)."""
-    ops = spans.op_refs
-    ranked = sorted(range(len(ops)), key=lambda r: (ops[r]["name"], json.dumps(ops[r]["input_dims"])))
-    rank = [0] * len(ops)
-    for position, ref in enumerate(ranked):
-        rank[ref] = position
-    starts, ends, refs = spans.span_start, spans.span_end, spans.span_ref
-    return lambda i: (starts[i], -ends[i], rank[refs[i]])
+
+def _resorted(run: Any, key: Any) -> Any:
+    """``run`` (a list or an array slice) sorted by ``key``, of the same type."""
+    items = sorted(run, key=key)
+    return array("l", items) if run.__class__ is array else items
+
+
+class _SpanOrder:
+    """Span indexes sorted outer first: by start, then longer first, then op name and dims (a fixed order)."""
+
+    def __init__(self, spans: Any) -> None:
+        ops = spans.op_refs
+        ranked = sorted(range(len(ops)), key=lambda r: (ops[r]["name"], json.dumps(ops[r]["input_dims"])))
+        self.rank = [0] * len(ops)
+        for position, ref in enumerate(ranked):
+            self.rank[ref] = position
+        self.starts, self.ends, self.refs = spans.span_start, spans.span_end, spans.span_ref
+
+    def key(self, index: int) -> tuple:
+        return (self.starts[index], -self.ends[index], self.rank[self.refs[index]])
+
+    def sorted(self, indices: Sequence[int]) -> Any:
+        """``indices`` in span order (stable), as a compact array.
+
+        Sorting by start alone needs no key tuples (spans are millions in a large
+        trace); only runs of equal starts are then ordered by the full key.
+        """
+        starts = self.starts
+        previous = -_INF
+        for index in indices:  # already in start order (the usual case): no sort, no list
+            start = starts[index]
+            if not previous <= start:
+                ordered = sorted(indices, key=starts.__getitem__)
+                break
+            previous = start
+        else:
+            ordered = indices if indices.__class__ is array else array("l", indices)
+        run = 0
+        total = len(ordered)
+        while run < total:
+            end = run + 1
+            first = starts[ordered[run]]
+            while end < total and starts[ordered[end]] == first:
+                end += 1
+            if end - run > 1:
+                ordered[run:end] = _resorted(ordered[run:end], self.key)
+            run = end
+        return ordered if ordered.__class__ is array else array("l", ordered)
 
 
 def op_label(op: Optional[dict]) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from typing import Any, Iterable, Optional
 
 from .normalize import normalize_op_name
@@ -128,37 +129,44 @@ def _hashable(value: Any) -> Any:
 
 
 class Collector:
-    """Compact records of the events a summary needs, fed one event at a time."""
+    """Compact records of the events a summary needs, fed one event at a time.
+
+    Times live in ``array("d")`` columns (8 bytes each; ``NaN`` where the event had
+    no number), indexes in ``array("l")``.  A time a double cannot hold exactly (an
+    integer beyond 2**53) turns the time columns into lists, so comparisons stay
+    those of the parsed numbers.
+    """
 
     def __init__(self) -> None:
         self.annotations: list = []
         # CPU ops: every op with a string name, in event order.
-        self.op_ts: list = []
-        self.op_group: list = []
-        self._groups: dict = {}  # (name, dims text, types text) -> group index
-        self.group_rows: list = []  # [name, dims, types] per group
+        self.op_ts = array("d")
+        self.op_group = array("l")
+        self._groups: dict = {}  # (name, dims key, types key) -> group index
+        self._group_rows: list = []  # (name, dims, types) per group, as fed (see add_op)
         # Spans of ops with a number ts and dur, for attribution.
-        self.span_start: list = []
-        self.span_end: list = []
-        self.span_tid: list = []
-        self.span_ref: list = []
-        self._refs: dict = {}  # (name, dims text) -> op index
-        self.op_refs: list = []  # {"name", "input_dims"} per op index
-        self._tids: dict = {}
+        self.span_start = array("d")
+        self.span_end = array("d")
+        self.span_tid = array("l")
+        self.span_ref = array("l")
+        self._refs: dict = {}  # (name, dims key) -> span reference
+        self._ref_rows: list = []  # (name, dims) per span reference, as fed
+        self._op_refs: Optional[list] = None
+        self._tids: dict = {}  # thread id -> thread index
         # Runtime calls.
         self.begins: list = []
         self.ends: list = []
         self.graph_corr: set = set()
-        self.launch_ts: list = []
-        self.launch_desc: list = []
-        self.launch_tid: list = []
+        self.launch_ts = array("d")
+        self.launch_desc = array("l")
+        self.launch_tid = array("l")
         self._descs: dict = {}
         self.desc_rows: list = []  # (api, kind, kernel name or None, grid, block)
         self.launch_at: dict = {}  # correlation -> launch index (the last launch with it)
         # GPU events (kernel / memcpy / memset).
-        self.gpu_ts: list = []
+        self.gpu_ts = array("d")
         self.gpu_corr: list = []
-        self.gpu_desc: list = []
+        self.gpu_desc = array("l")
         self._gpu_descs: dict = {}
         self.gpu_rows: list = []  # (kind, name, grid, block)
         self._roles: dict = {}
@@ -222,33 +230,55 @@ class Collector:
                     self.annotations.append(name)
 
     def add_op(self, name: str, ts: Any, dur: Any, tid: Any, dims: Any, types: Any) -> None:
-        """One ``cpu_op`` event (``dims``/``types``: the args' fields, :data:`MISSING` when absent)."""
+        """One ``cpu_op`` event.
+
+        ``dims``/``types`` are the args' ``Input Dims``/``Input type``: parsed values, their
+        JSON text as ``bytes`` (the fast reader leaves them unparsed; equal values are
+        merged when the summary is built), or :data:`MISSING` when absent.
+        """
         normal = self._op_names.get(name)
         if normal is None:
             normal = self._op_names[name] = normalize_op_name(name)
-        dims_text = _NO_DIMS_TEXT if dims is MISSING else str(dims)
-        types_text = _NO_DIMS_TEXT if types is MISSING else str(types)
-        gkey = (normal, dims_text, types_text)
+        if dims is MISSING:
+            dims_key = _NO_DIMS_TEXT
+        elif dims.__class__ is bytes:
+            dims_key = dims
+        else:
+            dims_key = str(dims)
+        if types is MISSING:
+            types_key = _NO_DIMS_TEXT
+        elif types.__class__ is bytes:
+            types_key = types
+        else:
+            types_key = str(types)
+        gkey = (normal, dims_key, types_key)
         group = self._groups.get(gkey)
         if group is None:
-            group = self._groups[gkey] = len(self.group_rows)
-            self.group_rows.append(
-                (normal, [] if dims is MISSING else dims, [] if types is MISSING else types),
-            )
-        if ts.__class__ not in _NUMBER_TYPES:
-            ts = None
+            group = self._groups[gkey] = len(self._group_rows)
+            self._group_rows.append((normal, dims, types))
+        kind = ts.__class__
+        if kind is not float:
+            if kind is not int:
+                self.op_ts.append(_NAN)
+                self.op_group.append(group)
+                return
+            if not -_EXACT <= ts <= _EXACT:
+                self._widen()
         self.op_ts.append(ts)
         self.op_group.append(group)
-        if ts is None or dur.__class__ not in _NUMBER_TYPES:
+        kind = dur.__class__
+        if kind is not float and kind is not int:
             return
-        is_list = dims.__class__ is list or isinstance(dims, list)
-        rkey = (normal, dims_text if is_list else _NO_DIMS_TEXT)
+        end = ts + dur
+        if end.__class__ is int and not -_EXACT <= end <= _EXACT:
+            self._widen()
+        rkey = (normal, dims_key)
         ref = self._refs.get(rkey)
         if ref is None:
-            ref = self._refs[rkey] = len(self.op_refs)
-            self.op_refs.append({"name": normal, "input_dims": dims if is_list else []})
+            ref = self._refs[rkey] = len(self._ref_rows)
+            self._ref_rows.append((normal, dims))
         self.span_start.append(ts)
-        self.span_end.append(ts + dur)
+        self.span_end.append(end)
         self.span_tid.append(self._tid(tid))
         self.span_ref.append(ref)
 
@@ -279,9 +309,12 @@ class Collector:
             if desc is None:
                 desc = self._descs[dkey] = len(self.desc_rows)
                 self.desc_rows.append((api, tag, kernel, grid, block))
-            index = len(self.launch_ts)
             if correlation is not None:
-                self.launch_at[_hashable(correlation)] = index
+                self.launch_at[_hashable(correlation)] = len(self.launch_desc)
+            if ts is None:
+                ts = _NAN
+            elif ts.__class__ is int and not -_EXACT <= ts <= _EXACT:
+                self._widen()
             self.launch_ts.append(ts)
             self.launch_desc.append(desc)
             self.launch_tid.append(self._tid(tid))
@@ -295,12 +328,90 @@ class Collector:
         if desc is None:
             desc = self._gpu_descs[dkey] = len(self.gpu_rows)
             self.gpu_rows.append((kind, name, grid, block))
-        self.gpu_ts.append(ts if ts.__class__ in _NUMBER_TYPES else None)
+        if ts.__class__ not in _NUMBER_TYPES:
+            ts = _NAN
+        elif ts.__class__ is int and not -_EXACT <= ts <= _EXACT:
+            self._widen()
+        self.gpu_ts.append(ts)
         self.gpu_corr.append(None if correlation is None else _hashable(correlation))
         self.gpu_desc.append(desc)
 
-    def _tid(self, tid: Any) -> Any:
-        return tid if tid is None or tid.__class__ is int else _hashable(tid)
+    # -- reading -----------------------------------------------------------------------------------------------
+
+    def op_groups(self) -> tuple[list, list]:
+        """(coarse group of each op group, coarse rows ``(name, dims, types)``).
+
+        Groups of unparsed JSON texts that hold equal values (``[1, 2]`` and ``[1,2]``)
+        become one, exactly as if every value had been parsed.
+        """
+        coarse_of: dict = {}
+        mapping = []
+        rows = []
+        for name, dims, types in self._group_rows:
+            dims, types = _parsed(dims), _parsed(types)
+            key = (
+                name,
+                _NO_DIMS_TEXT if dims is MISSING else str(dims),
+                _NO_DIMS_TEXT if types is MISSING else str(types),
+            )
+            index = coarse_of.get(key)
+            if index is None:
+                index = coarse_of[key] = len(rows)
+                rows.append((name, [] if dims is MISSING else dims, [] if types is MISSING else types))
+            mapping.append(index)
+        return mapping, rows
+
+    @property
+    def op_refs(self) -> list:
+        """The ``{"name", "input_dims"}`` op of each span reference (one shared dict per distinct op)."""
+        if self._op_refs is None or len(self._op_refs) != len(self._ref_rows):
+            shared: dict = {}
+            refs = []
+            for name, dims in self._ref_rows:
+                dims = _parsed(dims)
+                dims = dims if isinstance(dims, list) else []
+                key = (name, str(dims))
+                op = shared.get(key)
+                if op is None:
+                    op = shared[key] = {"name": name, "input_dims": dims}
+                refs.append(op)
+            self._op_refs = refs
+        return self._op_refs
+
+    def thread_count(self) -> int:
+        """How many distinct thread ids the spans and launches carry (thread indexes run below it)."""
+        return len(self._tids)
+
+    # -- storage -----------------------------------------------------------------------------------------------
+
+    def _tid(self, tid: Any) -> int:
+        if tid is not None and tid.__class__ is not int:
+            tid = _hashable(tid)
+        index = self._tids.get(tid)
+        if index is None:
+            index = self._tids[tid] = len(self._tids)
+        return index
+
+    def _widen(self) -> None:
+        """Keep times as the parser made them from now on: a double cannot hold every one exactly."""
+        for name in _TIME_COLUMNS:
+            column = getattr(self, name)
+            if column.__class__ is not list:
+                setattr(self, name, list(column))
+
+
+#: The time columns, turned into lists by ``Collector._widen``.
+_TIME_COLUMNS = ("op_ts", "span_start", "span_end", "launch_ts", "gpu_ts")
+
+#: The largest magnitude up to which every integer is a double.
+_EXACT = 2**53
+
+_NAN = float("nan")
+
+
+def _parsed(value: Any) -> Any:
+    """An args value as the stdlib parses it (the fast reader hands some over as JSON text)."""
+    return json.loads(value) if value.__class__ is bytes else value
 
 
 _EMPTY_ARGS: dict = {}

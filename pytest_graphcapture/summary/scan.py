@@ -46,6 +46,7 @@ How the summary is built:
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from typing import Any, Iterable, Optional
 
@@ -89,34 +90,51 @@ class _Scan(Collector):
             return []
         picked = [i for i, corr in enumerate(self.gpu_corr) if corr is not None and corr in graph_corr]
         gpu_ts = self.gpu_ts
-        picked.sort(key=lambda i: gpu_ts[i] if gpu_ts[i] is not None else 0)
+        picked.sort(key=lambda i: gpu_ts[i] if gpu_ts[i] == gpu_ts[i] else 0)
         rows = self.gpu_rows
         return [_raw_kernel(*rows[self.gpu_desc[i]]) for i in picked]
 
-    def gpu_kernels(self) -> list:
-        """Every executed kernel/memcpy/memset (the kernels of an eager step), each with its launching op."""
+    def gpu_kernels(self) -> dict:
+        """``{(gpu description, op index): count}`` of the executed kernels/memcpys/memsets, in event order.
+
+        The kernels of an eager step; the op index (into ``op_refs``, -1 for none) is
+        the op whose call launched the kernel, linked by correlation id.
+        """
         launch_at = self.launch_at
-        calls = []
+        nan = float("nan")
+        call_ts = array("d")
+        call_tid = array("l")
         for corr in self.gpu_corr:
             index = launch_at.get(corr) if corr is not None else None
-            calls.append((None, None) if index is None else (self.launch_ts[index], self.launch_tid[index]))
-        ops = enclosing_ops(self, calls) if any(c[0] is not None for c in calls) else []
-        rows = self.gpu_rows
-        return [_raw_kernel(*rows[desc], ops[i] if ops else None) for i, desc in enumerate(self.gpu_desc)]
+            if index is None:
+                call_ts.append(nan)
+                call_tid.append(-1)
+            else:
+                call_ts.append(self.launch_ts[index])
+                call_tid.append(self.launch_tid[index])
+        ops = enclosing_ops(self, call_ts, call_tid)
+        counted: dict = {}
+        for pair in zip(self.gpu_desc, ops):
+            counted[pair] = counted.get(pair, 0) + 1
+        return counted
 
     def op_entries(self, windows: Optional[list]) -> list:
         """Op groups with their counts in the windows, in the order they first occur there."""
-        counts: dict = {}
+        fine: dict = {}
         op_group = self.op_group
         if windows is None:
             for group in op_group:
-                counts[group] = counts.get(group, 0) + 1
+                fine[group] = fine.get(group, 0) + 1
         else:
             inside = _inside
             for ts, group in zip(self.op_ts, op_group):
                 if inside(ts, windows):
-                    counts[group] = counts.get(group, 0) + 1
-        rows = self.group_rows
+                    fine[group] = fine.get(group, 0) + 1
+        mapping, rows = self.op_groups()
+        counts: dict = {}
+        for group, count in fine.items():
+            coarse = mapping[group]
+            counts[coarse] = counts.get(coarse, 0) + count
         out = []
         for group, count in counts.items():
             name, dims, types = rows[group]
@@ -167,23 +185,31 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     ops = scan.op_entries(windows)
 
     rows = scan.desc_rows
-    launches_in = [i for i, ts in enumerate(scan.launch_ts) if windows is None or _inside(ts, windows)]
-    by_api = Counter(rows[scan.launch_desc[i]][0] for i in launches_in)
+    launch_desc = scan.launch_desc
+    if windows is None:
+        launches_in = range(len(launch_desc))
+    else:
+        launches_in = [i for i, ts in enumerate(scan.launch_ts) if _inside(ts, windows)]
+    by_api = Counter(rows[launch_desc[i]][0] for i in launches_in)
     launches = {"total": len(launches_in), "by_api": dict(by_api)}
 
     complete, reason = True, None
-    raw: list = []
     if windows is not None:
-        named = [i for i in launches_in if rows[scan.launch_desc[i]][1] != "kernel" or rows[scan.launch_desc[i]][2]]
-        calls = [(scan.launch_ts[i], scan.launch_tid[i]) for i in named]
-        by = enclosing_ops(scan, calls) if named else []
-        unnamed = len(launches_in) - len(named)
-        for i, op in zip(named, by):
-            api, kind, kernel, grid, block = rows[scan.launch_desc[i]]
+        named = [i for i in launches_in if rows[launch_desc[i]][1] != "kernel" or rows[launch_desc[i]][2]]
+        call_ts = array("d", (scan.launch_ts[i] for i in named))
+        call_tid = array("l", (scan.launch_tid[i] for i in named))
+        by = enclosing_ops(scan, call_ts, call_tid) if named else []
+        counted: dict = {}
+        for pair in zip((launch_desc[i] for i in named), by):
+            counted[pair] = counted.get(pair, 0) + 1
+        found = []
+        for (desc, op), count in counted.items():
+            api, kind, kernel, grid, block = rows[desc]
             if kind == "kernel":
-                raw.append(_raw_kernel("kernel", kernel, grid, block, op))
+                found.append(("kernel", kernel, grid, block, op, count))
             else:
-                raw.append(_raw_kernel(kind, api, None, None, op))
+                found.append((kind, api, None, None, op, count))
+        unnamed = len(launches_in) - len(named)
         if unnamed:
             complete = False
             reason = (
@@ -196,8 +222,9 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
             extra = f"the trace has no {missing} call, so the capture window is cut off by the profiler window"
             reason = f"{reason}; {extra}" if reason else extra
     else:
-        raw = scan.gpu_kernels()
-    kernels = _entries(raw, level)
+        gpu_rows = scan.gpu_rows
+        found = [(*gpu_rows[desc], op, count) for (desc, op), count in scan.gpu_kernels().items()]
+    kernels = _counted_entries(found, scan.op_refs, level)
     return Summary(
         key=key,
         platform=platform,
@@ -209,6 +236,20 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         environment=dict(environment or {}),
         level=level,
     )
+
+
+def _counted_entries(found: Iterable[tuple], op_refs: list, level: str) -> list:
+    """Summary entries at ``level`` from ``(kind, name, grid, block, op index, count)`` in first-seen order."""
+    cache: dict[str, str] = {}
+    merged: dict[tuple, dict] = {}
+    for kind, name, grid, block, op, count in found:
+        if kind == "kernel":
+            normal = cache.get(name)
+            if normal is None:
+                normal = cache[name] = normalize_kernel_name(name, level)
+            name = normal
+        _merge_kernel(merged, name, kind, grid, block, count, op_refs[op] if op >= 0 else None)
+    return list(merged.values())
 
 
 def _entries(raw_kernels: Iterable[dict], level: str) -> list:

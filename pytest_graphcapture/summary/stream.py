@@ -14,8 +14,8 @@ whole.
 
 Parsing: with `msgspec <https://jcristharif.com/msgspec/>`_ installed, each slice is
 decoded into typed records holding only the fields a summary reads (``name``,
-``cat``, ``ts``, ``dur``, ``tid`` and six ``args`` fields); every other field is
-checked as JSON and skipped without building Python objects.  That is several times
+``cat``, ``ts``, ``dur``, ``tid`` and six ``args`` fields, the op shapes left as JSON
+text); every other field is checked as JSON and skipped without building Python objects.  That is several times
 faster than ``json.loads``.  Without msgspec the stdlib parses the slices into dicts.
 
 Anything unusual (a parse error in the file, an event that is not an object, a
@@ -69,8 +69,9 @@ if msgspec is not None:
         kernel: Any = None
         grid: Any = None
         block: Any = None
-        input_dims: Any = msgspec.field(default=msgspec.UNSET, name="Input Dims")
-        input_type: Any = msgspec.field(default=msgspec.UNSET, name="Input type")
+        # Kept as JSON text: parsing them into lists costs more than grouping by their text.
+        input_dims: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input Dims")
+        input_type: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input type")
 
     class _Event(msgspec.Struct):
         name: Any = None
@@ -108,8 +109,8 @@ def _feed_records(collector: Collector, events: list) -> None:
                         event.ts,
                         event.dur,
                         event.tid,
-                        MISSING if dims is unset else dims,
-                        MISSING if types is unset else types,
+                        MISSING if dims is unset else bytes(dims),
+                        MISSING if types is unset else bytes(types),
                     )
         elif cat in runtime_cats:
             name = event.name
@@ -133,20 +134,32 @@ def _feed_records(collector: Collector, events: list) -> None:
                 collector.annotations.append(name)
 
 
-def _parse_slice_records(data: bytes) -> Optional[list]:
+def _parse_slice_records(data: Any) -> Any:
+    """The events of ``data`` (``[`` + slice + ``]``); else where trailing bytes start, or None."""
     try:
         return _DECODER.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except msgspec.DecodeError as exc:
+        trailing = _MSGSPEC_TRAILING.search(str(exc))
+        return int(trailing.group(1)) - 1 if trailing else None  # msgspec counts bytes from 1
+    except RecursionError:
         return None
+
+
+#: msgspec's message when a value ends before the input does (the array closed inside the slice).
+_MSGSPEC_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(name)
 
 
-def _parse_slice_dicts(data: bytes) -> Optional[list]:
+def _parse_slice_dicts(data: Any) -> Any:
+    """Like :func:`_parse_slice_records`, with the stdlib parser (event dicts)."""
     try:
-        events = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+        text = str(data, "utf-8")
+        events = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        return len(text[: exc.pos].encode("utf-8")) if exc.msg == "Extra data" else None
     except (ValueError, RecursionError):
         return None
     for event in events:
@@ -205,7 +218,7 @@ class _Reader:
 
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self._blocks = blocks
-        self.buf = b""
+        self.buf = bytearray()  # mutable: a slice is bracketed in place (see _read_events)
         self.pos = 0
         self.eof = False
 
@@ -213,8 +226,9 @@ class _Reader:
         """Make ``wanted`` bytes available after ``pos`` if the file has them; False at the end."""
         if len(self.buf) - self.pos >= wanted:
             return True
-        parts = [self.buf[self.pos :]]
-        have = len(parts[0])
+        keep = 1 if self.pos else 0  # the byte before pos stays: _read_events brackets a slice with it
+        parts = [memoryview(self.buf)[self.pos - keep :]]
+        have = len(parts[0]) - keep
         while have < wanted:
             block = next(self._blocks, None)
             if block is None:
@@ -222,8 +236,8 @@ class _Reader:
                 break
             parts.append(block)
             have += len(block)
-        self.buf = b"".join(parts)
-        self.pos = 0
+        self.buf = bytearray().join(parts)
+        self.pos = keep
         return have >= wanted
 
     def skip_ws(self) -> int:
@@ -341,6 +355,10 @@ def _read_top(reader: _Reader, collector: Collector, parse: Callable, feed: Call
 #: Cuts tried per slice before the file is left to the whole-file reader.
 _ATTEMPTS = 4
 
+#: Near the end of the file, the last bytes are kept out of the first cut: the top-level fields after
+#: ``traceEvents`` (device lists, metadata) hold ``},{`` too, and a cut there would not parse.
+_TAIL_RESERVE = 256 * 1024
+
 
 def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: Callable) -> None:
     """Parse the ``traceEvents`` array from ``reader.pos`` (just after ``[``) through its ``]``."""
@@ -350,27 +368,48 @@ def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: C
     while True:
         reader.fill(SLICE_BYTES)
         buf, start = reader.buf, reader.pos
-        limit = len(buf)
+        size = len(buf)
+        reserved = reader.eof and size - start > 2 * _TAIL_RESERVE
+        limit = size - _TAIL_RESERVE if reserved else size
         attempts = 0
         while True:
             cut = buf.rfind(b"}", start, limit)
             if cut < 0:
+                if reserved and not attempts:
+                    reserved, limit = False, size  # the reserve held the only candidates
+                    continue
                 if reader.eof or attempts:
                     raise Unusual("no complete event")
-                reader.fill(2 * (len(buf) - start) + 1)  # one event longer than a slice: read on
+                reader.fill(2 * (size - start) + 1)  # one event longer than a slice: read on
                 break
             limit = cut
             after = _WS.match(buf, cut + 1).end()
-            if after >= len(buf):
+            if after >= size:
                 continue
             closing = buf[after] == 0x5D  # "]"
             if not closing:
                 if buf[after] != 0x2C:  # ","
                     continue
                 following = _WS.match(buf, after + 1).end()
-                if following >= len(buf) or buf[following] != 0x7B:  # "{"
+                if following >= size or buf[following] != 0x7B:  # "{"
                     continue
-            events = parse(b"[" + buf[start : cut + 1] + b"]")
+            # "[" + slice + "]" without copying: the bytes around the slice are already consumed
+            # (the array's "[" or the "," before it) or are the "," / blank / "]" after it.
+            before, behind = buf[start - 1], buf[cut + 1]
+            buf[start - 1], buf[cut + 1] = 0x5B, 0x5D
+            data = memoryview(buf)[start - 1 : cut + 2]
+            events = parse(data)
+            close = 0
+            if events.__class__ is int:  # the array closed inside the slice: parse up to its "]"
+                close = _last_bracket(data, events)
+                events = parse(data[: close + 1]) if close else None
+            buf[start - 1], buf[cut + 1] = before, behind
+            if close:
+                if events.__class__ is not list:
+                    raise Unusual("the end of the events does not parse")
+                feed(collector, events)
+                reader.pos = start + close  # data[i] is buf[start - 1 + i]
+                return
             if events is None:
                 attempts += 1
                 if attempts >= _ATTEMPTS:
@@ -383,3 +422,14 @@ def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: C
                 return
             reader.pos = following
             break
+
+
+def _last_bracket(data: Any, trailing: int) -> int:
+    """Index of the ``]`` before ``trailing`` (whitespace between), 0 if there is none."""
+    end = trailing - 1
+    while end > 0 and data[end] in _BLANKS:
+        end -= 1
+    return end if end > 0 and data[end] == 0x5D else 0
+
+
+_BLANKS = b" \t\n\r"

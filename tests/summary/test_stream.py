@@ -119,6 +119,8 @@ def _tricky_trace() -> dict:
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X", "gcnArchName": "gfx942"}],
         "traceEvents": events,
+        # After the events: more "},{" than a slice tries before giving up (devices of an 8-GPU node).
+        "devices": [{"id": n, "name": "},{", "props": [{"a": n}, {"b": n}]} for n in range(8)],
         "traceName": "tricky, with a } and a ] in it",
         "distributedInfo": {"rank": 3},
     }
