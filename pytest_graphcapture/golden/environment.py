@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from ..summary.platform import version_text
+
 #: Environment fields that decide which kernels run, and how a failure names them.
 TOOLCHAIN_FIELDS: tuple[tuple[str, str], ...] = (
     ("torch_version", "torch"),
@@ -31,6 +33,17 @@ def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _differs(name: str, old: Any, new: Any) -> bool:
+    """Whether two values of one field differ once runtime versions are spelled alike.
+
+    A summary written from a trace file before its integer versions were spelled like
+    ``torch.version`` holds ``13000`` where a live capture holds ``"13.0"``, and a live ROCm
+    capture holds ``torch.version.hip``'s ``"7.2.53211-<git hash>"`` where a trace holds
+    ``"7.2.53211"``: the same runtime each time (:func:`~..summary.platform.version_text`).
+    """
+    return version_text(name, old) != version_text(name, new)
+
+
 def environment_note(
     expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
 ) -> Optional[str]:
@@ -39,7 +52,7 @@ def environment_note(
     Informational only: the environment never decides pass or fail.
     """
     old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
-    names = sorted(n for n in set(old) | set(new) if old.get(n, "(absent)") != new.get(n, "(absent)"))
+    names = sorted(n for n in set(old) | set(new) if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
     if not names:
         return None
     items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
@@ -56,6 +69,6 @@ def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, 
     changes = []
     for name, label in TOOLCHAIN_FIELDS:
         old, new = (expected_env or {}).get(name), (actual_env or {}).get(name)
-        if old is not None and new is not None and old != new:
+        if old is not None and new is not None and _differs(name, old, new):
             changes.append(f"{label} {old} → {new}")
     return changes

@@ -9,7 +9,8 @@ levels trade precision against stability:
     the recorded name; a trailing ``.kd`` (ROCm code-object symbol) is removed and
     an Itanium-mangled name (``_Z…``) is demangled.
 ``name`` (default)
-    ``exact`` without the parameter list, with hex addresses (``0x…`` → ``0x_``),
+    ``exact`` without the parameter list (a trailing ``(anonymous namespace)`` is a
+    namespace, not parameters), with hex addresses (``0x…`` → ``0x_``),
     lambda / unnamed-type numbering (``{lambda(float)#3}`` → ``{lambda(float)#?}``,
     ``'lambda2'`` → ``'lambda'``, ``$_12`` → ``$_``), anonymous namespaces
     (``_GLOBAL__N_1`` / ``{anonymous}`` → ``(anonymous namespace)``) and
@@ -70,6 +71,7 @@ _HASH_NUM = re.compile(r"#\d+\}")
 _QUOTED_LAMBDA = re.compile(r"'(lambda|unnamed)\d+'")
 _DOLLAR = re.compile(r"\$_\d+")
 _ANON = re.compile(r"_GLOBAL__N_\d+|\{anonymous\}|`anonymous namespace'")
+_ANON_NAMESPACE = "(anonymous namespace)"
 _GENERATED = re.compile(r"^((?:triton|cpp|fused|cutedsl|helion)_\w*?[A-Za-z]\w*?)(?:_\d+)+$")
 _GEMM = re.compile(
     r"gemm|xmma|^(?:void )?nvjet|^(?:void )?Cijk_|cutlass_\d+_\w*tensorop|cutlass::Kernel\d*<|cublas|hipblaslt|tensile",
@@ -111,6 +113,8 @@ def _strip_params(name: str) -> str:
         head = stripped[:pos]
         if pos == 0 or head.endswith("operator") or not head.strip():
             return name
+        if stripped[pos:] == _ANON_NAMESPACE:  # a namespace (``ns::(anonymous namespace)``), not parameters
+            return name
         name = head.rstrip()
 
 
@@ -145,7 +149,7 @@ def _name_step(name: str) -> str:
     name = _HASH_NUM.sub("#?}", name)
     name = _QUOTED_LAMBDA.sub(r"'\1'", name)
     name = _DOLLAR.sub("$_", name)
-    name = _ANON.sub("(anonymous namespace)", name)
+    name = _ANON.sub(_ANON_NAMESPACE, name)
     match = _GENERATED.match(name)
     if match:
         name = match.group(1)

@@ -93,6 +93,34 @@ def platform_from_trace(trace: dict) -> str:
     return cuda_key(major, minor)
 
 
+#: Runtime and driver versions that Kineto records as the API's integer (CUDA's
+#: ``cudaRuntimeGetVersion`` / ``cudaDriverGetVersion``, HIP's ``hipRuntimeGetVersion`` /
+#: ``hipDriverGetVersion``), and the live spelling (``torch.version.cuda`` / ``.hip``) they map to.
+CUDA_VERSION_KEYS = ("cuda_runtime_version", "cuda_driver_version")
+HIP_VERSION_KEYS = ("hip_runtime_version", "hip_driver_version")
+_HIP_GIT_SUFFIX = re.compile(r"^(\d+\.\d+\.\d+)-\w+$")
+
+
+def version_text(key: str, value: Any) -> Any:
+    """A runtime/driver version as ``torch.version`` spells it; other keys and values unchanged.
+
+    CUDA encodes ``1000 * major + 10 * minor`` (``13000`` → ``"13.0"``, ``12040`` → ``"12.4"``,
+    as ``torch.version.cuda``).  HIP encodes ``HIP_VERSION = 10**7 * major + 10**5 * minor +
+    patch`` (``70253211`` → ``"7.2.53211"``); ``torch.version.hip`` adds a git hash
+    (``"7.2.53211-1a2b3c4d5"``), dropped here.  An integer outside those encodings (older HIP
+    releases encoded differently) is kept as recorded rather than guessed at.
+    """
+    if key in CUDA_VERSION_KEYS and type(value) is int and value >= 1000 and value % 10 == 0:
+        return f"{value // 1000}.{value % 1000 // 10}"
+    if key in HIP_VERSION_KEYS:
+        if type(value) is int and value >= 10**7:
+            return f"{value // 10**7}.{value // 10**5 % 100}.{value % 10**5}"
+        match = _HIP_GIT_SUFFIX.match(value) if isinstance(value, str) else None
+        if match:
+            return match.group(1)
+    return value
+
+
 PROFILER_FLAGS = ("record_shapes", "with_stack", "with_flops", "profile_memory", "with_modules")
 
 
@@ -101,7 +129,11 @@ def _flag(value: Any) -> bool:
 
 
 def environment_from_trace(trace: dict) -> dict:
-    """Informational environment of a trace: device, versions, profiler flags (never compared)."""
+    """Informational environment of a trace: device, versions, profiler flags (never compared).
+
+    Runtime and driver versions are spelled as the live path spells them (:func:`version_text`),
+    so a golden and its own trace agree on them.
+    """
     env: dict[str, Any] = {}
     device = _first_device(trace)
     if device is not None:
@@ -122,7 +154,7 @@ def environment_from_trace(trace: dict) -> dict:
         "roctracer_version",
     ):
         if key in trace and isinstance(trace[key], (int, float, str)):
-            env[key] = trace[key]
+            env[key] = version_text(key, trace[key])
     flags = {flag: _flag(trace.get(flag)) for flag in PROFILER_FLAGS}
     env["profiler"] = flags
     dist = trace.get("distributedInfo")

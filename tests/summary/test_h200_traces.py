@@ -157,6 +157,21 @@ def test_cli_diff_against_the_golden_says_the_kernels_need_the_replay(capsys: py
     assert "\n  + " not in out and "\n  - void" not in out  # no kernel reported added or removed
 
 
+def test_trace_spells_the_cuda_runtime_as_its_golden_does(case: tuple[str, Summary, Summary]) -> None:
+    _, summary, golden = case
+    # the golden's is torch.version.cuda ("13.0"); the trace records cudaRuntimeGetVersion's 13000
+    assert golden.environment["cuda_runtime_version"] == "13.0"
+    assert summary.environment["cuda_runtime_version"] == golden.environment["cuda_runtime_version"]
+
+
+def test_cli_diff_against_the_golden_notes_no_runtime_change(capsys: pytest.CaptureFixture) -> None:
+    name = "TinyDecodeRunner_bs_1"
+    main(["diff", str(_golden_path(name)), str(_trace_path(name))])
+    out = capsys.readouterr().out
+    assert "environment differs" in out  # the note is there (other fields differ) ...
+    assert "cuda_runtime_version" not in out and "CUDA runtime" not in out  # ... but not for the runtime
+
+
 def test_cli_show_lists_both_traces(capsys: pytest.CaptureFixture) -> None:
     assert main(["show", str(DATA)]) == 0
     out = capsys.readouterr().out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_graphcapture.errors import UsageError
@@ -189,9 +189,31 @@ def test_normalizing_twice_equals_once(name: str, level: str) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(_KERNELISH)
+@example("void _GLOBAL__N_1")
+@example("ns::{anonymous}")
 def test_coarser_level_of_finer_result_is_stable(name: str) -> None:
     family = normalize_kernel_name(name, "family")
     assert normalize_kernel_name(normalize_kernel_name(name, "name"), "family") == family
+
+
+# Regression: a trailing ``(anonymous namespace)`` was taken for a parameter list once
+# ``_GLOBAL__N_1`` / ``{anonymous}`` had been rewritten to it, so ``name`` lost the namespace
+# (``'void _GLOBAL__N_1'`` → ``'void'``) while ``family`` of the same name kept it.
+@pytest.mark.parametrize(
+    "recorded, name, family",
+    [
+        ("void _GLOBAL__N_1", "void (anonymous namespace)", "(anonymous namespace)"),
+        ("void {anonymous}", "void (anonymous namespace)", "(anonymous namespace)"),
+        ("ns::_GLOBAL__N_1", "ns::(anonymous namespace)", "ns::(anonymous namespace)"),
+        ("void ns::(anonymous namespace)", "void ns::(anonymous namespace)", "ns::(anonymous namespace)"),
+        ("void ns::_GLOBAL__N_1::k(int)", "void ns::(anonymous namespace)::k", "ns::(anonymous namespace)::k"),
+        ("void k((anonymous namespace)::T)", "void k", "k"),
+    ],
+)
+def test_anonymous_namespace_reads_the_same_at_every_level(recorded: str, name: str, family: str) -> None:
+    assert normalize_kernel_name(recorded, "name") == name
+    assert normalize_kernel_name(recorded, "family") == family
+    assert normalize_kernel_name(name, "family") == family
 
 
 def test_patterns_and_levels() -> None:

@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from pytest_graphcapture.engine.device import detect_platform, environment_from_device
+from pytest_graphcapture.golden.environment import environment_note, toolchain_changes
 from pytest_graphcapture.summary import platform as plat
 from pytest_graphcapture.summary.platform import (
     ROCM_COMPUTE_TO_GFX,
     environment_from_trace,
     gfx_key,
     platform_from_trace,
+    version_text,
 )
 
 
@@ -120,7 +122,7 @@ def test_environment_from_trace() -> None:
     env = environment_from_trace(trace)
     assert env["device_name"] == "NVIDIA H100"
     assert env["torch_version"] == "2.6.0"
-    assert env["cuda_runtime_version"] == 12040
+    assert env["cuda_runtime_version"] == "12.4"  # Kineto's 12040, spelled as torch.version.cuda
     assert env["profiler"] == {
         "record_shapes": True,
         "with_stack": True,
@@ -138,3 +140,50 @@ def test_environment_from_cpu_device() -> None:
     assert env["torch_version"] == str(torch.__version__)
     assert env["profiler"]["record_shapes"] is True and env["profiler"]["with_stack"] is False
     assert plat.CPU == "cpu"
+
+
+@pytest.mark.parametrize(
+    "key, recorded, spelled",
+    [
+        ("cuda_runtime_version", 13000, "13.0"),  # the H200 traces under tests/data (torch 2.11.0+cu130)
+        ("cuda_runtime_version", 12040, "12.4"),
+        ("cuda_runtime_version", 11080, "11.8"),
+        ("cuda_driver_version", 12090, "12.9"),
+        ("cuda_runtime_version", "13.0", "13.0"),  # the live spelling is left alone
+        ("cuda_runtime_version", 12041, 12041),  # not CUDA's encoding: kept as recorded
+        ("hip_runtime_version", 70253211, "7.2.53211"),  # the MI300X traces (ROCm 7.2)
+        ("hip_driver_version", 60241133, "6.2.41133"),
+        ("hip_runtime_version", "6.2.41133-dd7f95766", "6.2.41133"),  # torch.version.hip's git hash
+        ("hip_runtime_version", 1, 1),  # not HIP_VERSION's encoding: kept as recorded
+        ("cupti_version", 130001, 130001),  # no torch spelling to match
+        ("roctracer_version", 4.1, 4.1),
+    ],
+)
+def test_version_text_spells_runtimes_like_torch_version(key: str, recorded: object, spelled: object) -> None:
+    assert version_text(key, recorded) == spelled
+
+
+def test_trace_and_live_runtime_versions_read_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_device(monkeypatch, hip=None, major=9, minor=0)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    live = environment_from_device("cuda:0")
+    trace = environment_from_trace(_trace(9, 0, name="Fake GPU", cuda_runtime_version=12040))
+    assert live["cuda_runtime_version"] == trace["cuda_runtime_version"] == "12.4"
+    _fake_device(monkeypatch, hip="7.2.53211-1a2b3c4d5", major=9, minor=4, arch="gfx942")
+    live = environment_from_device("cuda:0")
+    trace = environment_from_trace(
+        _trace(9, 4, name="Fake GPU", hip_runtime_version=70253211, hip_driver_version=70253211)
+    )
+    assert trace["hip_runtime_version"] == trace["hip_driver_version"] == "7.2.53211"
+    # torch.version.hip keeps its git hash on the live side (engine/device.py); the comparison drops it
+    assert toolchain_changes(live, trace) == []
+
+
+def test_environment_comparison_reads_old_integer_and_git_hash_spellings_as_the_same() -> None:
+    old = {"cuda_runtime_version": 13000, "hip_runtime_version": "7.2.53211-1a2b3c4d5"}
+    new = {"cuda_runtime_version": "13.0", "hip_runtime_version": "7.2.53211"}
+    assert environment_note(old, new) is None
+    assert toolchain_changes(old, new) == []
+    newer = {"cuda_runtime_version": "13.1", "hip_runtime_version": "7.2.53211"}
+    assert toolchain_changes(old, newer) == ["CUDA runtime 13000 → 13.1"]
+    assert "cuda_runtime_version 13000 → 13.1" in (environment_note(old, newer) or "")
