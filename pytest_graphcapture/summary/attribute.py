@@ -20,11 +20,23 @@ import json
 from array import array
 from typing import Any, Iterable, Optional, Sequence
 
-#: Why kernels from an NVIDIA graph replay carry no op: the replay ran inside one
-#: ``cudaGraphLaunch`` and the capture's launch calls name no kernel to match them by.
+#: Why kernels from an NVIDIA graph replay carry no op: the replay ran inside one ``cudaGraphLaunch``,
+#: the capture's launch calls name no kernel, and the trace has no graph node ids to match them by.
 REPLAY_UNATTRIBUTED = (
     "the graph replay's kernels are not linked to the capture's launch calls (the trace carries no graph "
     "node ids), so they name no launching op"
+)
+
+#: The replay carries graph node ids, but there is no capture window to match them to.
+REPLAY_NO_CAPTURE = (
+    "the graph replay's kernels carry graph node ids but the capture trace has no capture window to match "
+    "them to, so they name no launching op"
+)
+
+#: The replay's graph node ids do not line up with the capture's launches.
+REPLAY_NODES_DIFFER = (
+    "the graph replay's nodes, in graph node id order, do not match the capture window's launches one by one "
+    "(count or kernel/memcpy/memset kinds differ), so they name no launching op"
 )
 
 

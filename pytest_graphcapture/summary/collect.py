@@ -72,6 +72,10 @@ _INTERESTING_RUNTIME = re.compile(
 
 _NUMBER_TYPES = (int, float)
 
+#: The ``args`` field of a graph-replayed kernel/memcpy/memset naming its graph node (Kineto with CUPTI
+#: activity records of version 5 and later; absent from torch 2.11's traces).
+GRAPH_NODE_ARG = "graph node id"
+
 _SKIP = ("skip", None)
 
 #: ``args`` field absent (a JSON ``null`` is kept apart: it groups differently).
@@ -167,6 +171,7 @@ class Collector:
         self.gpu_ts = array("d")
         self.gpu_corr: list = []
         self.gpu_desc = array("l")
+        self.gpu_node: list = []  # graph node id (int) or None
         self._gpu_descs: dict = {}
         self.gpu_rows: list = []  # (kind, name, grid, block)
         self._roles: dict = {}
@@ -319,8 +324,11 @@ class Collector:
             self.launch_desc.append(desc)
             self.launch_tid.append(self._tid(tid))
 
-    def add_gpu(self, kind: str, name: str, ts: Any, correlation: Any, grid: Any, block: Any) -> None:
-        """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset)."""
+    def add_gpu(self, kind: str, name: str, ts: Any, correlation: Any, grid: Any, block: Any, node: Any = None) -> None:
+        """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset).
+
+        ``node`` is the graph node id newer Kineto builds record on graph-replayed work.
+        """
         grid = _dims3(grid)
         block = _dims3(block)
         dkey = (kind, name, tuple(grid) if grid else None, tuple(block) if block else None)
@@ -335,6 +343,7 @@ class Collector:
         self.gpu_ts.append(ts)
         self.gpu_corr.append(None if correlation is None else _hashable(correlation))
         self.gpu_desc.append(desc)
+        self.gpu_node.append(node if node.__class__ is int else None)
 
     # -- reading -----------------------------------------------------------------------------------------------
 

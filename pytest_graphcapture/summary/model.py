@@ -62,6 +62,9 @@ class Summary:
     schema_version: int = SCHEMA_VERSION
     #: Why kernels name no launching op (e.g. an NVIDIA graph replay), or None.
     unattributed: Optional[str] = None
+    #: The capture window's launches in call order, ``(kind, op or None)`` each: what a graph replay's
+    #: nodes are matched to (:func:`~.replay.with_replay`).  Not stored; None outside a capture window.
+    launch_ops: Optional[list] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Canonical order so that equal content always serializes to equal bytes.

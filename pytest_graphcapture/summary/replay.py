@@ -9,9 +9,9 @@ marked incomplete with the reason, never reported as a kernel regression.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from .attribute import REPLAY_UNATTRIBUTED
+from .attribute import REPLAY_NO_CAPTURE, REPLAY_NODES_DIFFER, REPLAY_UNATTRIBUTED
 from .model import Summary, count_changes
 from .scan import _entries
 
@@ -42,6 +42,28 @@ def _describe(changes: list[tuple[str, int, int]], limit: int = 3) -> str:
     return "; ".join(parts)
 
 
+def _by_graph_node(launch_ops: Optional[list], replay_kernels: Sequence[dict]) -> tuple[list, str]:
+    """The replay's nodes, each with the op of the capture launch that made it when graph node ids tell.
+
+    A graph node gets its id when stream capture creates it, i.e. at its launch call,
+    so the nodes in id order are the capture window's launches in call order, across
+    streams.  The match is taken only when it is exact: every node has an id, the ids
+    are distinct, and the node kinds (kernel / memcpy / memset) equal the launches'
+    kinds one by one; otherwise the nodes stay unattributed, with the reason.
+    Returns (the replay's node dicts, the ``unattributed`` reason for nodes left without op).
+    """
+    nodes = [k.get("node") for k in replay_kernels]
+    if not replay_kernels or any(node is None for node in nodes):
+        return list(replay_kernels), REPLAY_UNATTRIBUTED
+    if launch_ops is None:
+        return list(replay_kernels), REPLAY_NO_CAPTURE
+    ordered = sorted(replay_kernels, key=lambda k: k["node"])
+    kinds = [k.get("kind", "kernel") for k in ordered]
+    if len(set(nodes)) != len(nodes) or kinds != [kind for kind, _ in launch_ops]:
+        return list(replay_kernels), REPLAY_NODES_DIFFER
+    return [dict(k, op=op) if op else dict(k) for k, (_, op) in zip(ordered, launch_ops)], REPLAY_UNATTRIBUTED
+
+
 def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     """Return a copy of a capture ``summary`` whose kernels come from the graph replay.
 
@@ -56,6 +78,7 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     naming the key is emitted — dropped profiler records must never look like a
     kernel regression.
     """
+    replay_kernels, unattributed = _by_graph_node(summary.launch_ops, replay_kernels)
     replay_entries = _entries(replay_kernels, summary.level)
     problems = []
     captured = summary.launches["total"]
@@ -86,7 +109,7 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
         unattributed=summary.unattributed,
     )
     if not keep_capture and any(k.get("kind", "kernel") == "kernel" and not k.get("op") for k in kernels):
-        result.unattributed = REPLAY_UNATTRIBUTED
+        result.unattributed = unattributed
     if problems:
         dropped = len(replay_kernels) < captured
         cause = (

@@ -92,7 +92,11 @@ class _Scan(Collector):
         gpu_ts = self.gpu_ts
         picked.sort(key=lambda i: gpu_ts[i] if gpu_ts[i] == gpu_ts[i] else 0)
         rows = self.gpu_rows
-        return [_raw_kernel(*rows[self.gpu_desc[i]]) for i in picked]
+        kernels = [_raw_kernel(*rows[self.gpu_desc[i]]) for i in picked]
+        for kernel, i in zip(kernels, picked):
+            if self.gpu_node[i] is not None:
+                kernel["node"] = self.gpu_node[i]
+        return kernels
 
     def gpu_kernels(self) -> dict:
         """``{(gpu description, op index): count}`` of the executed kernels/memcpys/memsets, in event order.
@@ -194,14 +198,21 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     launches = {"total": len(launches_in), "by_api": dict(by_api)}
 
     complete, reason = True, None
+    launch_ops = None
     if windows is not None:
-        named = [i for i in launches_in if rows[launch_desc[i]][1] != "kernel" or rows[launch_desc[i]][2]]
-        call_ts = array("d", (scan.launch_ts[i] for i in named))
-        call_tid = array("l", (scan.launch_tid[i] for i in named))
-        by = enclosing_ops(scan, call_ts, call_tid) if named else []
+        call_ts = array("d", (scan.launch_ts[i] for i in launches_in))
+        call_tid = array("l", (scan.launch_tid[i] for i in launches_in))
+        by = enclosing_ops(scan, call_ts, call_tid) if launches_in else []
+        named = [j for j, i in enumerate(launches_in) if rows[launch_desc[i]][1] != "kernel" or rows[launch_desc[i]][2]]
         counted: dict = {}
-        for pair in zip((launch_desc[i] for i in named), by):
+        for j in named:
+            pair = (launch_desc[launches_in[j]], by[j])
             counted[pair] = counted.get(pair, 0) + 1
+        op_refs = scan.op_refs
+        in_call_order = sorted(range(len(launches_in)), key=lambda j: call_ts[j])
+        launch_ops = [
+            (rows[launch_desc[launches_in[j]]][1], op_refs[by[j]] if by[j] >= 0 else None) for j in in_call_order
+        ]
         found = []
         for (desc, op), count in counted.items():
             api, kind, kernel, grid, block = rows[desc]
@@ -225,7 +236,7 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         gpu_rows = scan.gpu_rows
         found = [(*gpu_rows[desc], op, count) for (desc, op), count in scan.gpu_kernels().items()]
     kernels = _counted_entries(found, scan.op_refs, level)
-    return Summary(
+    summary = Summary(
         key=key,
         platform=platform,
         kernels=kernels,
@@ -236,6 +247,8 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         environment=dict(environment or {}),
         level=level,
     )
+    summary.launch_ops = launch_ops
+    return summary
 
 
 def _counted_entries(found: Iterable[tuple], op_refs: list, level: str) -> list:

@@ -14,7 +14,7 @@ whole.
 
 Parsing: with `msgspec <https://jcristharif.com/msgspec/>`_ installed, each slice is
 decoded into typed records holding only the fields a summary reads (``name``,
-``cat``, ``ts``, ``dur``, ``tid`` and six ``args`` fields, the op shapes left as JSON
+``cat``, ``ts``, ``dur``, ``tid`` and seven ``args`` fields, the op shapes left as JSON
 text); every other field is checked as JSON and skipped without building Python objects.  That is several times
 faster than ``json.loads``.  Without msgspec the stdlib parses the slices into dicts.
 
@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 from .._io import require_regular
 from ..errors import TraceFormatError
-from .collect import _GPU_CATS, _RUNTIME_CATS, MISSING, Collector
+from .collect import _GPU_CATS, _RUNTIME_CATS, GRAPH_NODE_ARG, MISSING, Collector
 from .tracefile import _GZIP_MAGIC, _too_big, resolve_max_bytes
 
 try:  # the fast parser; the stdlib does the same work more slowly without it
@@ -69,6 +69,7 @@ if msgspec is not None:
         kernel: Any = None
         grid: Any = None
         block: Any = None
+        graph_node_id: Any = msgspec.field(default=None, name=GRAPH_NODE_ARG)
         # Kept as JSON text: parsing them into lists costs more than grouping by their text.
         input_dims: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input Dims")
         input_type: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input type")
@@ -127,7 +128,7 @@ def _feed_records(collector: Collector, events: list) -> None:
                 if args is None:
                     add_gpu(gpu_cats[cat], name, event.ts, None, None, None)
                 else:
-                    add_gpu(gpu_cats[cat], name, event.ts, args.correlation, args.grid, args.block)
+                    add_gpu(gpu_cats[cat], name, event.ts, args.correlation, args.grid, args.block, args.graph_node_id)
         elif cat == "user_annotation":
             name = event.name
             if name.__class__ is str:
