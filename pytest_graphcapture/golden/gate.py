@@ -87,7 +87,9 @@ class _Gate:
             return out
         if not actual.complete:
             out.incomplete = actual.incomplete_reason or "no reason given"
-        data = actual.to_dict()
+        # ``actual`` is this check's own normalized copy, and ``data`` is only read (its
+        # top level aside): sharing the entry lists skips copying every kernel and op.
+        data = actual.to_dict(share_entries=True)
         # The golden is read once: its budget, the fast path and the diff all use this dict.
         old: Optional[dict] = None
         old_error: Optional[GoldenError] = None

@@ -70,15 +70,20 @@ class Summary:
         by_api = self.launches.get("by_api", {}) if isinstance(self.launches, dict) else {}
         self.launches = {"total": int(self.launches.get("total", 0)), "by_api": dict(sorted(by_api.items()))}
 
-    def to_dict(self) -> dict:
-        """JSON-ready dict: the layout goldens and summary files store (docs/concepts.md describes it)."""
+    def to_dict(self, *, share_entries: bool = False) -> dict:
+        """JSON-ready dict: the layout goldens and summary files store (docs/concepts.md describes it).
+
+        ``share_entries=True``: the kernel and op lists are this summary's own, not
+        copies; for a caller that only reads the dict (serializing, comparing), which
+        then skips copying a few hundred entries.
+        """
         return {
             "schema_version": self.schema_version,
             "key": self.key.to_dict(),
             "platform": self.platform,
             "level": self.level,
-            "kernels": [dict(k) for k in self.kernels],
-            "ops": [dict(o) for o in self.ops],
+            "kernels": self.kernels if share_entries else [dict(k) for k in self.kernels],
+            "ops": self.ops if share_entries else [dict(o) for o in self.ops],
             "launches": {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])},
             "complete": {"value": self.complete, "reason": self.incomplete_reason},
             "environment": self.environment,
