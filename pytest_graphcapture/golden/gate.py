@@ -63,7 +63,10 @@ class _Gate:
         o = self.options
         actual = _postprocessed(summary, str(key), self.postprocess)
         require_level(o.level, actual, "the captured summary", f"summary of {key}")
-        return actual.normalized(o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename)
+        # The gate only reads the normalized copy's entries: no need to copy every op dict.
+        return actual.normalized(
+            o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename, share_entries=True
+        )
 
     def check_key(self, item: Any, option_budget: Optional[int], option_memory: Optional[int] = None) -> KeyOutcome:
         key = item.key
@@ -88,8 +91,7 @@ class _Gate:
             return out
         if not actual.complete:
             out.incomplete = actual.incomplete_reason or "no reason given"
-        # ``actual`` is this check's own normalized copy, and ``data`` is only read (its
-        # top level aside): sharing the entry lists skips copying every kernel and op.
+        # ``data`` is only read (its top level aside): sharing the entry lists skips copying them.
         data = actual.to_dict(share_entries=True)
         # The golden is read once: its budget, the fast path and the diff all use this dict.
         old: Optional[dict] = None

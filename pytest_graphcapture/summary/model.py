@@ -119,6 +119,7 @@ class Summary:
         ignore_kernels: Iterable[str] = (),
         ignore_ops: Iterable[str] = (),
         rename: Optional[Callable[[str, str], Optional[str]]] = None,
+        share_entries: bool = False,
     ) -> "Summary":
         """Copy with kernel names at ``level`` (equal names merged) and ignored kernels/ops removed.
 
@@ -126,7 +127,9 @@ class Summary:
         return a project's own spelling of a kernel name; None keeps the built-in one.
         Ignore patterns are regular expressions matched with ``re.search`` against the
         (normalized) kernel name or the op name.  Going finer than ``self.level`` is an
-        error because the finer information is gone.
+        error because the finer information is gone.  ``share_entries=True``: the copy's
+        op entries are this summary's own dicts, not copies, for a caller that only reads
+        them (the golden gate); kernel entries are always new.
         """
         check_level(level)
         if not is_coarser_or_equal(level, self.level):
@@ -146,7 +149,8 @@ class Summary:
         # (the costliest part of a golden check); only the merged kernels need sorting.
         normalized = copy.copy(self)
         normalized.kernels = sorted(merged.values(), key=_kernel_sort_key)
-        normalized.ops = [dict(o) for o in self.ops if not (op_patterns and matches_any(o["name"], op_patterns))]
+        kept = [o for o in self.ops if not matches_any(o["name"], op_patterns)] if op_patterns else self.ops
+        normalized.ops = list(kept) if share_entries else list(map(dict, kept))
         normalized.launches = {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])}
         normalized.environment = dict(self.environment)
         normalized.level = level
