@@ -10,6 +10,7 @@ never part of equality.  :func:`summary_from_dict` is the only place a summary d
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
@@ -141,7 +142,7 @@ class Summary:
             kind = entry.get("kind", "kernel")
             name = entry["name"]
             if kind == "kernel":
-                name = (rename(name, level) if rename is not None else None) or normalize_kernel_name(name, level)
+                name = (rename(name, level) if rename is not None else None) or _kernel_name_at(name, level)
             if kernel_patterns and matches_any(name, kernel_patterns):
                 continue
             _merge_kernel(merged, name, kind, entry.get("grid"), entry.get("block"), entry["count"], entry.get("op"))
@@ -163,6 +164,11 @@ class Summary:
     def op_count(self) -> int:
         """Total CPU op count."""
         return sum(o["count"] for o in self.ops)
+
+
+#: :func:`normalize_kernel_name`, remembered: it is pure, costs tens of microseconds a name,
+#: and a graph's kernels recur at every batch size a session checks.
+_kernel_name_at = functools.lru_cache(maxsize=8192)(normalize_kernel_name)
 
 
 def _merge_kernel(
