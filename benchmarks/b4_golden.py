@@ -12,8 +12,10 @@ Timed, interleaved:
 * ``check`` — the golden gate itself, :func:`pytest_graphcapture.golden.gate.check_result`,
   the function the ``golden`` fixture calls (no update, no out-dir, no postprocess
   hook): per key the level check, ``normalized(level)``, ``to_dict()``, the golden
-  path, ``parse_golden_file`` (with duplicate-key detection), the equal-content fast
-  path and the launch budget (every key matches; the benchmark asserts it).
+  path, ``parse_golden_file`` (regular-file check, duplicate-key detection), the
+  equal-content fast path and the launch budget (every key matches; the benchmark
+  asserts it).  The gate keeps the cyclic GC off while it checks a key; the floor
+  runs as any caller's ``json.loads`` would, with the GC on.
 
 Calling the gate rather than a pytester run keeps pytest's own start-up and
 collection (hundreds of ms, very noisy on 2 cores) out of a measurement of a few ms.

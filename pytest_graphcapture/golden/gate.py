@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .._io import gc_paused
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import golden_file_name
@@ -62,7 +63,10 @@ class _Gate:
         o = self.options
         actual = _postprocessed(summary, str(key), self.postprocess)
         require_level(o.level, actual, "the captured summary", f"summary of {key}")
-        return actual.normalized(o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename)
+        # The gate only reads the normalized copy's entries: no need to copy every op dict.
+        return actual.normalized(
+            o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename, share_entries=True
+        )
 
     def check_key(self, item: Any, option_budget: Optional[int], option_memory: Optional[int] = None) -> KeyOutcome:
         key = item.key
@@ -87,7 +91,8 @@ class _Gate:
             return out
         if not actual.complete:
             out.incomplete = actual.incomplete_reason or "no reason given"
-        data = actual.to_dict()
+        # ``data`` is only read (its top level aside): sharing the entry lists skips copying them.
+        data = actual.to_dict(share_entries=True)
         # The golden is read once: its budget, the fast path and the diff all use this dict.
         old: Optional[dict] = None
         old_error: Optional[GoldenError] = None
@@ -315,7 +320,12 @@ def check_result(
         items, share_failures = gate.share_ranks(items)
     outcome = CheckOutcome(runner, str(result.platform), options.level, folder, out_folder, len(result))
     outcome.golden_dir = Path(golden_dir)
-    outcome.keys = [gate.check_key(item, budgets.get(item.key), memory.get(item.key)) for item in items]
+    outcome.keys = []
+    for item in items:
+        # The cyclic GC stays off while a key is checked: the golden's parsed dict is acyclic and
+        # freed by reference counting when the key is done, so a collection would only re-traverse it.
+        with gc_paused():
+            outcome.keys.append(gate.check_key(item, budgets.get(item.key), memory.get(item.key)))
     outcome.keys += share_failures
     outcome.warnings = gate.warnings
     return outcome

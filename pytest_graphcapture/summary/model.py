@@ -10,6 +10,7 @@ never part of equality.  :func:`summary_from_dict` is the only place a summary d
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
@@ -73,15 +74,20 @@ class Summary:
         by_api = self.launches.get("by_api", {}) if isinstance(self.launches, dict) else {}
         self.launches = {"total": int(self.launches.get("total", 0)), "by_api": dict(sorted(by_api.items()))}
 
-    def to_dict(self) -> dict:
-        """JSON-ready dict: the layout goldens and summary files store (docs/concepts.md describes it)."""
+    def to_dict(self, *, share_entries: bool = False) -> dict:
+        """JSON-ready dict: the layout goldens and summary files store (docs/concepts.md describes it).
+
+        ``share_entries=True``: the kernel and op lists are this summary's own, not
+        copies; for a caller that only reads the dict (serializing, comparing), which
+        then skips copying a few hundred entries.
+        """
         return {
             "schema_version": self.schema_version,
             "key": self.key.to_dict(),
             "platform": self.platform,
             "level": self.level,
-            "kernels": [dict(k) for k in self.kernels],
-            "ops": [dict(o) for o in self.ops],
+            "kernels": self.kernels if share_entries else [dict(k) for k in self.kernels],
+            "ops": self.ops if share_entries else [dict(o) for o in self.ops],
             "launches": {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])},
             "complete": {"value": self.complete, "reason": self.incomplete_reason},
             "environment": self.environment,
@@ -117,6 +123,7 @@ class Summary:
         ignore_kernels: Iterable[str] = (),
         ignore_ops: Iterable[str] = (),
         rename: Optional[Callable[[str, str], Optional[str]]] = None,
+        share_entries: bool = False,
     ) -> "Summary":
         """Copy with kernel names at ``level`` (equal names merged) and ignored kernels/ops removed.
 
@@ -124,7 +131,9 @@ class Summary:
         return a project's own spelling of a kernel name; None keeps the built-in one.
         Ignore patterns are regular expressions matched with ``re.search`` against the
         (normalized) kernel name or the op name.  Going finer than ``self.level`` is an
-        error because the finer information is gone.
+        error because the finer information is gone.  ``share_entries=True``: the copy's
+        op entries are this summary's own dicts, not copies, for a caller that only reads
+        them (the golden gate); kernel entries are always new.
         """
         check_level(level)
         if not is_coarser_or_equal(level, self.level):
@@ -136,7 +145,7 @@ class Summary:
             kind = entry.get("kind", "kernel")
             name = entry["name"]
             if kind == "kernel":
-                name = (rename(name, level) if rename is not None else None) or normalize_kernel_name(name, level)
+                name = (rename(name, level) if rename is not None else None) or _kernel_name_at(name, level)
             if kernel_patterns and matches_any(name, kernel_patterns):
                 continue
             _merge_kernel(merged, name, kind, entry.get("grid"), entry.get("block"), entry["count"], entry.get("op"))
@@ -144,7 +153,8 @@ class Summary:
         # (the costliest part of a golden check); only the merged kernels need sorting.
         normalized = copy.copy(self)
         normalized.kernels = sorted(merged.values(), key=_kernel_sort_key)
-        normalized.ops = [dict(o) for o in self.ops if not (op_patterns and matches_any(o["name"], op_patterns))]
+        kept = [o for o in self.ops if not matches_any(o["name"], op_patterns)] if op_patterns else self.ops
+        normalized.ops = list(kept) if share_entries else list(map(dict, kept))
         normalized.launches = {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])}
         normalized.environment = dict(self.environment)
         normalized.level = level
@@ -157,6 +167,11 @@ class Summary:
     def op_count(self) -> int:
         """Total CPU op count."""
         return sum(o["count"] for o in self.ops)
+
+
+#: :func:`normalize_kernel_name`, remembered: it is pure, costs tens of microseconds a name,
+#: and a graph's kernels recur at every batch size a session checks.
+_kernel_name_at = functools.lru_cache(maxsize=8192)(normalize_kernel_name)
 
 
 def _merge_kernel(
