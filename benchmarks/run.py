@@ -27,9 +27,11 @@ BENCHES = ("B1", "B2", "B3", "B4")
 LARGE_SOURCE = "hta_negative_queue_length_values_check__rank0.json.gz"
 QUICK_TRACE = "tracelens_sglang_decode__sglang_Qwen3-8B_decode.json.gz"
 #: B1 at the realistic model size (benchmarks/b1_capture.py MODELS): batch sizes and rounds, sized to
-#: take about 2 minutes on 2 cores (a key costs 0.1-0.5 s there, most of it the model's forwards).
+#: take about 2 minutes on 2 cores (a key costs 0.15-0.4 s there, most of it the model's forwards).
+#: The smallest sizes are the hardest case for the summary-only ratio: the least model time per key
+#: beside a per-key cost that does not depend on the batch size.
 REALISTIC_BATCH_SIZES = (1, 2, 4, 8)
-REALISTIC_ROUNDS = 5
+REALISTIC_ROUNDS = 9
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
