@@ -10,7 +10,7 @@ is judged at the realistic size; the tiny model's ratio is reported beside it.
 Variants (each a full capture of every key of a ``TinyDecodeRunner``, built
 outside the timing: a fresh one per measurement for the tiny model; for the
 realistic one a single runner reused by every measurement, since drawing its
-~90 M weights takes about a second and the eager capture keeps no state):
+~156 M weights takes about a second and the eager capture keeps no state):
 
 * ``bare`` — the per-key sequence (2 warmups + capture, ``Backend.capture_one``
   of ``backend.make_backend(device)``) with no profiler at all;
