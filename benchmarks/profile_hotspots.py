@@ -3,7 +3,8 @@
 ``python benchmarks/profile_hotspots.py [capture|summarize|golden ...] [--top N]``
 
 * ``capture`` — B1's summary-only capture (``capture_runner``, trace=off) of the
-  default batch sizes, and for contrast the plain scheduled-profiler loop;
+  default batch sizes, and for contrast the plain scheduled-profiler loop and the
+  exports; then the summary-only capture and the plain loop at B1's realistic model size;
 * ``summarize`` — ``summarize_trace_file`` of each real trace;
 * ``golden`` — B4's per-key golden check of the 36 batch sizes.
 
@@ -62,6 +63,16 @@ def profile_capture(top: int) -> None:
             _profile(
                 f"capture_{variant}",
                 lambda v=variant: b1_capture.run_variant(v, sizes, "cpu", work / "b1_profile"),
+                top,
+            )
+        # The realistic size (B1's target): per-key costs that grow with the ops recorded show here.
+        realistic_sizes = [1, 2, 4, 8]
+        runner = b1_capture.make_runner("realistic", realistic_sizes, "cpu")
+        for variant in ("plain-profiler", "ours-summary"):
+            b1_capture.run_variant(variant, realistic_sizes, "cpu", work / "b1_profile", runner=runner)  # warm
+            _profile(
+                f"capture_realistic_{variant}",
+                lambda v=variant: b1_capture.run_variant(v, realistic_sizes, "cpu", work / "b1_profile", runner=runner),
                 top,
             )
 

@@ -35,40 +35,85 @@ from .._io import write_via
 from ..keys import CaptureKey
 from ..naming import per_bs_trace_path, single_trace_path
 
-#: Kineto's trace-point lines, printed to the stderr descriptor on every profiler start and stop.
-_KINETO_NOISE = re.compile(rb"^USDT:.*\bprofiler_(?:start|stop)\s*$")
+#: Kineto's trace-point lines, printed to the stderr descriptor on every profiler start and stop
+#: (each whole line, its end of line included, in a buffer of many lines).
+_KINETO_NOISE_LINES = re.compile(rb"^USDT:[^\n]*\bprofiler_(?:start|stop)[ \t\r\f\v]*(?:\n|\Z)", re.MULTILINE)
 
 
-@contextlib.contextmanager
-def quiet_kineto() -> Iterator[None]:
-    """Drop Kineto's ``USDT: … profiler_start/profiler_stop`` lines from the stderr descriptor.
+class KinetoQuieter:
+    """Drops Kineto's ``USDT: … profiler_start/profiler_stop`` lines from the stderr descriptor.
 
     Kineto writes two of them per profiled key straight to file descriptor 2,
     past Python, so they fill every failure's captured stderr.  For the duration
-    of the block descriptor 2 points at a temporary file; afterwards every other
-    line is written back, in order, so no other stderr output is lost.
+    of each block (``with quieter():``) descriptor 2 points at a temporary file;
+    afterwards every other line the block wrote is written back, in order, so no
+    other stderr output is lost.  One quieter keeps its temporary file for all its
+    blocks (a profiler steps three times per key, and opening a file each time cost
+    more than the rest of the block); each block reads from where the last one
+    ended, and the file is emptied once it grows past :attr:`RESET_BYTES`.
+    :meth:`close` removes it.
     """
-    fd = 2  # Kineto writes to the C runtime's stderr, whatever Python's sys.stderr is now
-    try:
-        saved = os.dup(fd)
-    except OSError:  # no descriptor to filter (closed stderr): nothing to hide
-        yield
-        return
-    try:
-        with tempfile.TemporaryFile() as held:
+
+    RESET_BYTES = 1 << 20
+
+    def __init__(self) -> None:
+        self._held: Optional[Any] = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        fd = 2  # Kineto writes to the C runtime's stderr, whatever Python's sys.stderr is now
+        try:
+            saved = os.dup(fd)
+        except OSError:  # no descriptor to filter (closed stderr): nothing to hide
+            yield
+            return
+        try:
+            if self._held is None:
+                self._held = tempfile.TemporaryFile()
+            held = self._held.fileno()
+            # Descriptor 2 shares the file's offset while it points there: writes land after this.
+            start = os.lseek(held, 0, os.SEEK_END)
             _flush_stderr()
-            os.dup2(held.fileno(), fd)
+            os.dup2(held, fd)
             try:
                 yield
             finally:
                 _flush_stderr()
                 os.dup2(saved, fd)
-                held.seek(0)
-                kept = b"".join(line for line in held if not _KINETO_NOISE.match(line))
-                if kept:
-                    os.write(fd, kept)
+                self._write_back(held, start, fd)
+        finally:
+            os.close(saved)
+
+    def _write_back(self, held: int, start: int, fd: int) -> None:
+        """Write what ``held`` received from ``start`` on to ``fd``, less Kineto's noise."""
+        end = os.lseek(held, 0, os.SEEK_END)
+        if end > start:
+            os.lseek(held, start, os.SEEK_SET)
+            chunks = []
+            while chunk := os.read(held, max(end - start, 1 << 16)):
+                chunks.append(chunk)
+            kept = _KINETO_NOISE_LINES.sub(b"", b"".join(chunks))
+            if kept:
+                os.write(fd, kept)
+        if end >= self.RESET_BYTES:
+            os.ftruncate(held, 0)
+        os.lseek(held, 0, os.SEEK_END)
+
+    def close(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+
+@contextlib.contextmanager
+def quiet_kineto() -> Iterator[None]:
+    """One block of :class:`KinetoQuieter` (its temporary file removed afterwards)."""
+    quieter = KinetoQuieter()
+    try:
+        with quieter():
+            yield
     finally:
-        os.close(saved)
+        quieter.close()
 
 
 def _flush_stderr() -> None:
@@ -179,6 +224,7 @@ class PerBatchSizeProfiler:
     _prof: Optional[profile] = field(default=None, init=False, repr=False)
     _active: Optional[CaptureKey] = field(default=None, init=False)
     _aborted: bool = field(default=False, init=False)
+    _quiet: KinetoQuieter = field(default_factory=KinetoQuieter, init=False, repr=False)
 
     def _make_profile(self) -> profile:
         export = self.export_dir is not None
@@ -196,7 +242,7 @@ class PerBatchSizeProfiler:
 
     def __enter__(self) -> "PerBatchSizeProfiler":
         self._prof = self._make_profile()
-        with quiet_kineto():
+        with self._quiet():
             self._prof.__enter__()
         return self
 
@@ -210,11 +256,12 @@ class PerBatchSizeProfiler:
             return
         self._aborted = True
         try:
-            with quiet_kineto():
+            with self._quiet():
                 prof.__exit__(None, None, None)
         finally:
             self._aborted = False
             self._active = None
+            self._quiet.close()
 
     def begin_key(self, key: CaptureKey) -> None:
         """The next recorded cycle belongs to ``key``."""
@@ -227,7 +274,7 @@ class PerBatchSizeProfiler:
             with warnings.catch_warnings():
                 # Each cycle must start empty (that is the point); torch warns about it.
                 warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
-                with quiet_kineto():
+                with self._quiet():
                     self._prof.step()
 
     def add_metadata(self, metrics: dict) -> None:

@@ -39,6 +39,14 @@ def test_quick_run_prints_and_writes_the_table(tmp_path: Path) -> None:
     table = done.stdout[table_start:]
     assert "B1" in table and "B4" in table
     assert "ours, summary-only per-bs" in table and "golden check of 7 keys" in table
+    # B1 runs at both model sizes; the summary-only target is judged at the realistic one
+    assert "tiny model (hidden 64, 2 layers): ours, summary-only" in table
+    realistic = [
+        line
+        for line in table.splitlines()
+        if "realistic model (hidden 1024, 8 layers): ours, summary-only per-bs" in line
+    ]
+    assert len(realistic) == 1 and "≤ 1.10" in realistic[0] and "tiny model (hidden 64, 2 layers): " in realistic[0]
     if sorted(_real_traces().glob("*.json.gz")):
         assert "summarize_trace_file" in table
     else:
@@ -49,6 +57,13 @@ def test_quick_run_prints_and_writes_the_table(tmp_path: Path) -> None:
     assert "Machine:" in markdown and "torch:" in markdown
     # The table is the last thing printed.
     assert done.stdout.rstrip().splitlines()[-1].startswith("B4")
+
+
+def test_unknown_b1_model_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    done = _run(["--only", "B1", "--b1-models", "tiny,huge"], tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "--b1-models: unknown size(s) huge" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_unknown_benchmark_is_a_one_line_usage_error(tmp_path: Path) -> None:
