@@ -201,7 +201,8 @@ class ProfiledKey:
 
 
 # Called with (profile, key) inside on_trace_ready; returns the key's summary.
-Summarizer = Callable[[profile, CaptureKey], Any]
+#: ``(profile, key, the cycle's exported trace or None) -> summary``.
+Summarizer = Callable[[profile, CaptureKey, Optional[Path]], Any]
 
 
 @dataclass
@@ -291,12 +292,17 @@ class PerBatchSizeProfiler:
         if key is None or self._aborted:
             return  # a partial cycle of a failed key: no file, no summary
         done = ProfiledKey(key)
-        if self.summarizer is not None:
-            done.summary = self.summarizer(prof, key)
-        if self.export_dir is not None:
+        if self.export_dir is not None:  # first: a profile exports once, and some summaries read the export
             path = per_bs_trace_path(self.export_dir, key, self.group)
             export_trace(prof, path)
             done.trace_path = path
+        if self.summarizer is not None:
+            try:
+                done.summary = self.summarizer(prof, key, done.trace_path)
+            except BaseException:
+                if done.trace_path is not None:  # a key that failed leaves no file
+                    done.trace_path.unlink(missing_ok=True)
+                raise
         self.results[key] = done
 
 

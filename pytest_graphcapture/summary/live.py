@@ -4,22 +4,32 @@ The in-memory Kineto results (``prof.profiler.kineto_results.events()``) are tur
 into the same small event dicts a Chrome trace holds, so live profiles and trace
 files go through one code path (:mod:`.scan`) and give equal summaries.  No torch
 import: the profile object is only called through its methods.
+
+Torch builds whose Kineto events cannot say what they are (no ``activity_type()``)
+or the shapes of list arguments (no ``structured_input_shapes()``), such as 2.11,
+would mistake runtime calls and memory events for ops: there the profile's Chrome
+trace is read instead (the cycle's exported trace when there is one, else a
+temporary export), so the summary is the one its trace file gives.
 """
 
 from __future__ import annotations
 
 import json
 import operator
-from typing import Any, Callable, Optional
+import os
+import tempfile
+from typing import Any, Callable, Optional, Union
 
 from .._io import gc_paused
 from ..errors import GraphCaptureError
 from ..keys import CaptureKey
+from .collect import GRAPH_NODE_ARG
+from .files import collect_trace_file
 from .model import Summary
 from .normalize import (
     DEFAULT_LEVEL,
 )
-from .scan import _GPU_CATS, _INTERESTING_RUNTIME, _RUNTIME_CATS, KERNEL_LAUNCH_APIS, _api_base, _build, _scan
+from .scan import _GPU_CATS, _INTERESTING_RUNTIME, _RUNTIME_CATS, KERNEL_LAUNCH_APIS, _api_base, _build, _Scan, _scan
 
 
 def _kineto_results(prof: Any) -> Any:
@@ -87,13 +97,17 @@ def _none(event: Any) -> None:
 
 
 def _profile_events(prof: Any) -> list:
-    """Chrome-trace-like dicts for the relevant events of a live profile, cheaply.
+    """Chrome-trace-like dicts for the relevant events of a live profile, cheaply."""
+    return _event_dicts(_kineto_results(prof).events())
+
+
+def _event_dicts(events: Any) -> list:
+    """Chrome-trace-like dicts for the relevant Kineto ``events``.
 
     One capture records thousands of CPU ops, so the loop keeps its per-event work
     to the accessor calls and the dicts themselves; runtime, GPU and annotation
     events (few) go through :func:`_other_event`.
     """
-    events = _kineto_results(prof).events()
     if not events:
         return []
     probe = events[0]
@@ -144,11 +158,10 @@ def _other_event(event: Any, activity: str, thread_of: Callable[[Any], Any]) -> 
         return {"cat": activity, "name": name, "ts": event.start_ns(), "tid": thread_of(event), "args": args}
     if activity in _GPU_CATS:
         args = {"correlation": event.correlation_id()}
-        if activity == "kernel":
-            meta = _metadata(event)
-            for field_name in ("grid", "block"):
-                if field_name in meta:
-                    args[field_name] = meta[field_name]
+        meta = _metadata(event)
+        for field_name in ("grid", "block", GRAPH_NODE_ARG) if activity == "kernel" else (GRAPH_NODE_ARG,):
+            if field_name in meta:
+                args[field_name] = meta[field_name]
         return {"cat": activity, "name": event.name(), "ts": event.start_ns(), "args": args}
     if activity == "user_annotation":
         return {"cat": activity, "name": event.name(), "ts": event.start_ns()}
@@ -156,12 +169,21 @@ def _other_event(event: Any, activity: str, thread_of: Callable[[Any], Any]) -> 
 
 
 def summarize_profile(
-    prof: Any, key: CaptureKey, *, platform: str, level: str = DEFAULT_LEVEL, environment: Optional[dict] = None
+    prof: Any,
+    key: CaptureKey,
+    *,
+    platform: str,
+    level: str = DEFAULT_LEVEL,
+    environment: Optional[dict] = None,
+    trace_path: Union[str, "os.PathLike[str]", None] = None,
 ) -> Summary:
     """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback.
 
     Reads the in-memory Kineto results (no export, no re-parse); with a schedule the
     callback sees only the active step, which is exactly the capture step.
+    ``trace_path``: this cycle's exported trace, if it was exported already (a torch
+    profile exports only once); read instead of the events on torch builds that
+    need it (see the module docstring).
     """
     if environment is None:
         environment = {
@@ -173,9 +195,22 @@ def summarize_profile(
     # Paused GC: summarizing allocates many short-lived dicts, which otherwise set off a full
     # collection of the whole (torch-sized) heap every few captures.
     with gc_paused():
-        return _build(_scan(_profile_events(prof)), key, platform, level, environment)
+        return _build(_scan_profile(prof, trace_path), key, platform, level, environment)
 
 
 def replay_kernels_from_profile(prof: Any) -> list:
     """:func:`replay_kernels_from_events` for a live profile of a graph replay."""
-    return _scan(_profile_events(prof)).replay_kernels()
+    return _scan_profile(prof, None).replay_kernels()
+
+
+def _scan_profile(prof: Any, trace_path: Union[str, "os.PathLike[str]", None]) -> _Scan:
+    events = _kineto_results(prof).events()
+    if events and not (hasattr(events[0], "activity_type") and hasattr(events[0], "structured_input_shapes")):
+        del events
+        if trace_path is not None:
+            return collect_trace_file(trace_path)[0]
+        with tempfile.TemporaryDirectory(prefix="graphcapture-") as folder:
+            path = os.path.join(folder, "profile.json")
+            prof.export_chrome_trace(path)
+            return collect_trace_file(path)[0]
+    return _scan(_event_dicts(events))

@@ -37,7 +37,10 @@ def _profile_steps(tmp_path: Path, on_ready: Any, *, wrap: Any = None, **kwargs:
     def ready(prof: Any) -> None:
         target = wrap(prof) if wrap else prof
         out["live"] = on_ready(target)
-        prof.export_chrome_trace(str(tmp_path / "trace.json.gz"))  # Kineto saves a trace only once
+        if not getattr(target, "exported", None):  # Kineto saves a trace only once
+            prof.export_chrome_trace(str(tmp_path / "trace.json.gz"))
+        else:
+            (tmp_path / "trace.json.gz").write_bytes(gzip.compress(target.exported))
         (tmp_path / "trace.json").write_bytes(gzip.decompress((tmp_path / "trace.json.gz").read_bytes()))
         out["steps"] = out.get("steps", 0) + 1
 
@@ -79,7 +82,7 @@ def test_live_equals_file(tmp_path: Path) -> None:
 
 
 class _OldEvent:
-    """A _KinetoEvent as torch 2.4 exposes it: no activity_type(), no structured_input_shapes()."""
+    """A _KinetoEvent as torch 2.11 and older expose it: no activity_type(), no structured_input_shapes()."""
 
     def __init__(self, event: Any) -> None:
         self._event = event
@@ -91,21 +94,63 @@ class _OldEvent:
 
 
 class _OldProfile:
+    """A profile of such a build; it keeps what it exports, for the test to compare with."""
+
     def __init__(self, prof: Any) -> None:
         events = [_OldEvent(e) for e in prof.profiler.kineto_results.events()]
         results = type("Results", (), {"events": lambda self: events})()
         self.profiler = type("Inner", (), {"kineto_results": results})()
         self.record_shapes = True
+        self.profile_memory = prof.profile_memory
+        self._prof = prof
+        self.exported: Any = None
+
+    def export_chrome_trace(self, path: str) -> None:
+        self._prof.export_chrome_trace(path)
+        self.exported = Path(path).read_bytes()
 
 
 @pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
-def test_live_path_without_newer_event_methods(tmp_path: Path) -> None:
-    """The fallbacks for older torch builds classify events the same way (TensorList dims aside)."""
-    out = _profile_steps(tmp_path, lambda p: summarize_profile(p, KEY, platform="cpu"), wrap=_OldProfile)
+def test_live_path_without_newer_event_methods_reads_the_profiles_trace(tmp_path: Path) -> None:
+    """Where Kineto events cannot say their kind or list shapes, the summary is the trace file's.
+
+    Classifying such events by name took runtime calls and ``[memory]`` events for ops and
+    lost the shapes of list arguments (``aten::cat``).
+    """
+    out = _profile_steps(
+        tmp_path, lambda p: summarize_profile(p, KEY, platform="cpu"), wrap=_OldProfile, profile_memory=True
+    )
     from_file = summarize_trace_file(tmp_path / "trace.json", key=KEY)
-    strip = lambda s: [o for o in s.comparable()["ops"] if o["name"] not in ("aten::cat",)]  # noqa: E731
-    assert strip(out["live"]) == strip(from_file)
-    assert out["live"].kernels == from_file.kernels and out["live"].launches == from_file.launches
+    assert out["live"].comparable() == from_file.comparable()
+    names = {o["name"] for o in out["live"].ops}
+    assert "aten::linear" in names and not any(name.startswith("[") for name in names)
+    cat = [o for o in out["live"].ops if o["name"] == "aten::cat"]
+    assert len(cat) == 1 and cat[0]["input_dims"][0] != []  # the TensorList's shapes are kept
+
+
+def test_the_exported_cycle_is_read_when_the_profile_was_exported_already(tmp_path: Path) -> None:
+    """A profile exports once: the summary reads the cycle's exported trace instead of exporting again."""
+    trace = tmp_path / "cycle.json"
+    trace.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "tid": 1, "args": {}},
+                    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 2, "tid": 1, "args": {}},
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
+
+    class Exported:
+        profiler = type("Inner", (), {"kineto_results": type("R", (), {"events": lambda self: [object()]})()})()
+
+        def export_chrome_trace(self, path: str) -> None:
+            raise AssertionError("exported twice")
+
+    summary = summarize_profile(Exported(), KEY, platform="cpu", environment={}, trace_path=trace)
+    assert [(o["name"], o["count"]) for o in summary.ops] == [("aten::mm", 1)]
 
 
 @pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
