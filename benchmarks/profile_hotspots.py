@@ -98,9 +98,9 @@ def profile_golden(top: int) -> None:
     golden_dir = work / "b4_profile_goldens"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pairs = b4_golden.build_goldens(default_batch_sizes(256), golden_dir, work)
-    b4_golden.time_check(pairs, golden_dir)
-    _profile("golden_check", lambda: b4_golden.time_check(pairs, golden_dir), top)
+        result, _paths = b4_golden.build_goldens(default_batch_sizes(256), golden_dir, work)
+    b4_golden.time_check(result, golden_dir)
+    _profile("golden_check", lambda: b4_golden.time_check(result, golden_dir), top)
 
 
 def main(argv: list[str]) -> int:

@@ -10,6 +10,7 @@
 #    graph node ids, memsets, streams, a second profiler session -> DIR/probe.json;
 # 4. capture timings with profiling off / summary-only / per-bs export (median of 3), their ratios and
 #    the per-key metrics (warmup/capture/replay time, graph memory) -> DIR/timings.json;
+#    then whether the harvested (live) summaries agree with the per-bs trace files -> DIR/agree.json;
 # 5. the 3 smallest per-bs traces of the examples copied to DIR/traces/.
 # DIR/summary.md lists each step, its exit code and the torch/CUDA/driver versions.
 #
@@ -34,7 +35,7 @@ out="$(cd "$out" && pwd)"
 if [ $dry = 1 ]; then
     device=cpu; repeat=1; sizes=1,2; step_limit=420
 else
-    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=110  # 4 steps x 110 s < 8 minutes
+    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=90  # 5 steps x 90 s < 8 minutes
     if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
         echo "gpu_check.sh: torch sees no GPU here; run it on a GPU machine, or pass --dry-run" >&2
         exit 2
@@ -73,6 +74,8 @@ step examples "$python" -m pytest -q -p no:cacheprovider examples --graph-captur
 step probe "$python" scripts/gpu_probe.py probe "$out/probe.json" --device "$device"
 step timings "$python" scripts/gpu_probe.py timings "$out/timings.json" --device "$device" \
     --repeat "$repeat" --batch-sizes "$sizes"
+step agree "$python" scripts/gpu_probe.py agree "$out/agree.json" --goldens "$out/goldens" \
+    --traces "$out/examples/graph_capture_profile"
 
 mkdir -p "$out/traces"
 find "$out/examples/graph_capture_profile" -name '*_bs_*.json.gz' -printf '%s %p\n' 2>/dev/null \

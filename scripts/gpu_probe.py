@@ -2,6 +2,7 @@
 
     python scripts/gpu_probe.py probe   OUT.json [--device cuda|cpu]
     python scripts/gpu_probe.py timings OUT.json [--device cuda|cpu] [--repeat 3] [--batch-sizes 1,2,4]
+    python scripts/gpu_probe.py agree   OUT.json --goldens DIR --traces DIR
 
 ``probe`` captures a small graph (a GEMM, an elementwise op and a memset) and
 replays it under the profiler, twice in the same process, and answers: are there
@@ -9,6 +10,9 @@ kernel events for captured-only kernels? do replay kernels share the graph launc
 correlation id? do capture launches and replay kernels carry graph node ids? how do
 memsets appear in a replay? how many streams do replay kernels use? does a second
 profiler session still link replay kernels to their launch?
+
+``agree`` compares the live summaries harvested as goldens with the summaries of the same
+captures' per-bs trace files (ops and launches): they must be equal.
 
 ``timings`` captures the embedded decoder with profiling off, summary only and
 per-bs trace export (median of ``--repeat`` runs each), gives the ratios, and the
@@ -172,14 +176,44 @@ def timings(device: torch.device, repeat: int, batch_sizes: list[int]) -> dict:
     }
 
 
+def agree(goldens: Path, traces: Path) -> dict:
+    """Do the live summaries (harvested goldens) and the per-bs trace files of the same captures agree?
+
+    The trace holds the capture step only (the replay is profiled apart), so ops and launches are
+    compared, not kernels.
+    """
+    from pytest_graphcapture.summary import load_summary_file, summarize_trace_file
+
+    keys: dict = {}
+    for golden_path in sorted(goldens.rglob("*.json")):
+        golden = load_summary_file(golden_path)
+        stem = golden_path.name[: -len(".json")]
+        found = sorted(traces.rglob(f"{stem}_rank{golden.key.rank}.json.gz"))
+        if not found:
+            keys[stem] = "no trace"
+            continue
+        from_file = summarize_trace_file(found[0], key=golden.key, level=golden.level)
+        differ = [part for part in ("ops", "launches") if getattr(from_file, part) != getattr(golden, part)]
+        keys[stem] = "agree" if not differ else f"differ in {', '.join(differ)}"
+    return {"answers": {"agree": sum(v == "agree" for v in keys.values()), "keys": len(keys)}, "per_key": keys}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("probe", "timings"))
+    parser.add_argument("what", choices=("probe", "timings", "agree"))
     parser.add_argument("out", type=Path)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32")
+    parser.add_argument("--goldens", type=Path, help="agree: the harvested goldens")
+    parser.add_argument("--traces", type=Path, help="agree: the per-bs traces of the same run")
     args = parser.parse_args(argv)
+    if args.what == "agree":
+        answers = agree(args.goldens, args.traces)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(answers, indent=2, sort_keys=True) + "\n")
+        print(json.dumps(answers["answers"]))
+        return 0 if answers["answers"]["agree"] == answers["answers"]["keys"] else 1
     if args.device == "cuda" and not torch.cuda.is_available():
         print(
             f"gpu_probe.py: no GPU visible to torch {torch.__version__}; use --device cpu for a dry run",
