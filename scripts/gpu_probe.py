@@ -182,13 +182,14 @@ def agree(goldens: Path, traces: Path) -> dict:
     The trace holds the capture step only (the replay is profiled apart), so ops and launches are
     compared, not kernels.
     """
+    from pytest_graphcapture.naming import trace_file_name
     from pytest_graphcapture.summary import load_summary_file, summarize_trace_file
 
     keys: dict = {}
     for golden_path in sorted(goldens.rglob("*.json")):
         golden = load_summary_file(golden_path)
         stem = golden_path.name[: -len(".json")]
-        found = sorted(traces.rglob(f"{stem}_rank{golden.key.rank}.json.gz"))
+        found = sorted(traces.rglob(trace_file_name(golden.key)))
         if not found:
             keys[stem] = "no trace"
             continue

@@ -1,7 +1,7 @@
 """scripts/gpu_check.sh --dry-run: the GPU check's own plumbing, on CPU, as CI runs it.
 
 Every step runs (gpu-marked tests, the examples with traces and a golden harvest,
-the profiler probe, the capture timings), and every file the GPU run is read for
+the profiler probe, the capture timings, the live-vs-file agreement), and every file the GPU run is read for
 is written: the summary, the harvested goldens, the probe's answers, the timings
 with their ratios and per-key metrics, and the copied traces.
 """
@@ -28,12 +28,12 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
         env=env,
         capture_output=True,
         text=True,
-        timeout=1800,  # four steps of at most 420 s each on a loaded CPU machine
+        timeout=2400,  # five steps of at most 420 s each on a loaded CPU machine
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
-    for step in ("gpu-tests", "examples", "probe", "timings"):
+    for step in ("gpu-tests", "examples", "probe", "timings", "agree"):
         assert f"| {step} | 0 |" in summary, summary
     probe = json.loads((out / "probe.json").read_text())
     assert len(probe["answers"]) == 7 and set(probe["answers"].values()) == {"no GPU (dry run)"}
@@ -45,6 +45,8 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     harvested = sorted(p.relative_to(out / "goldens").as_posix() for p in (out / "goldens").rglob("*.json"))
     assert harvested and all(name.startswith("cpu/") for name in harvested)
     assert len(list((out / "traces").glob("*.json.gz"))) == 3
+    agree = json.loads((out / "agree.json").read_text())  # live summaries and trace files of each capture
+    assert agree["answers"] == {"agree": len(harvested), "keys": len(harvested)}, agree["per_key"]
 
 
 def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> None:
