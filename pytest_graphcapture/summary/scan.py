@@ -236,7 +236,7 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         gpu_rows = scan.gpu_rows
         found = [(*gpu_rows[desc], op, count) for (desc, op), count in scan.gpu_kernels().items()]
     kernels = _counted_entries(found, scan.op_refs, level)
-    summary = Summary(
+    return Summary(
         key=key,
         platform=platform,
         kernels=kernels,
@@ -246,9 +246,8 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         incomplete_reason=reason,
         environment=dict(environment or {}),
         level=level,
+        launch_ops=launch_ops,
     )
-    summary.launch_ops = launch_ops
-    return summary
 
 
 def _counted_entries(found: Iterable[tuple], op_refs: list, level: str) -> list:
