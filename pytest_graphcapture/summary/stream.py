@@ -30,13 +30,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import zlib
 from typing import Any, Callable, Iterator, Optional, Union
 
-from .._io import require_regular
-from ..errors import TraceFormatError
 from .collect import _GPU_CATS, _RUNTIME_CATS, GRAPH_NODE_ARG, MISSING, Collector
-from .tracefile import _GZIP_MAGIC, _too_big, resolve_max_bytes
+from .tracefile import resolve_max_bytes, trace_blocks
 
 try:  # the fast parser; the stdlib does the same work more slowly without it
     import msgspec
@@ -45,8 +42,6 @@ except ImportError:  # pragma: no cover - exercised by the tests through FAST_PA
 
 #: Bytes of JSON per slice: big enough that per-slice costs vanish, small enough to keep memory low.
 SLICE_BYTES = 8 * 1024**2
-
-_READ_BYTES = 1024**2
 
 _WS = re.compile(rb"[ \t\n\r]*")
 
@@ -169,51 +164,6 @@ def _parse_slice_dicts(data: Any) -> Any:
     return events
 
 
-def _blocks(path: Union[str, "os.PathLike[str]"], limit: int) -> Iterator[bytes]:
-    """The file's (decompressed) bytes in blocks; TraceFormatError past the size cap, Unusual on bad gzip."""
-    with open(path, "rb") as handle:
-        head = handle.read(2)
-        handle.seek(0)
-        total = 0
-        if head != _GZIP_MAGIC:
-            if os.fstat(handle.fileno()).st_size > limit:
-                raise TraceFormatError(path, _too_big(limit))
-            while True:
-                block = handle.read(SLICE_BYTES)
-                if not block:
-                    return
-                total += len(block)
-                if total > limit:
-                    raise TraceFormatError(path, _too_big(limit))
-                yield block
-        decomp = zlib.decompressobj(wbits=31)
-        pending = b""
-        while True:
-            if not pending:
-                pending = handle.read(_READ_BYTES)
-                if not pending:
-                    break
-            if decomp.eof:  # a further gzip member (or the zero padding some writers add)
-                pending = pending.lstrip(b"\0")
-                if not pending:
-                    continue
-                if not pending.startswith(_GZIP_MAGIC[:1]):
-                    raise Unusual("bytes after the gzip stream")
-                decomp = zlib.decompressobj(wbits=31)
-            try:
-                block = decomp.decompress(pending, SLICE_BYTES)
-            except zlib.error:
-                raise Unusual("corrupt gzip data") from None
-            pending = decomp.unconsumed_tail or decomp.unused_data
-            total += len(block)
-            if total > limit:
-                raise TraceFormatError(path, _too_big(limit))
-            if block:
-                yield block
-        if not decomp.eof:
-            raise Unusual("truncated gzip stream")
-
-
 class _Reader:
     """A growing window over the blocks, with JSON token helpers for the top level."""
 
@@ -290,8 +240,6 @@ def stream_trace(
     :class:`Unusual` when the file must be read whole (see the module docstring).
     """
     limit = resolve_max_bytes(max_bytes)
-    if not os.path.isdir(path):
-        require_regular(path, error=TraceFormatError, missing_ok=True)
     if fast is None:
         fast = msgspec is not None
     if fast:
@@ -299,11 +247,7 @@ def stream_trace(
         feed: Callable[[Collector, list], None] = _feed_records
     else:
         parse, feed = _parse_slice_dicts, Collector.feed_dicts
-    try:
-        reader = _Reader(_blocks(path, limit))
-        return _read_top(reader, collector, parse, feed)
-    except OSError:
-        raise Unusual("cannot read the file") from None
+    return _read_top(_Reader(trace_blocks(path, limit, SLICE_BYTES)), collector, parse, feed)
 
 
 def _read_top(reader: _Reader, collector: Collector, parse: Callable, feed: Callable) -> dict:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from typing import Optional, Union
+from typing import BinaryIO, Iterator, Optional, Union
 
 from .._io import JSONProblem, loads_strict, require_regular
 from ..errors import TraceFormatError, UsageError
@@ -77,31 +77,18 @@ def _too_big(limit: int) -> str:
     )
 
 
-def _gunzip(path: Union[str, "os.PathLike[str]"], compressed: bytes, limit: int) -> bytes:
-    """Decompress (possibly multi-member) gzip data, stopping once ``limit`` is exceeded."""
-    parts = []
-    total = 0
-    while compressed:
-        decomp = zlib.decompressobj(wbits=31)
-        try:
-            chunk = decomp.decompress(compressed, limit + 1 - total)
-        except zlib.error as exc:
-            raise TraceFormatError(path, f"corrupt gzip data: {exc}") from None
-        parts.append(chunk)
-        total += len(chunk)
-        if total > limit or decomp.unconsumed_tail:
-            raise TraceFormatError(path, _too_big(limit))
-        if not decomp.eof:
-            raise TraceFormatError(path, "truncated gzip stream (the file ends before the gzip end marker)")
-        compressed = decomp.unused_data.lstrip(b"\0")  # trailing zero padding is allowed
-        if compressed and not compressed.startswith(_GZIP_MAGIC):
-            raise TraceFormatError(path, "corrupt gzip data: unexpected bytes after the gzip stream")
-    return b"".join(parts)
+#: Bytes handed out per block by :func:`trace_blocks` (and read per step from a gzip file: 1 MiB).
+BLOCK_BYTES = 8 * 1024**2
+_READ_BYTES = 1024**2
 
 
-def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> bytes:
-    """Return the decompressed bytes of a trace file, enforcing the size cap."""
-    limit = resolve_max_bytes(max_bytes)
+def trace_blocks(path: Union[str, "os.PathLike[str]"], limit: int, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """The file's bytes in blocks of at most ``block_bytes``, decompressed when it is gzip (by its magic bytes).
+
+    Multi-member gzip and trailing zero padding are read; past ``limit`` decompressed
+    bytes, or on corrupt, truncated or trailing data, TraceFormatError names the file
+    and the problem, so a decompression bomb never takes the machine down.
+    """
     if not os.path.isdir(path):  # a FIFO or a device would block the read: refuse it first
         require_regular(path, error=TraceFormatError, missing_ok=True)
     try:
@@ -111,22 +98,71 @@ def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optiona
                 raise TraceFormatError(path, "file is empty")
             handle.seek(0)
             if head == _GZIP_MAGIC:
-                data = _gunzip(path, handle.read(), limit)
-            else:
-                size = os.fstat(handle.fileno()).st_size
-                if size > limit:
+                yield from _gunzip_blocks(path, handle, limit, block_bytes)
+                return
+            if os.fstat(handle.fileno()).st_size > limit:
+                raise TraceFormatError(path, _too_big(limit))
+            total = 0
+            while True:
+                block = handle.read(block_bytes)
+                if not block:
+                    return
+                total += len(block)
+                if total > limit:  # the file grew while it was read
                     raise TraceFormatError(path, _too_big(limit))
-                data = handle.read(limit + 1)
+                yield block
     except TraceFormatError:
         raise
     except IsADirectoryError:
         raise TraceFormatError(path, "is a directory, not a trace file") from None
     except OSError as exc:
         raise TraceFormatError(path, f"cannot read file: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise TraceFormatError(path, _too_big(limit))
+
+
+def _gunzip_blocks(
+    path: Union[str, "os.PathLike[str]"], handle: BinaryIO, limit: int, block_bytes: int
+) -> Iterator[bytes]:
+    decomp = zlib.decompressobj(wbits=31)
+    pending = b""
+    total = 0
+    while True:
+        if not pending:
+            pending = handle.read(_READ_BYTES)
+            if not pending:
+                break
+        if decomp.eof:  # a further member, or the zero padding some writers add
+            pending = pending.lstrip(b"\0")
+            if len(pending) < len(_GZIP_MAGIC):
+                more = handle.read(_READ_BYTES)
+                pending += more
+                if more:
+                    continue
+                if not pending.strip(b"\0"):
+                    break
+            if not pending.startswith(_GZIP_MAGIC):
+                raise TraceFormatError(path, "corrupt gzip data: unexpected bytes after the gzip stream")
+            decomp = zlib.decompressobj(wbits=31)
+        try:
+            block = decomp.decompress(pending, block_bytes)
+        except zlib.error as exc:
+            raise TraceFormatError(path, f"corrupt gzip data: {exc}") from None
+        pending = decomp.unconsumed_tail or decomp.unused_data
+        total += len(block)
+        if total > limit:
+            raise TraceFormatError(path, _too_big(limit))
+        if block:
+            yield block
+    if not decomp.eof:
+        raise TraceFormatError(path, "truncated gzip stream (the file ends before the gzip end marker)")
+
+
+def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> bytes:
+    """Return the decompressed bytes of a trace file, enforcing the size cap."""
+    data = b"".join(trace_blocks(path, resolve_max_bytes(max_bytes)))
     if not data.strip():
-        raise TraceFormatError(path, "file is empty" if head != _GZIP_MAGIC else "gzip content is empty")
+        with open(path, "rb") as handle:
+            gzipped = handle.read(2) == _GZIP_MAGIC
+        raise TraceFormatError(path, "gzip content is empty" if gzipped else "file is empty")
     return data
 
 
