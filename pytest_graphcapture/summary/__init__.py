@@ -1,11 +1,13 @@
 """Summaries of captured graphs: built from live profiles or trace files; no torch, no pytest.
 
 The names most callers need are re-exported here; each module's docstring says
-what it does: :mod:`.model` (the Summary and its one validator), :mod:`.scan`
-(events → summary), :mod:`.live` (live profiles), :mod:`.replay` (replay kernels
-and the data-loss check), :mod:`.files` (trace and summary files), :mod:`.normalize`
-and :mod:`.demangle` (kernel-name levels), :mod:`.tracefile` (reading traces),
-:mod:`.platform` (platform keys and environment from a trace).
+what it does: :mod:`.model` (the Summary and its one validator), :mod:`.collect`
+(events → compact records), :mod:`.scan` (records → summary), :mod:`.live` (live
+profiles), :mod:`.replay` (replay kernels and the data-loss check), :mod:`.files`
+(trace and summary files), :mod:`.stream` (a trace file's events in slices, bounded
+memory), :mod:`.tracefile` (reading trace bytes, the whole-file reader),
+:mod:`.normalize` and :mod:`.demangle` (kernel-name levels), :mod:`.platform`
+(platform keys and environment from a trace).
 """
 
 from .files import load_summary_file, summarize_trace_file

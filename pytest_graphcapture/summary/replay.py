@@ -42,7 +42,7 @@ def _describe(changes: list[tuple[str, int, int]], limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def _by_graph_node(launch_ops: Optional[list], replay_kernels: Sequence[dict]) -> tuple[list, str]:
+def _by_graph_node(launch_ops: Optional[list], replay_kernels: Sequence[dict]) -> tuple[list, Optional[str]]:
     """The replay's nodes, each with the op of the capture launch that made it when graph node ids tell.
 
     A graph node gets its id when stream capture creates it, i.e. at its launch call,
@@ -50,7 +50,8 @@ def _by_graph_node(launch_ops: Optional[list], replay_kernels: Sequence[dict]) -
     streams.  The match is taken only when it is exact: every node has an id, the ids
     are distinct, and the node kinds (kernel / memcpy / memset) equal the launches'
     kinds one by one; otherwise the nodes stay unattributed, with the reason.
-    Returns (the replay's node dicts, the ``unattributed`` reason for nodes left without op).
+    Returns (the replay's node dicts, why they name no op; None when matched: a node
+    without op then had no op around its launch call, as in a capture window).
     """
     nodes = [k.get("node") for k in replay_kernels]
     if not replay_kernels or any(node is None for node in nodes):
@@ -61,7 +62,7 @@ def _by_graph_node(launch_ops: Optional[list], replay_kernels: Sequence[dict]) -
     kinds = [k.get("kind", "kernel") for k in ordered]
     if len(set(nodes)) != len(nodes) or kinds != [kind for kind, _ in launch_ops]:
         return list(replay_kernels), REPLAY_NODES_DIFFER
-    return [dict(k, op=op) if op else dict(k) for k, (_, op) in zip(ordered, launch_ops)], REPLAY_UNATTRIBUTED
+    return [dict(k, op=op) if op else dict(k) for k, (_, op) in zip(ordered, launch_ops)], None
 
 
 def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
@@ -108,7 +109,11 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
         schema_version=summary.schema_version,
         unattributed=summary.unattributed,
     )
-    if not keep_capture and any(k.get("kind", "kernel") == "kernel" and not k.get("op") for k in kernels):
+    if (
+        unattributed
+        and not keep_capture
+        and any(k.get("kind", "kernel") == "kernel" and not k.get("op") for k in kernels)
+    ):
         result.unattributed = unattributed
     if problems:
         dropped = len(replay_kernels) < captured

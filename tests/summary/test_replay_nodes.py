@@ -29,16 +29,18 @@ def _write(path: Path, events: list) -> Path:
     return path
 
 
-def _capture(path: Path) -> Path:
+def _capture(path: Path, *, bare: int = -1) -> Path:
+    """The capture window; the launch call number ``bare`` runs outside any op."""
     events = [
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamBeginCapture", "ts": 100, "dur": 1, "tid": 1},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamEndCapture", "ts": 1000, "dur": 1, "tid": 1},
     ]
     for i, (op, dims, api, _, _, _) in enumerate(CALLS):
         start = 200 + 100 * i
-        events.append(
-            {"ph": "X", "cat": "cpu_op", "name": op, "ts": start, "dur": 50, "tid": 1, "args": {"Input Dims": dims}}
-        )
+        if i != bare:
+            events.append(
+                {"ph": "X", "cat": "cpu_op", "name": op, "ts": start, "dur": 50, "tid": 1, "args": {"Input Dims": dims}}
+            )
         events.append(
             {
                 "ph": "X",
@@ -111,3 +113,11 @@ def test_node_ids_that_do_not_line_up_with_the_launches_are_not_trusted(tmp_path
     assert not summary.complete
     assert summary.unattributed == REPLAY_NODES_DIFFER
     assert all("op" not in k for k in summary.kernels if k["kind"] == "kernel")
+
+
+def test_a_matched_node_whose_launch_ran_outside_any_op_names_none_and_nothing_is_blamed(tmp_path):
+    replay = _replay(tmp_path / "r.json")
+    summary = summarize_trace_file(_capture(tmp_path / "c.json", bare=3), key=KEY, replay_path=replay)
+    assert summary.complete and summary.unattributed is None
+    ops = _ops_by_kernel(summary)
+    assert ops["gemm_64x64"] == "(no op)" and ops["gemm_128x64"] == "aten::mm [[8,64],[64,256]]"
