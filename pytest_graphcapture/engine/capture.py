@@ -82,15 +82,15 @@ def _label(key: CaptureKey) -> str:
     return f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)}"
 
 
-def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey, Optional[Path]], Any]:
-    def summarize(prof: Any, key: CaptureKey, trace_path: Optional[Path] = None) -> Any:
+def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey, Optional[Callable[[], Path]]], Any]:
+    def summarize(prof: Any, key: CaptureKey, export: Optional[Callable[[], Path]] = None) -> Any:
         return summarize_profile(
             prof,
             key,
             platform=settings.platform,
             level=settings.level,
             environment=settings.environment,
-            trace_path=trace_path,
+            export=export,
         )
 
     return summarize

@@ -201,8 +201,8 @@ class ProfiledKey:
 
 
 # Called with (profile, key) inside on_trace_ready; returns the key's summary.
-#: ``(profile, key, the cycle's exported trace or None) -> summary``.
-Summarizer = Callable[[profile, CaptureKey, Optional[Path]], Any]
+#: ``(profile, key, a function exporting the cycle's trace once and returning its path, or None) -> summary``.
+Summarizer = Callable[[profile, CaptureKey, Optional[Callable[[], Path]]], Any]
 
 
 @dataclass
@@ -292,17 +292,25 @@ class PerBatchSizeProfiler:
         if key is None or self._aborted:
             return  # a partial cycle of a failed key: no file, no summary
         done = ProfiledKey(key)
-        if self.export_dir is not None:  # first: a profile exports once, and some summaries read the export
-            path = per_bs_trace_path(self.export_dir, key, self.group)
-            export_trace(prof, path)
-            done.trace_path = path
+
+        def export() -> Path:
+            # Once: a profile exports only once, and reading its events after the export is unsafe
+            # (torch frees them), so the summary reads the events first unless it needs the export.
+            if done.trace_path is None:
+                path = per_bs_trace_path(self.export_dir, key, self.group)
+                export_trace(prof, path)
+                done.trace_path = path
+            return done.trace_path
+
         if self.summarizer is not None:
             try:
-                done.summary = self.summarizer(prof, key, done.trace_path)
+                done.summary = self.summarizer(prof, key, export if self.export_dir is not None else None)
             except BaseException:
                 if done.trace_path is not None:  # a key that failed leaves no file
                     done.trace_path.unlink(missing_ok=True)
                 raise
+        if self.export_dir is not None:
+            export()
         self.results[key] = done
 
 

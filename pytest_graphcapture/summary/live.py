@@ -175,15 +175,16 @@ def summarize_profile(
     platform: str,
     level: str = DEFAULT_LEVEL,
     environment: Optional[dict] = None,
-    trace_path: Union[str, "os.PathLike[str]", None] = None,
+    export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None,
 ) -> Summary:
     """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback.
 
     Reads the in-memory Kineto results (no export, no re-parse); with a schedule the
     callback sees only the active step, which is exactly the capture step.
-    ``trace_path``: this cycle's exported trace, if it was exported already (a torch
-    profile exports only once); read instead of the events on torch builds that
-    need it (see the module docstring).
+    ``export``: exports this cycle's trace (once) and returns its path, when the caller
+    exports it anyway; a torch profile exports only once, and its events must not be
+    read after that.  Called only on torch builds whose events must be read from the
+    trace (see the module docstring); otherwise a temporary export is made there.
     """
     if environment is None:
         environment = {
@@ -195,7 +196,7 @@ def summarize_profile(
     # Paused GC: summarizing allocates many short-lived dicts, which otherwise set off a full
     # collection of the whole (torch-sized) heap every few captures.
     with gc_paused():
-        return _build(_scan_profile(prof, trace_path), key, platform, level, environment)
+        return _build(_scan_profile(prof, export), key, platform, level, environment)
 
 
 def replay_kernels_from_profile(prof: Any) -> list:
@@ -203,12 +204,12 @@ def replay_kernels_from_profile(prof: Any) -> list:
     return _scan_profile(prof, None).replay_kernels()
 
 
-def _scan_profile(prof: Any, trace_path: Union[str, "os.PathLike[str]", None]) -> _Scan:
+def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]]) -> _Scan:
     events = _kineto_results(prof).events()
     if events and not (hasattr(events[0], "activity_type") and hasattr(events[0], "structured_input_shapes")):
         del events
-        if trace_path is not None:
-            return collect_trace_file(trace_path)[0]
+        if export is not None:
+            return collect_trace_file(export())[0]
         with tempfile.TemporaryDirectory(prefix="graphcapture-") as folder:
             path = os.path.join(folder, "profile.json")
             prof.export_chrome_trace(path)

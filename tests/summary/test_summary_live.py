@@ -128,8 +128,8 @@ def test_live_path_without_newer_event_methods_reads_the_profiles_trace(tmp_path
     assert len(cat) == 1 and cat[0]["input_dims"][0] != []  # the TensorList's shapes are kept
 
 
-def test_the_exported_cycle_is_read_when_the_profile_was_exported_already(tmp_path: Path) -> None:
-    """A profile exports once: the summary reads the cycle's exported trace instead of exporting again."""
+def test_the_callers_export_is_read_when_the_events_cannot_be(tmp_path: Path) -> None:
+    """A profile exports once: the summary reads the caller's export of the cycle instead of exporting again."""
     trace = tmp_path / "cycle.json"
     trace.write_text(
         json.dumps(
@@ -149,7 +149,7 @@ def test_the_exported_cycle_is_read_when_the_profile_was_exported_already(tmp_pa
         def export_chrome_trace(self, path: str) -> None:
             raise AssertionError("exported twice")
 
-    summary = summarize_profile(Exported(), KEY, platform="cpu", environment={}, trace_path=trace)
+    summary = summarize_profile(Exported(), KEY, platform="cpu", environment={}, export=lambda: trace)
     assert [(o["name"], o["count"]) for o in summary.ops] == [("aten::mm", 1)]
 
 
