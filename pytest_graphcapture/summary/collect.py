@@ -200,35 +200,32 @@ class Collector:
                         )
                     else:
                         self.add_op(name, event.get("ts"), event.get("dur"), event.get("tid"), MISSING, MISSING)
-            elif cat in runtime_cats:
+            elif cat in runtime_cats or cat in gpu_cats:
                 name = event.get("name")
                 if name.__class__ is str:
                     args = event.get("args")
                     if args.__class__ is not dict:
                         args = _EMPTY_ARGS
-                    self.add_runtime(
-                        name,
-                        event.get("ts"),
-                        event.get("tid"),
-                        args.get("correlation"),
-                        args.get("kernel"),
-                        args.get("grid"),
-                        args.get("block"),
-                    )
-            elif cat in gpu_cats:
-                name = event.get("name")
-                if name.__class__ is str:
-                    args = event.get("args")
-                    if args.__class__ is not dict:
-                        args = _EMPTY_ARGS
-                    self.add_gpu(
-                        gpu_cats[cat],
-                        name,
-                        event.get("ts"),
-                        args.get("correlation"),
-                        args.get("grid"),
-                        args.get("block"),
-                    )
+                    if cat in gpu_cats:
+                        self.add_gpu(
+                            gpu_cats[cat],
+                            name,
+                            event.get("ts"),
+                            args.get("correlation"),
+                            args.get("grid"),
+                            args.get("block"),
+                            args.get(GRAPH_NODE_ARG),
+                        )
+                    else:
+                        self.add_runtime(
+                            name,
+                            event.get("ts"),
+                            event.get("tid"),
+                            args.get("correlation"),
+                            args.get("kernel"),
+                            args.get("grid"),
+                            args.get("block"),
+                        )
             elif cat == "user_annotation":
                 name = event.get("name")
                 if name.__class__ is str:
@@ -386,10 +383,6 @@ class Collector:
                 refs.append(op)
             self._op_refs = refs
         return self._op_refs
-
-    def thread_count(self) -> int:
-        """How many distinct thread ids the spans and launches carry (thread indexes run below it)."""
-        return len(self._tids)
 
     # -- storage -----------------------------------------------------------------------------------------------
 
