@@ -3,10 +3,9 @@
 Each setting is a :class:`Setting`; the declaration adds the command-line option
 and the ini key, and :func:`resolve` reads the value with the documented
 precedence **command line > environment variable > ini key > default**.
-:func:`resolve_path` is the one rule for relative paths: relative to the
-invocation directory when the value comes from the command line or the
-environment, to the ini file's directory when it comes from the ini file, and to
-the rootdir for the default.  The registry :data:`SETTINGS` is what the
+:func:`resolve_path` turns a path setting into an absolute path by the one rule
+for relative paths, :func:`naming.setting_path` (``graphcapture accept`` uses it
+too).  The registry :data:`SETTINGS` is what the
 configuration reference in ``docs/`` is generated from.
 """
 
@@ -20,6 +19,7 @@ from typing import Any, Optional
 import pytest
 
 from ..errors import UsageError
+from ..naming import GOLDEN_DIR_DEFAULT, GOLDEN_DIR_ENV, GOLDEN_DIR_OPTION, setting_path
 
 
 @dataclass(frozen=True)
@@ -173,20 +173,17 @@ def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
 
 
 def resolve_path(config: pytest.Config, setting: Setting) -> Optional[Path]:
-    """The absolute path a path setting names (see the module docstring for relative paths), or None."""
+    """The absolute path a path setting names (relative paths: :func:`naming.setting_path`), or None."""
     value, source = resolve_with_source(config, setting)
     if value is None:
         return None
-    path = Path(os.path.expanduser(value))
-    if path.is_absolute():
-        return Path(os.path.abspath(path))
-    if source == "default":
-        base = Path(config.rootpath)
-    elif source.startswith("ini"):
-        base = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
-    else:
-        base = Path(config.invocation_params.dir)
-    return Path(os.path.abspath(base / path))
+    return setting_path(
+        value,
+        source,
+        invocation_dir=config.invocation_params.dir,
+        inipath=config.inipath,
+        rootdir=config.rootpath,
+    )
 
 
 def where(setting: Setting, source: str) -> str:
@@ -314,11 +311,10 @@ MERGE = declare(
 
 GOLDEN_DIR = declare(
     Setting(
-        "--golden-dir",
-        "GRAPH_CAPTURE_GOLDEN_DIR",
-        "directory of golden files (relative: to the rootdir by default and for the ini key, "
-        "to the invocation dir on the command line / in the environment)",
-        default="goldens",
+        GOLDEN_DIR_OPTION,
+        GOLDEN_DIR_ENV,
+        "directory of golden files",
+        default=GOLDEN_DIR_DEFAULT,
         metavar="DIR",
     )
 )
