@@ -6,7 +6,8 @@ Everything is read from the installed plugin, never listed by hand:
   (command-line option, environment variable, ini key, default, choices, help);
 * other environment variables — ``GRAPH_CAPTURE_*`` names found in the package's
   source that are not settings; each needs a line in :data:`OTHER_ENV` (the drift
-  test fails naming any that has none);
+  test fails naming any that has none); and the CI-detection variables
+  (``settings.CI_VARIABLES``);
 * markers — the lines ``pytest --markers`` prints with the plugin loaded and not
   without it;
 * fixtures — pytest fixture definitions in the package's modules, with docstrings;
@@ -76,6 +77,20 @@ def undocumented_env() -> list[str]:
     """``GRAPH_CAPTURE_*`` names in the source that are neither settings nor in :data:`OTHER_ENV`."""
     known = {s.env for s in _settings()} | set(OTHER_ENV)
     return sorted(_env_in_source() - known)
+
+
+def _ci_variables() -> list[str]:
+    """The CI-detection variables, read from ``settings.CI_VARIABLES`` and ``settings.CI_OFF_VALUES``."""
+    from pytest_graphcapture.plugin.settings import CI_OFF_VALUES, CI_VARIABLES
+
+    off = ", ".join(f"`{v}`" for v in CI_OFF_VALUES)
+    return [
+        "**CI detection.** The plugin never sets these; it reads them to tell whether it runs on CI. When any "
+        f"of them is set to a value other than empty, {off} (any case), `--update-golden` is refused and a "
+        "failing check says that updating is refused there:",
+        "",
+        ", ".join(f"`{name}`" for name in CI_VARIABLES) + ".",
+    ]
 
 
 def _markers() -> list[tuple[str, str]]:
@@ -244,6 +259,7 @@ def render() -> str:
     out += ["", "## Other environment variables", "", "| variable | what it does |", "|---|---|"]
     for name in sorted(OTHER_ENV):
         out.append(f"| `{name}` | {OTHER_ENV[name]} |")
+    out += ["", *_ci_variables()]
     out += ["", "## Markers", "", "| marker | what it does |", "|---|---|"]
     for name, text in _markers():
         out.append(f"| `@pytest.mark.{name}` | {_cell(text)} |")

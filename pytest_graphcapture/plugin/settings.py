@@ -162,12 +162,16 @@ CI_VARIABLES = (
 )
 
 
+#: Values of a CI variable that mean "not on CI" (compared lowercased; an empty value too).
+CI_OFF_VALUES = ("0", "false", "no")
+
+
 def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
     """Name of the CI environment variable that is set, or None when not on CI."""
     environ = os.environ if environ is None else environ
     for name in CI_VARIABLES:
         value = environ.get(name, "")
-        if value and value.lower() not in ("0", "false", "no"):
+        if value and value.lower() not in CI_OFF_VALUES:
             return name
     return None
 
@@ -197,7 +201,8 @@ TRACE = declare(
     Setting(
         "--graph-capture-trace",
         "GRAPH_CAPTURE_TRACE",
-        "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture phase)",
+        "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture "
+        "phase, and no per-batch-size summaries: every golden.check then fails, saying so)",
         choices=("per-bs", "single", "off"),
         const="per-bs",
         metavar="MODE",
