@@ -7,13 +7,15 @@ Read: README.md, docs/**/*.md (the generated configuration reference included) a
 * every path-like word in inline code, in an HTML comment (except the ``file:`` / ``pytest-file:``
   markers, which name files the document's own steps create) and, in the YAML recipes, anywhere:
   a word that starts with a top-level folder of the repository (``tests/…``, ``docs/…``) must exist
-  from the repository root; a bare file name ending in .py/.md/.yml/.toml/.sh must be the name of a
-  file somewhere in the repository.  ``path::node`` is read as ``path``, ``--opt=path`` as ``path``.
+  from the repository root; any other word ending in .py/.md/.yml/.toml/.sh must name a file of the
+  repository by its name or by the end of its path (``stream.py``, ``summary/live.py``).
+  ``path::node`` is read as ``path``, ``--opt=path`` as ``path``.
 
 Not repository paths, and so not checked: words with wildcards or ``<placeholders>``, names in capitals
-(``FILE.md``), files the document's own steps create, paths below a folder the repository does not
-have (``graph_capture_out/report.md``: an output), and the files listed in :data:`WRITTEN_BY`, each
-with the repository file that writes it (checked to name it, so the exemption cannot go stale).
+(``FILE.md``), files the document's own steps create (``file:`` markers, and the values its commands
+give to an option: ``--graph-capture-report=graph_capture_out/report.md``), and the outputs listed in
+:data:`WRITTEN_BY`, each with the repository file that writes it (checked to name it, so the
+exemption cannot go stale).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SUFFIXES = (".py", ".md", ".yml", ".toml", ".sh")
 #: Files a tool of this repository writes, named in the docs as outputs: {name: the file that writes it}.
-WRITTEN_BY = {"summary.md": "scripts/gpu_check.sh"}
+WRITTEN_BY = {"summary.md": "scripts/gpu_check.sh", "bench_out/results.md": "benchmarks/run.py"}
 
 LINK = re.compile(r"\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 CODE = re.compile(r"(`+)(.+?)\1")
 COMMENT = re.compile(r"<!--(.*?)-->", re.S)
 CREATES = re.compile(r"<!--\s*(?:pytest-)?file:\s*(\S+)\s*-->")
+OPTION_VALUE = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?:=|\s+)([^\s`'\"]+)")
 PUNCTUATION = "'\"()[],;:.!?"
 
 
@@ -47,6 +50,11 @@ def _repo_files() -> list[str]:
 FILES = _repo_files()
 TOP_LEVEL = {path.split("/", 1)[0] for path in FILES if "/" in path}
 BASENAMES = {path.rsplit("/", 1)[-1] for path in FILES}
+
+
+def _names_a_file(word: str) -> bool:
+    """``word`` is a repository file's name or the end of its path."""
+    return word in BASENAMES if "/" not in word else any(path.endswith("/" + word) for path in FILES)
 
 
 def documents() -> list[Path]:
@@ -68,23 +76,22 @@ def _words(text: str) -> list[str]:
 def stale_paths(doc: Path, text: str | None = None) -> list[str]:
     """``line: what`` for each link or named repository path in ``doc`` that does not exist."""
     text = doc.read_text(encoding="utf-8") if text is None else text
-    created = set(CREATES.findall(text))
+    # Option values are outputs of the document's commands unless they point into the repository.
+    outputs = {value.strip(PUNCTUATION) for value in OPTION_VALUE.findall(text)}
+    created = set(CREATES.findall(text)) | {value for value in outputs if value.partition("/")[0] not in TOP_LEVEL}
     found: list[str] = []
 
     def check_word(line: int, word: str) -> None:
         if "://" in word or any(c in word for c in "*?{}<>$%|\\"):
             return
-        head, slash, _ = word.partition("/")
-        if slash:
-            if head not in TOP_LEVEL or word in created:
-                return
+        if word in created or word in WRITTEN_BY:
+            return
+        if word.partition("/")[0] in TOP_LEVEL and "/" in word:
             if not (REPO / word).exists():
                 found.append(f"{line}: {word!r} is not a path in the repository")
-        elif word.endswith(SUFFIXES) and word not in created and word not in BASENAMES:
-            stem = word.rsplit(".", 1)[0]
-            if stem.isupper() or word in WRITTEN_BY:
-                return
-            found.append(f"{line}: {word!r} is the name of no file in the repository")
+        elif word.endswith(SUFFIXES) and not _names_a_file(word):
+            if not word.rsplit("/", 1)[-1].rsplit(".", 1)[0].isupper():
+                found.append(f"{line}: {word!r} names no file in the repository")
 
     lines = text.splitlines()
     in_comment = ""
@@ -139,6 +146,9 @@ def test_the_outputs_exempted_are_written_where_said() -> None:
         ("<!-- pytest-file: tests/test_mine.py -->\n`tests/test_mine.py`", False),
         ("`--graph-capture-report=graph_capture_out/report.md` and `FILE.md`", False),
         ("`--report=docs/nothing.md`", True),
+        ("reads the trace (see `summary/live.py`)", False),
+        ("reads the trace (see `summary/alive.py`)", True),
+        ("`bench_out/results.md` and `out/results.md`", True),
         ("[`ci.md`](ci.md) in a [link](https://example.com/x.py) or [anchor](#top)", False),
         ("[`ci.md`](docs/ci.md)", True),
     ],
