@@ -9,7 +9,9 @@ One module owns the conventions so that a writer and its reader can never drift:
 * golden ``{runner}_bs_{bs}[_{variant}][_rank{r}].json`` in the folder
   ``<platform>/<module path>/<class>.../<test>/`` (:func:`golden_file_name`,
   :func:`nodeid_components`);
-* all of them under ``<graph-capture-dir>/graph_capture_profile/`` (:func:`trace_dir`).
+* all of them under ``<graph-capture-dir>/graph_capture_profile/`` (:func:`trace_dir`);
+* a relative path in a setting, the plugin's and the ``graphcapture`` command's alike
+  (:func:`setting_path`).
 
 Every user-supplied part goes through :func:`keys.safe_name`.  Files whose name
 starts with a dot are ours in progress (atomic writes): :func:`is_hidden` tells
@@ -35,11 +37,36 @@ GOLDEN_SUFFIX = ".json"
 #: The full failure text a check writes beside the summaries it harvests with --golden-out.
 HARVEST_DIFF_NAME = "diff.txt"
 MERGED_SUFFIX = "_merged.json.gz"
+#: The golden tree's setting, shared by the plugin's option and ``graphcapture accept``.
+GOLDEN_DIR_OPTION = "--golden-dir"
+GOLDEN_DIR_ENV = "GRAPH_CAPTURE_GOLDEN_DIR"
+GOLDEN_DIR_DEFAULT = "goldens"
 
 
 def is_hidden(path: PathLike) -> bool:
     """Dot-files: temp files of atomic writes, never inputs."""
     return Path(path).name.startswith(".")
+
+
+def setting_path(
+    value: str, source: str, *, invocation_dir: PathLike, inipath: Optional[PathLike], rootdir: PathLike
+) -> Path:
+    """The absolute path a setting's ``value`` names; ``source`` says where the value came from.
+
+    The rule is pytest's own: a path typed by the user (``option``, or an ``environment
+    variable …``) is relative to the directory the command was started in; a path written
+    in the ini file (``ini key …``) is relative to that file's directory, wherever the
+    command is started; a default is relative to the rootdir.  ``~`` is expanded.
+    """
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        if source == "default":
+            path = Path(rootdir) / path
+        elif source.startswith("ini"):
+            path = (Path(inipath).parent if inipath else Path(rootdir)) / path
+        else:
+            path = Path(invocation_dir) / path
+    return Path(os.path.abspath(path))
 
 
 # --------------------------------------------------------------------------- traces

@@ -3,10 +3,9 @@
 Each setting is a :class:`Setting`; the declaration adds the command-line option
 and the ini key, and :func:`resolve` reads the value with the documented
 precedence **command line > environment variable > ini key > default**.
-:func:`resolve_path` is the one rule for relative paths: relative to the
-invocation directory when the value comes from the command line or the
-environment, to the ini file's directory when it comes from the ini file, and to
-the rootdir for the default.  The registry :data:`SETTINGS` is what the
+:func:`resolve_path` turns a path setting into an absolute path by the one rule
+for relative paths, :func:`naming.setting_path` (``graphcapture accept`` uses it
+too).  The registry :data:`SETTINGS` is what the
 configuration reference in ``docs/`` is generated from.
 """
 
@@ -20,6 +19,7 @@ from typing import Any, Optional
 import pytest
 
 from ..errors import UsageError
+from ..naming import GOLDEN_DIR_DEFAULT, GOLDEN_DIR_ENV, GOLDEN_DIR_OPTION, setting_path
 
 
 @dataclass(frozen=True)
@@ -162,31 +162,32 @@ CI_VARIABLES = (
 )
 
 
+#: Values of a CI variable that mean "not on CI" (compared lowercased; an empty value too).
+CI_OFF_VALUES = ("0", "false", "no")
+
+
 def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
     """Name of the CI environment variable that is set, or None when not on CI."""
     environ = os.environ if environ is None else environ
     for name in CI_VARIABLES:
         value = environ.get(name, "")
-        if value and value.lower() not in ("0", "false", "no"):
+        if value and value.lower() not in CI_OFF_VALUES:
             return name
     return None
 
 
 def resolve_path(config: pytest.Config, setting: Setting) -> Optional[Path]:
-    """The absolute path a path setting names (see the module docstring for relative paths), or None."""
+    """The absolute path a path setting names (relative paths: :func:`naming.setting_path`), or None."""
     value, source = resolve_with_source(config, setting)
     if value is None:
         return None
-    path = Path(os.path.expanduser(value))
-    if path.is_absolute():
-        return Path(os.path.abspath(path))
-    if source == "default":
-        base = Path(config.rootpath)
-    elif source.startswith("ini"):
-        base = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
-    else:
-        base = Path(config.invocation_params.dir)
-    return Path(os.path.abspath(base / path))
+    return setting_path(
+        value,
+        source,
+        invocation_dir=config.invocation_params.dir,
+        inipath=config.inipath,
+        rootdir=config.rootpath,
+    )
 
 
 def where(setting: Setting, source: str) -> str:
@@ -200,7 +201,8 @@ TRACE = declare(
     Setting(
         "--graph-capture-trace",
         "GRAPH_CAPTURE_TRACE",
-        "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture phase)",
+        "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture "
+        "phase, and no per-batch-size summaries: every golden.check then fails, saying so)",
         choices=("per-bs", "single", "off"),
         const="per-bs",
         metavar="MODE",
@@ -314,11 +316,10 @@ MERGE = declare(
 
 GOLDEN_DIR = declare(
     Setting(
-        "--golden-dir",
-        "GRAPH_CAPTURE_GOLDEN_DIR",
-        "directory of golden files (relative: to the rootdir by default and for the ini key, "
-        "to the invocation dir on the command line / in the environment)",
-        default="goldens",
+        GOLDEN_DIR_OPTION,
+        GOLDEN_DIR_ENV,
+        "directory of golden files",
+        default=GOLDEN_DIR_DEFAULT,
         metavar="DIR",
     )
 )

@@ -148,8 +148,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_accept(args: argparse.Namespace) -> int:
     from .accept import accept
+    from .project import golden_dir, shown
 
-    lines = accept(Path(args.harvest), Path(args.golden_dir), only=args.only, dry_run=args.dry_run)
+    lines = accept(Path(args.harvest), shown(golden_dir(args.golden_dir)), only=args.only, dry_run=args.dry_run)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
@@ -242,7 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("accept", help="bring goldens harvested with --golden-out into the golden tree")
     p.add_argument("harvest", metavar="HARVEST_DIR", help="the folder --golden-out wrote (e.g. a CI artifact)")
-    p.add_argument("--golden-dir", default="goldens", metavar="DIR", help="the golden tree (default goldens)")
+    p.add_argument(
+        "--golden-dir",
+        metavar="DIR",
+        help="the golden tree (default: the one a pytest run started here uses)",
+    )
     p.add_argument("--only", metavar="PATTERN", help="accept only files whose path below HARVEST_DIR matches (fnmatch)")
     p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
     p.set_defaults(func=_cmd_accept)

@@ -39,7 +39,7 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUN_LANGS = ("bash", "python")
 #: Docs whose runnable blocks another test executes: {file name: why they are not run here}.
 COVERED_ELSEWHERE = {
-    "benchmarks.md": "run by tests/test_benchmarks_smoke.py (python benchmarks/run.py --quick); the full run "
+    "benchmarks.md": "run by tests/e2e/test_benchmarks_smoke.py (python benchmarks/run.py --quick); the full run "
     "takes about 5 minutes",
 }
 FENCE = re.compile(r"^(`{3,}|~{3,})(\S*)\s*$")

@@ -1,0 +1,144 @@
+"""Claims in the README, docs/, the CI recipes and the CHANGELOG, held against the code and the data they describe.
+
+Each test reads the fact from its source (the committed CPU goldens, the main command, the settings
+registry, the runner base class, git history, pyproject.toml) and checks that the text says it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_graphcapture.naming import TRACE_SUBDIR
+from pytest_graphcapture.plugin.settings import CI_OFF_VALUES, CI_VARIABLES, TRACE
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = sorted((REPO / "examples" / "ci").glob("*.yml"))
+
+
+def _read(rel: str) -> str:
+    return (REPO / rel).read_text(encoding="utf-8")
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split()))]
+
+
+def test_readme_claims_kernel_changes_only_where_captures_have_kernels() -> None:
+    goldens = sorted((REPO / "examples" / "goldens" / "cpu").rglob("*.json"))
+    assert goldens, "examples/goldens/cpu holds the CPU goldens"
+    assert all(json.loads(p.read_text(encoding="utf-8"))["kernels"] == [] for p in goldens), "a CPU capture has kernels"
+    for sentence in _sentences(_read("README.md")):
+        if "fused kernel" in sentence:
+            assert "CPU" not in sentence, f"a CPU capture has no kernels, so no kernel swap fails there: {sentence!r}"
+
+
+def test_readme_names_the_trace_folder_its_main_command_writes() -> None:
+    readme = _read("README.md")
+    main = re.search(r"--graph-capture-dir=(\S+)", readme)
+    assert main, "the README's main command names --graph-capture-dir"
+    assert f"`{main.group(1)}/{TRACE_SUBDIR}/`" in readme
+    assert f"`{TRACE_SUBDIR}/`" not in readme, f"traces land under {main.group(1)}/, not in the current folder"
+
+
+def test_configuration_reference_lists_the_ci_variables() -> None:
+    reference = _read("docs/configuration.md")
+    for name in CI_VARIABLES:
+        assert f"`{name}`" in reference, f"{name} is read by the plugin (CI detection) but not documented"
+    for value in CI_OFF_VALUES:
+        assert f"`{value}`" in reference
+
+
+def test_configuration_reference_says_single_trace_mode_fails_golden_checks() -> None:
+    row = next(line for line in _read("docs/configuration.md").splitlines() if line.startswith(f"| `{TRACE.option}`"))
+    assert "golden.check" in row, row
+
+
+def _required_methods() -> list[str]:
+    """Methods of GraphRunner whose base body raises NotImplementedError: what a subclass must write."""
+    tree = ast.parse(_read("pytest_graphcapture/engine/runner.py"))
+    base = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GraphRunner")
+    return [
+        f.name
+        for f in base.body
+        if isinstance(f, ast.FunctionDef)
+        and any(isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n) for n in ast.walk(f))
+    ]
+
+
+def test_adapting_names_the_methods_a_runner_must_implement() -> None:
+    required = _required_methods()
+    assert required == ["batch_sizes", "forward_for"]
+    sentences = _sentences(_read("docs/adapting.md"))
+    claim = next((s[s.index("A runner must implement") :] for s in sentences if "A runner must implement" in s), None)
+    assert claim, "docs/adapting.md says what a runner must implement"
+    assert "two methods" in claim
+    for name in required:
+        assert f"`{name}(" in claim, (name, claim)
+
+
+def test_docs_write_runner_methods_as_the_runners_not_as_plugin_api() -> None:
+    # use_graphs is a method of the embedded and example runners; written bare, it reads as the plugin's.
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for code in re.findall(r"`([^`\n]+)`", doc.read_text(encoding="utf-8")):
+            assert not re.search(r"(?<![.\w])use_graphs\(", code), f"{doc.name}: `{code}`"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def test_compatibility_page_says_which_commit_and_machine_each_row_ran_on() -> None:
+    page = _read("docs/compatibility.md")
+    rows = [line for line in page.splitlines() if re.match(r"^\| \d+\.\d+", line)]
+    assert rows
+    pythons = set(re.findall(r"Python (3\.\d+)", page))
+    for sentence in _sentences(page):
+        if sentence.startswith("All runs"):
+            said = set(re.findall(r"Python (3\.\d+)", sentence))
+            assert not said or said == pythons, f"rows ran on Python {sorted(pythons)}: {sentence!r}"
+            assert "CPU only" not in sentence or "H200" not in page, sentence
+    assert not re.search(r"\b(final|latest|current) commit\b", page), "a page cannot know the final commit: name it"
+    if _git("rev-parse", "HEAD").returncode != 0:
+        pytest.skip("not a git checkout: the table's commits cannot be looked up (run from a clone)")
+    for row in rows:
+        commit = re.findall(r"`([0-9a-f]{7,40})`", row)[-1]
+        assert _git("merge-base", "--is-ancestor", commit, "HEAD").returncode == 0, f"{commit} is not in history"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_recipes_say_to_accept_a_harvest_never_to_copy_it(recipe: Path) -> None:
+    comments = " ".join(line.strip("# ") for line in recipe.read_text(encoding="utf-8").splitlines() if "#" in line)
+    for sentence in _sentences(comments):
+        if "golden_out" in sentence:
+            assert "copy it over" not in sentence and "graphcapture accept" in sentence, sentence
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_recipes_install_the_plugin_in_a_users_repository(recipe: Path) -> None:
+    yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extras: pip install -e '.[test]'")
+    name = re.search(r'^name = "([^"]+)"', _read("pyproject.toml"), flags=re.M).group(1)  # type: ignore[union-attr]
+    job = next(iter(yaml.safe_load(recipe.read_text(encoding="utf-8"))["jobs"].values()))
+    install = next(s for s in job["steps"] if s.get("name", "").startswith("Install"))
+    env = install.get("env", {})
+    plugin = [v for v in env.values() if str(v).startswith(name)]
+    assert plugin, f"{recipe.name}: no step installs {name} itself; `-e .` installs the user's project"
+    variable = next(k for k, v in env.items() if v == plugin[0])
+    assert f'"${variable}"' in install["run"] and "pip install -e ." in install["run"], install["run"]
+
+
+def test_changelog_has_one_section_per_heading_and_no_repeated_entry() -> None:
+    releases = re.split(r"^## ", _read("CHANGELOG.md"), flags=re.M)[1:]
+    titles = [r.splitlines()[0].strip() for r in releases]
+    assert len(titles) == len(set(titles)), titles
+    for release in releases:
+        headings = re.findall(r"^### (.+)$", release, flags=re.M)
+        assert len(headings) == len(set(headings)), f"{release.splitlines()[0]}: {headings}"
+        entries = re.findall(r"^- (.+(?:\n  .+)*)", release, flags=re.M)
+        repeated = {e for e in entries if entries.count(e) > 1}
+        assert not repeated, repeated
