@@ -27,6 +27,7 @@ normalizes them like every other kernel name.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,38 +59,55 @@ TYPE_WORDS = {
     "CONDITIONAL": "conditional",
 }
 
-_QUOTED = r'"[^"\\]*(?:\\.[^"\\]*)*"'
-_ID = r"[A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*|-?(?:\.\d+|\d+(?:\.\d*)?)"
-_NAME = rf"(?:{_QUOTED}|{_ID})"
-_ATTRS = rf'\[[^\]"]*(?:{_QUOTED}[^\]"]*)*\]'
-_STATEMENT = re.compile(
-    rf"""
-    (?P<skip>\s+|//[^\n]*|/\*.*?\*/|\#[^\n]*)
-    |(?P<open>(?:strict\s+)?(?:di)?graph\b\s*(?:{_NAME})?\s*\{{|subgraph\b\s*(?P<sub>{_NAME})?\s*\{{)
-    |(?P<close>\}}\s*;?)
-    |(?P<defaults>(?:graph|node|edge)\s*(?P<dattrs>{_ATTRS})\s*;?)
-    |(?P<edge>(?P<a>{_NAME})\s*->\s*(?P<b>{_NAME})\s*(?P<eattrs>{_ATTRS})?\s*;?)
-    |(?P<assign>(?P<key>{_ID})\s*=\s*(?P<value>{_NAME})\s*;?)
-    |(?P<node>(?P<n>{_NAME})\s*(?P<nattrs>{_ATTRS})?\s*;?)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
-_ATTR = re.compile(rf"\s*(?P<key>{_ID})\s*=\s*(?P<value>{_NAME})\s*[,;]?\s*", re.DOTALL)
+_QUOTED_EXACT = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+#: A quoted string without escaped quotes: the common case, scanned faster (see :func:`_statements`).
+_QUOTED_FAST = r'"[^"]*"'
+_ID = r"(?:[A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*|-?(?:\.\d+|\d+(?:\.\d*)?))"
+
+
+def _statement_pattern(quoted: str) -> re.Pattern:
+    """One DOT statement after optional white space, for one spelling of a quoted string.
+
+    Attribute lists are matched strictly (``key = value`` pairs, separated by spaces,
+    commas or semicolons), so a statement that matches is well formed.
+    """
+    name = rf"(?:{quoted}|{_ID})"
+    attrs = rf"\[\s*(?:(?:{_ID})\s*=\s*{name}\s*[,;]?\s*)*\]"
+    return re.compile(
+        rf"""\s*(?:
+        (?P<node>(?P<n>{quoted})\s*(?P<nattrs>{attrs})\s*;?)
+        |(?P<edge>(?P<a>{name})\s*->\s*(?P<b>{name})\s*(?:{attrs})?\s*;?)
+        |(?P<skip>//[^\n]*|/\*.*?\*/|\#[^\n]*)
+        |(?P<open>(?:strict\s+)?(?:di)?graph\b\s*(?:{name})?\s*\{{|subgraph\b\s*(?P<sub>{name})?\s*\{{)
+        |(?P<close>\}}\s*;?)
+        |(?P<defaults>(?:graph|node|edge)\s*{attrs}\s*;?)
+        |(?P<assign>{_ID}\s*=\s*{name}\s*;?)
+        |(?P<node2>(?P<n2>{name})\s*(?P<nattrs2>{attrs})?\s*;?)
+        )""",
+        re.VERBOSE | re.DOTALL,
+    )
+
+
+_FAST = _statement_pattern(_QUOTED_FAST)
+_EXACT = _statement_pattern(_QUOTED_EXACT)
+_PAIR = re.compile(rf"({_ID})\s*=\s*({_QUOTED_EXACT}|{_ID})", re.DOTALL)
+_LABEL_VALUE = re.compile(rf"\s*=\s*({_QUOTED_FAST}|{_ID})")
 #: hipGraphDebugDotPrint with the kernel-parameter or kernel-attribute flag leaves a kernel's style unclosed.
 _HIP_UNCLOSED_STYLE = re.compile(r'style="(\w*)\n(?=shape=")')
 _ESCAPE = re.compile(r"\\.")
 _ESCAPED = re.compile(r"\\(.)")
 _TYPE_WORD = re.compile(r"\s*\{\s*([A-Z][A-Z0-9_]*)\b")
-#: The field holding ``name\<\<\<…\>\>\>``: from the structural character before it to the closing ``>>>``.
-_RECORD_LAUNCH = re.compile(r"[{|][^|{}\\]*(?:\\.[^|{}\\]*)*?\\<\\<\\<.*?\\>\\>\\>", re.DOTALL)
 _RECORD_ID_NAME = re.compile(r"\{\s*ID\s*\|[^|{}]*\|\s*((?:[^|{}\\]|\\.)+?)\s*\}")
 _RECORD_KIND = re.compile(r"\{\s*kind\s*\|\s*((?:[^|{}\\]|\\.)*?)\s*\}")
+_DIM = r"\s*(?:\d+|\{\s*\d+(?:\s*,\s*\d+){0,2}\s*\}|\(\s*\d+(?:\s*,\s*\d+){0,2}\s*\))\s*"
+_SHAPE = re.compile(rf"(?P<grid>{_DIM}),(?P<block>{_DIM}),\s*(?P<smem>\d+)\s*$")
 _LAUNCH = re.compile(r"^(?P<name>.*?)\s*<<<(?P<shape>.*)>>>\s*$", re.DOTALL)
 _CHILD_REF = re.compile(r"\bgraph_(\d+)\b")
 _CLUSTER = re.compile(r"^cluster_?(.*)$")
 _COPY_KIND = re.compile(
     r"(?:cuda|hip)?Memcpy(Host|Device|Array|Default)To(Host|Device|Array)|^(Host|Device|Array)To(Host|Device|Array)$"
 )
+_PLAIN_EDGE = re.compile(r'\s*"([^"\\\n]*)"\s*->\s*"([^"\\\n]*)"[ \t]*;?')
 
 
 class _DotError(Exception):
@@ -102,18 +120,25 @@ class _DotError(Exception):
 
 
 @dataclass
-class _Cluster:
+class _Node:
+    """Where a node was declared, for messages."""
+
     ident: str
     position: int
-    nodes: list[str] = field(default_factory=list)
 
 
 @dataclass
-class _Node:
+class _Cluster:
+    """One ``subgraph cluster_<g>`` (or the top level): its graph, node positions and container nodes."""
+
     ident: str
-    cluster: str
     position: int
-    attrs: dict
+    graph: CapturedGraph = field(default_factory=CapturedGraph)
+    positions: list[int] = field(default_factory=list)
+    containers: list[tuple[GraphNode, str, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.graph.ident = f"graph_{self.ident}" if self.ident else "graph"
 
 
 def summarize_dot_file(path: Union[str, Path], *, level: str = DEFAULT_LEVEL) -> dict:
@@ -139,31 +164,21 @@ def parse_dot(text: str, *, source: str = "<dot>") -> CapturedGraph:
     try:
         return _build(*_statements(text))
     except _DotError as exc:
-        line = text.count("\n", 0, exc.position) + 1
+        position = exc.position
+        while position < len(text) and text[position].isspace():
+            position += 1  # a statement's position includes the white space before it
+        line = text.count("\n", 0, position) + 1
         raise FileError(source, f"line {line}: {exc.problem}") from None
 
 
 def _unquote(token: str) -> str:
-    if token.startswith('"'):
-        return token[1:-1].replace('\\"', '"').replace("\\\n", "")
+    """A DOT name or value as meant: quotes removed, ``\\"`` and line continuations resolved."""
+    if token[:1] != '"':
+        return token
+    token = token[1:-1]
+    if "\\" in token and ('\\"' in token or "\\\n" in token):
+        token = token.replace('\\"', '"').replace("\\\n", "")
     return token
-
-
-def _attrs(text: Optional[str], position: int) -> dict:
-    if not text:
-        return {}
-    body = text[1:-1]
-    found = {}
-    at = 0
-    while at < len(body):
-        match = _ATTR.match(body, at)
-        if not match or match.end() == at:
-            if not body[at:].strip():
-                break
-            raise _DotError(position, f"cannot read the attribute list at {_excerpt(body[at:])}")
-        found[match["key"]] = _unquote(match["value"])
-        at = match.end()
-    return found
 
 
 def _excerpt(text: str) -> str:
@@ -171,29 +186,103 @@ def _excerpt(text: str) -> str:
     return repr(line[:40] + ("…" if len(line) > 40 else ""))
 
 
-def _statements(text: str) -> tuple[list[_Cluster], dict[str, _Node], list[tuple[str, str, int]]]:
-    """Clusters in order, nodes by id, edges ``(from, to, position)``; checks the nesting of braces."""
+def _label(text: str, start: int, end: int, fast: bool) -> Optional[str]:
+    """The ``label`` value of the attribute list ``text[start:end]`` (well formed), unquoted; None without one.
+
+    With ``fast`` (no escaped quote in the list) the key is found by string search: a
+    ``label`` outside quotes, not the end of a longer key (``xlabel``).
+    """
+    if not fast:
+        for key, value in _PAIR.findall(text, start, end):
+            if key == "label":
+                return _unquote(value)
+        return None
+    i = text.find("label", start, end)
+    while i >= 0:
+        before = text[i - 1]
+        if text.count('"', start, i) % 2 == 0 and not (before.isalnum() or before == "_"):
+            value = _LABEL_VALUE.match(text, i + 5, end)
+            if value:
+                label = value[1]
+                if label[:1] == '"':
+                    label = label[1:-1]
+                    if "\\\n" in label:  # no escaped quote here (fast), only line continuations to join
+                        label = label.replace("\\\n", "")
+                return label
+        i = text.find("label", i + 5, end)
+    return None
+
+
+def _not_read(text: str, at: int, seen_graph: bool) -> _DotError:
+    """Why no statement can be read at ``at``."""
+    if not seen_graph:
+        return _DotError(at, f"not a graph dump: expected 'digraph … {{', found {_excerpt(text[at:])}")
+    if text[at] == '"':
+        closing = _EXACT.match(text, at)  # a node or edge that does not read: find which part
+        quoted = re.compile(_QUOTED_EXACT, re.DOTALL).match(text, at)
+        if not quoted:
+            return _DotError(at, "a quoted string is not closed")
+        after = quoted.end() + len(text[quoted.end() :]) - len(text[quoted.end() :].lstrip())
+        if closing is None and text.startswith("[", after):
+            return _DotError(after, "cannot read the attribute list (a ']' or a closing quote is missing?)")
+    return _DotError(at, f"cannot read {_excerpt(text[at:])} (expected a node, an edge, a subgraph or '}}')")
+
+
+def _statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
+    """Clusters in order with their nodes read, and edges ``(from, to, position)``; checks the braces."""
     clusters: list[_Cluster] = []
-    nodes: dict[str, _Node] = {}
+    declared: set[str] = set()
     edges: list[tuple[str, str, int]] = []
     stack: list[tuple[Optional[_Cluster], int]] = []
     root: Optional[_Cluster] = None
     at = 0
     seen_graph = False
+    fast_match = _FAST.match
     while at < len(text):
-        match = _STATEMENT.match(text, at)
+        match = fast_match(text, at)
+        fast = match is not None and text.find('\\"', at, match.end()) < 0
+        if not fast:
+            match = _EXACT.match(text, at)  # an escaped quote: the fast pattern may have cut a string short
         if match is None or match.end() == at:
-            if not seen_graph:
-                raise _DotError(at, f"not a graph dump: expected 'digraph … {{', found {_excerpt(text[at:])}")
-            if text[at] == '"':
-                raise _DotError(at, "a quoted string is not closed")
-            if text[at] == "[":
-                raise _DotError(at, "an attribute list is not closed (a ']' or a closing quote is missing)")
-            raise _DotError(at, f"cannot read {_excerpt(text[at:])} (expected a node, an edge, a subgraph or '}}')")
+            rest = text[at:]
+            if not rest.strip():
+                break
+            raise _not_read(text, at + len(rest) - len(rest.lstrip()), seen_graph)
         kind = match.lastgroup
-        if kind != "skip" and not seen_graph and kind != "open":
-            raise _DotError(at, f"not a graph dump: expected 'digraph … {{', found {_excerpt(text[at:])}")
-        if kind == "open":
+        if kind == "node" or kind == "node2":
+            if not stack:
+                raise _DotError(at, "a node outside the graph's braces")
+            ident = _unquote(match["n"] or match["n2"])
+            if ident in declared:
+                raise _DotError(at, f"node {ident} is declared twice")
+            declared.add(ident)
+            start, end = match.span("nattrs" if kind == "node" else "nattrs2")
+            label = _label(text, start, end, fast) if start >= 0 else None
+            if label is None:
+                if text.startswith("[", match.end()):
+                    raise _DotError(
+                        match.end(), "cannot read the attribute list (a ']' or a closing quote is missing?)"
+                    )
+                raise _DotError(at, f"node {ident} has no label (not a CUDA or HIP graph dump?)")
+            cluster = stack[-1][0] or root
+            assert cluster is not None
+            node = _node(_Node(ident, at), label)
+            cluster.graph.nodes.append(node)
+            cluster.positions.append(at)
+            if node.type in CONTAINERS:
+                cluster.containers.append((node, label, at))
+        elif kind == "edge":
+            if not stack:
+                raise _DotError(at, "an edge outside the graph's braces")
+            edges.append((_unquote(match["a"]), _unquote(match["b"]), at))
+            at = match.end()
+            run = _PLAIN_EDGE.match(text, at)
+            while run:  # the edges that follow, as dumps write them (plain quoted ids, no attributes)
+                edges.append((run[1], run[2], at))
+                at = run.end()
+                run = _PLAIN_EDGE.match(text, at)
+            continue
+        elif kind == "open":
             seen_graph = True
             if match["sub"] is not None:
                 name = _unquote(match["sub"])
@@ -201,47 +290,30 @@ def _statements(text: str) -> tuple[list[_Cluster], dict[str, _Node], list[tuple
                 cluster = _Cluster(cluster_match.group(1) if cluster_match else name, at)
                 clusters.append(cluster)
                 stack.append((cluster, at))
+            elif stack:
+                stack.append((stack[-1][0], at))  # an anonymous block keeps its graph
             else:
-                if stack:
-                    stack.append((stack[-1][0], at))  # an anonymous block keeps its graph
-                else:
-                    root = _Cluster("", at)
-                    stack.append((root, at))
+                root = _Cluster("", at)
+                stack.append((root, at))
         elif kind == "close":
             if not stack:
                 raise _DotError(at, "'}' closes nothing")
             stack.pop()
-        elif kind == "node":
-            if not stack:
-                raise _DotError(at, "a node outside the graph's braces")
-            ident = _unquote(match["n"])
-            if ident in nodes:
-                raise _DotError(at, f"node {ident} is declared twice")
-            cluster = stack[-1][0] or root
-            assert cluster is not None
-            nodes[ident] = _Node(ident, cluster.ident, at, _attrs(match["nattrs"], at))
-            cluster.nodes.append(ident)
-        elif kind == "edge":
-            if not stack:
-                raise _DotError(at, "an edge outside the graph's braces")
-            _attrs(match["eattrs"], at)
-            edges.append((_unquote(match["a"]), _unquote(match["b"]), at))
-        elif kind in ("assign", "defaults"):
-            if not stack:
-                raise _DotError(at, "an attribute outside the graph's braces")
-            if kind == "defaults":
-                _attrs(match["dattrs"], at)
+        elif kind != "skip" and not stack:
+            raise _DotError(at, "an attribute outside the graph's braces")
+        if not seen_graph and kind != "skip":
+            raise _DotError(at, f"not a graph dump: expected 'digraph … {{', found {_excerpt(text[at:])}")
         at = match.end()
     if not seen_graph:
         raise _DotError(0, "is empty: no 'digraph' in it")
     if stack:
         raise _DotError(stack[-1][1], "this block is never closed with '}'")
-    if root is not None and root.nodes:
+    if root is not None and root.graph.nodes:
         clusters.insert(0, root)
-    return clusters, nodes, edges
+    return clusters, edges
 
 
-def _build(clusters: list[_Cluster], nodes: dict[str, _Node], edges: list[tuple[str, str, int]]) -> CapturedGraph:
+def _build(clusters: list[_Cluster], edges: list[tuple[str, str, int]]) -> CapturedGraph:
     """Link clusters into one graph: child clusters under the node that names them."""
     if not clusters:
         if edges:
@@ -249,43 +321,40 @@ def _build(clusters: list[_Cluster], nodes: dict[str, _Node], edges: list[tuple[
             raise _DotError(position, f"edge {a} -> {b}: node {a} is never declared")
         return CapturedGraph()
     by_id = {c.ident: c for c in clusters}
-    graphs = {c.ident: CapturedGraph(ident=f"graph_{c.ident}" if c.ident else "graph") for c in clusters}
-    index: dict[str, tuple[str, int]] = {}
-    model: dict[str, GraphNode] = {}
+    index: dict[str, tuple[_Cluster, int]] = {}
     for cluster in clusters:
-        for i, ident in enumerate(cluster.nodes):
-            node = _node(nodes[ident])
-            graphs[cluster.ident].nodes.append(node)
-            index[ident] = (cluster.ident, i)
-            model[ident] = node
-    claimed: dict[str, str] = {}
+        for i, node in enumerate(cluster.graph.nodes):
+            index[node.ident] = (cluster, i)
+    claimed: dict[str, GraphNode] = {}
 
-    def claim(container: str, child: str, position: int) -> None:
-        if child in claimed and claimed[child] != container:
-            raise _DotError(position, f"graph_{child} is the child of both {claimed[child]} and {container}")
-        if child == nodes[container].cluster:
-            raise _DotError(position, f"node {container} holds its own graph graph_{child}")
+    def claim(container: GraphNode, child: str, position: int) -> None:
+        if child in claimed and claimed[child] is not container:
+            raise _DotError(
+                position, f"graph_{child} is the child of both {claimed[child].ident} and {container.ident}"
+            )
+        if index[container.ident][0].ident == child:
+            raise _DotError(position, f"node {container.ident} holds its own graph graph_{child}")
         claimed[child] = container
 
-    for ident, node in model.items():
-        if node.type in CONTAINERS:
-            label = nodes[ident].attrs.get("label", "")
-            for ref in _CHILD_REF.findall(label.replace(ident, "")):
+    for cluster in clusters:
+        for node, label, position in cluster.containers:
+            for ref in _CHILD_REF.findall(label):
                 if ref in by_id:
-                    claim(ident, ref, nodes[ident].position)
+                    claim(node, ref, position)
     for a, b, position in edges:
-        for end in (a, b):
-            if end not in index:
-                raise _DotError(position, f"edge {a} -> {b}: node {end} is never declared")
-        (graph_a, i), (graph_b, j) = index[a], index[b]
-        if graph_a == graph_b:
-            graphs[graph_a].edges.append((i, j))
-        elif model[a].type in CONTAINERS:
-            claim(a, graph_b, position)  # a link from a child-graph node into its graph
+        try:
+            (cluster_a, i), (cluster_b, j) = index[a], index[b]
+        except KeyError:
+            missing = a if a not in index else b
+            raise _DotError(position, f"edge {a} -> {b}: node {missing} is never declared") from None
+        if cluster_a is cluster_b:
+            cluster_a.graph.edges.append((i, j))
+        elif cluster_a.graph.nodes[i].type in CONTAINERS:
+            claim(cluster_a.graph.nodes[i], cluster_b.ident, position)  # a link from a child-graph node into its graph
         else:
             raise _DotError(position, f"edge {a} -> {b} joins two graphs, and {a} holds no child graph")
     for child, container in claimed.items():
-        model[container].children.append(graphs[child])
+        container.children.append(by_id[child].graph)
     roots = [c for c in clusters if c.ident not in claimed]
     if len(roots) != 1:
         extra = roots[1] if roots else clusters[0]
@@ -295,8 +364,10 @@ def _build(clusters: list[_Cluster], nodes: dict[str, _Node], edges: list[tuple[
             else "every graph is some node's child: the child graphs form a loop"
         )
         raise _DotError(extra.position, problem)
-    top = graphs[roots[0].ident]
-    for graph in top.graphs():
+    for cluster in clusters:
+        graph = cluster.graph
+        if all(i < j for i, j in graph.edges):
+            continue  # every edge points to a later node (the order dumps list nodes in): no cycle
         successors: list[list[int]] = [[] for _ in graph.nodes]
         for i, j in graph.edges:
             successors[i].append(j)
@@ -304,44 +375,49 @@ def _build(clusters: list[_Cluster], nodes: dict[str, _Node], edges: list[tuple[
             topological_order(len(graph.nodes), successors)
         except CycleError as exc:
             names = ", ".join(graph.nodes[i].ident for i in exc.nodes[:3])
-            raise _DotError(
-                nodes[graph.nodes[exc.nodes[0]].ident].position, f"the edges form a cycle (through {names})"
-            ) from None
-    return top
+            raise _DotError(cluster.positions[exc.nodes[0]], f"the edges form a cycle (through {names})") from None
+    return roots[0].graph
 
 
-def _node(raw: _Node) -> GraphNode:
-    """A model node from a declared DOT node: its type, kernel name and launch, or copy kind."""
-    label = raw.attrs.get("label")
-    if label is None:
-        raise _DotError(raw.position, f"node {raw.ident} has no label (not a CUDA or HIP graph dump?)")
-    if label.lstrip().startswith("{"):
-        return _record_node(raw, label)
-    return _plain_node(raw, label)
+def _node(raw: _Node, label: str) -> GraphNode:
+    """A model node from a declared DOT node and its label: type, kernel name and launch, or copy kind."""
+    record = label[:1] == "{" or label.lstrip()[:1] == "{"
+    return _record_node(raw, label) if record else _plain_node(raw, label)
 
 
 def _record_node(raw: _Node, label: str) -> GraphNode:
     """A record label: the first field is the type; the kernel is the field with ``<<<…>>>``."""
-    unescaped = _ESCAPE.sub("", label)
-    if unescaped.count("{") != unescaped.count("}"):
-        raise _DotError(raw.position, f"node {raw.ident}: the label's braces do not balance")
+    if label.count("{") != label.count("}"):
+        unescaped = _ESCAPE.sub("", label)  # escaped braces come in pairs; count exactly when they do not
+        if unescaped.count("{") != unescaped.count("}"):
+            raise _DotError(raw.position, f"node {raw.ident}: the label's braces do not balance")
     word = _TYPE_WORD.match(label)
     if not word:
         raise _DotError(
             raw.position, f"node {raw.ident}: the label does not start with a node type ({_excerpt(label)})"
         )
-    node = GraphNode(raw.ident, _type_of(word[1]))
+    word = word[1]
+    node = GraphNode(raw.ident, TYPE_WORDS.get(word) or _type_of(word))
     if node.type == "kernel":
-        launch = _RECORD_LAUNCH.search(label)
-        if launch:
-            node.name, node.launch = _launch(launch[0].lstrip("{|"), raw)
+        opening = label.find("\\<\\<\\<")
+        if opening >= 0:
+            start = max(label.rfind("|", 0, opening), label.rfind("{", 0, opening)) + 1
+            closing = label.find("\\>\\>\\>", opening)
+            if closing < 0:
+                raise _DotError(raw.position, f"node {raw.ident}: the launch shape has no closing >>>")
+            node.name = _unescape(label[start:opening].strip())
+            node.launch = _launch_shape(label[opening + 6 : closing].replace("\\", ""), raw)
         else:
             named = _RECORD_ID_NAME.search(label)
-            node.name = _ESCAPED.sub(r"\1", named[1]) if named else ""
+            node.name = _unescape(named[1]) if named else ""
     elif node.type == "memcpy":
         kind = _RECORD_KIND.search(label)
-        node.name = _copy_kind(_ESCAPED.sub(r"\1", kind[1])) if kind else ""
+        node.name = _copy_kind(_unescape(kind[1])) if kind else ""
     return node
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPED.sub(r"\1", text) if "\\" in text else text
 
 
 def _plain_node(raw: _Node, label: str) -> GraphNode:
@@ -380,44 +456,37 @@ def _launch(text: str, raw: _Node) -> tuple[str, Launch]:
     match = _LAUNCH.match(plain.strip())
     if not match:
         raise _DotError(raw.position, f"node {raw.ident}: cannot read the launch shape in {_excerpt(plain)}")
-    parts = _split_top(match["shape"])
-    try:
-        if len(parts) != 3:
-            raise ValueError
-        grid, block = _dim3(parts[0]), _dim3(parts[1])
-        shared = int(parts[2])
-        if shared < 0:
-            raise ValueError
-    except ValueError:
+    return match["name"].strip(), _launch_shape(match["shape"], raw)
+
+
+def _launch_shape(text: str, raw: _Node) -> Launch:
+    """``grid,block,smem`` (CUDA ``128`` / ``{16,10,2}``, HIP ``(16,10,2)``) → Launch."""
+    launch = _parse_shape(text)
+    if launch is None:
         raise _DotError(
             raw.position,
-            f"node {raw.ident}: cannot read the launch shape <<<{match['shape']}>>> (grid, block, shared memory)",
-        ) from None
-    return match["name"].strip(), Launch(grid, block, shared)
+            f"node {raw.ident}: cannot read the launch shape <<<{text}>>> (grid, block, shared memory)",
+        )
+    return launch
 
 
-def _split_top(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for ch in text:
-        if ch == "," and depth == 0:
-            parts.append("".join(current).strip())
-            current = []
-            continue
-        depth += ch in "{("
-        depth -= ch in "})"
-        current.append(ch)
-    parts.append("".join(current).strip())
-    return parts
+@functools.lru_cache(maxsize=4096)
+def _parse_shape(text: str) -> Optional[Launch]:
+    """The launch of a shape text, None when it is not one; a graph repeats few shapes, so this is cached."""
+    match = _SHAPE.match(text)
+    if not match:
+        return None
+    grid, block = _dim3(match["grid"]), _dim3(match["block"])
+    if grid is None or block is None:
+        return None
+    return Launch(grid, block, int(match["smem"]))
 
 
-def _dim3(text: str) -> tuple[int, int, int]:
-    """``128`` / ``{16,10}`` / ``{16,10,2}`` / ``(16,10,2)`` → a positive (x, y, z)."""
-    inner = text.strip()
-    if inner[:1] in "{(" and inner[-1:] in "})":
-        inner = inner[1:-1]
-    values = [int(v) for v in inner.split(",")]
-    if not 1 <= len(values) <= 3 or min(values) < 1:
-        raise ValueError(text)
+def _dim3(text: str) -> Optional[tuple[int, int, int]]:
+    """``128`` / ``{16,10}`` / ``(16,10,2)`` → a positive (x, y, z); None when a dimension is 0."""
+    values = [int(v) for v in text.strip("{}() ").split(",")]
+    if min(values) < 1:
+        return None
     values += [1] * (3 - len(values))
     return values[0], values[1], values[2]
 

@@ -70,7 +70,7 @@ def _dims(dims: tuple[int, int, int]) -> str:
     return str(kept[0]) if len(kept) == 1 else "{" + ",".join(str(d) for d in kept) + "}"
 
 
-@dataclass
+@dataclass(slots=True)
 class GraphNode:
     """One node: its type, the kernel name or copy kind, the launch shape, and the graphs it holds.
 
@@ -109,11 +109,11 @@ class CapturedGraph:
     def kernels(self, level: str = DEFAULT_LEVEL) -> list[dict]:
         """Each distinct (kernel name at ``level``, launch shape) with its count, sorted by name then shape."""
         check_level(level)
+        raw = Counter((node.name, node.launch) for node in self.walk() if node.type == "kernel")
+        names = {name: normalize_kernel_name(name, level) if name else "?" for name, _ in raw}
         counts: Counter = Counter()
-        for node in self.walk():
-            if node.type == "kernel":
-                name = normalize_kernel_name(node.name, level) if node.name else "?"
-                counts[(name, str(node.launch) if node.launch else "")] += 1
+        for (name, launch), count in raw.items():
+            counts[(names[name], str(launch) if launch else "")] += count
         return [
             {"name": name, **({"launch": launch} if launch else {}), "count": count}
             for (name, launch), count in sorted(counts.items())
@@ -258,40 +258,45 @@ def max_antichain(count: int, successors: Sequence[Iterable[int]], *, counted: O
     members = list(range(count)) if counted is None else sorted(set(counted))
     if not members:
         return 0
+    # Renumber nodes in topological order: bit i is the i-th node of the order.
+    rank = [0] * count
+    for i, u in enumerate(order):
+        rank[u] = i
     mask = 0
     for u in members:
-        mask |= 1 << u
-    reach = [0] * count  # reach[u]: counted nodes strictly after u
+        mask |= 1 << rank[u]
+    reach = [0] * count  # reach[i]: the nodes strictly after the i-th (by rank)
+    near = [0] * count  # near[i]: the counted nodes after the i-th with no counted node between
     for u in reversed(order):
+        i = rank[u]
         bits = 0
+        first = 0
         for v in successors[u]:
-            bits |= reach[v] | (1 << v)
-        reach[u] = bits
-    # Renumber counted nodes in topological order so "lowest bit" means "earliest successor".
-    rank = {u: i for i, u in enumerate(order)}
-    position = {u: i for i, u in enumerate(sorted(members, key=rank.__getitem__))}
-    ranked = [0] * len(position)
-    for u, i in position.items():
-        bits = reach[u] & mask
-        out = 0
-        while bits:
-            low = bits & -bits
-            out |= 1 << position[low.bit_length() - 1]
-            bits ^= low
-        ranked[i] = out
-    return len(ranked) - _max_matching(ranked)
+            j = rank[v]
+            bits |= reach[j] | (1 << j)
+            first |= 1 << j if mask >> j & 1 else near[j]
+        reach[i] = bits
+        near[i] = first
+    ranks = sorted(rank[u] for u in members)
+    return len(ranks) - _max_matching([reach[i] & mask for i in ranks], [near[i] for i in ranks], mask)
 
 
-def _max_matching(reach: list[int]) -> int:
-    """Size of a maximum matching ``u → v`` with ``v`` in the bitset ``reach[u]``."""
+def _max_matching(reach: list[int], near: list[int], free_right: int) -> int:
+    """Size of a maximum matching ``u → v`` with ``v`` in the bitset ``reach[u]``.
+
+    ``near[u]`` (within ``reach[u]``) are the nodes tried first: pairing each node with
+    a direct successor covers a chain at once, where pairing it with any later node
+    would push its neighbours down the chain and leave long augmenting paths to find.
+    Left nodes are list positions, right nodes bit positions; ``free_right`` holds the
+    bits that may be matched.
+    """
     n = len(reach)
     match_left = [-1] * n
-    match_right = [-1] * n
-    free_right = (1 << n) - 1
+    match_right: dict[int, int] = {}
     size = 0
     unmatched = []
     for u in range(n):  # greedy start
-        free = reach[u] & free_right
+        free = near[u] & free_right
         if free:
             v = (free & -free).bit_length() - 1
             match_left[u], match_right[v] = v, u

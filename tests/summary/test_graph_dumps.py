@@ -147,8 +147,8 @@ def test_branches_is_not_the_widest_level() -> None:
 
 
 def test_branches_needs_an_augmenting_path_where_greedy_matching_stops_short() -> None:
-    # Matching each node to its nearest free successor pairs 0-1, 3-4, 4-5 and leaves 0-4 / 0-5 unused:
-    # 3 pairs, width 6 - 3 = 3 only after re-pairing ({1, 2, 3} is an antichain, no 4 nodes are)
+    # Pairing each node greedily with a free direct successor stops at 2 pairs (width 4); the
+    # maximum, 3 pairs, needs a re-pairing along an augmenting path: width 3 ({1, 2, 3})
     edges = [(0, 1), (0, 4), (0, 5), (3, 4), (3, 5), (4, 5)]
     assert _graph(6, edges).branches() == 3 == _brute_width(6, edges)
 
@@ -201,7 +201,11 @@ def test_branches_equals_the_brute_force_maximum_antichain(case: tuple[int, set]
     [
         ("", 1, "is empty"),
         ('{"traceEvents": []}', 1, "not a graph dump"),
-        ('digraph dot {\n"a"[label="{KERNEL | x}"];\n"b"[label="{KERNEL | y}\n}\n', 3, "attribute list is not closed"),
+        (
+            'digraph dot {\n"a"[label="{KERNEL | x}"];\n"b"[label="{KERNEL | y}\n}\n',
+            3,
+            "cannot read the attribute list",
+        ),
         ('digraph dot {\n"a"[label="{KERNEL | x}"];\n}\n}\n', 4, "'}' closes nothing"),
         ('digraph dot {\nsubgraph cluster_1 {\n"a"[label="{KERNEL | x}"];\n', 2, "never closed"),
         ('digraph dot {\n"a"[label="{KERNEL | x}"];\n"a" -> "b"\n}\n', 3, "node b is never declared"),
