@@ -240,9 +240,13 @@ def _statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
     fast_match = _FAST.match
     while at < len(text):
         match = fast_match(text, at)
-        fast = match is not None and text.find('\\"', at, match.end()) < 0
-        if not fast:
-            match = _EXACT.match(text, at)  # an escaped quote: the fast pattern may have cut a string short
+        if match is not None:
+            # An escaped quote in the statement, or on the rest of its line, may have cut a fast string short.
+            line_end = text.find("\n", match.end())
+            fast = text.find('\\"', at, line_end if line_end >= 0 else len(text)) < 0
+        if match is None or not fast:
+            fast = False
+            match = _EXACT.match(text, at)
         if match is None or match.end() == at:
             rest = text[at:]
             if not rest.strip():

@@ -130,6 +130,23 @@ def test_default_flag_labels_without_launch_shapes() -> None:
     assert graph.kernels("exact") == [{"name": "kernel(float*)", "count": 2}]
 
 
+def test_quoted_strings_with_escaped_quotes_line_continuations_and_lookalike_keys() -> None:
+    text = (
+        "digraph dot {\n"
+        '"a"[tooltip="label=\\"x\\"" xlabel="{MEMSET}" label="{KERNEL | {ID | 0 | k\\<\\<\\<4,32,0\\>\\>\\>}}"];\n'
+        '"b"[style="label" label="{KERN\\\nEL | {ID | 1 | k2\\<\\<\\<8,32,0\\>\\>\\>}}"];\n'
+        '"c\\"q"[label="{MEMCPY | {kind | HtoD}}"];\n'
+        '"a" -> "b"; "b" -> "c\\"q"\n}\n'
+    )
+    graph = parse_dot(text)
+    assert [(n.ident, n.type, n.name, str(n.launch)) for n in graph.nodes] == [
+        ("a", "kernel", "k", "<<<4,32,0>>>"),
+        ("b", "kernel", "k2", "<<<8,32,0>>>"),
+        ('c"q', "memcpy", "HtoD", "None"),
+    ]
+    assert graph.edges == [(0, 1), (1, 2)]
+
+
 # --------------------------------------------------------------------------- branches
 
 
