@@ -35,7 +35,7 @@ from typing import Optional, Union
 
 from .._io import require_regular
 from ..errors import FileError
-from .graph import CONTAINERS, CapturedGraph, CycleError, GraphNode, Launch, topological_order
+from .graph import CONTAINERS, CapturedGraph, CycleError, GraphNode, Launch, copy_direction, topological_order
 from .normalize import DEFAULT_LEVEL
 
 #: Type words of the dumps → the model's node types.
@@ -104,9 +104,6 @@ _SHAPE = re.compile(rf"(?P<grid>{_DIM}),(?P<block>{_DIM}),\s*(?P<smem>\d+)\s*$")
 _LAUNCH = re.compile(r"^(?P<name>.*?)\s*<<<(?P<shape>.*)>>>\s*$", re.DOTALL)
 _CHILD_REF = re.compile(r"\bgraph_(\d+)\b")
 _CLUSTER = re.compile(r"^cluster_?(.*)$")
-_COPY_KIND = re.compile(
-    r"(?:cuda|hip)?Memcpy(Host|Device|Array|Default)To(Host|Device|Array)|^(Host|Device|Array)To(Host|Device|Array)$"
-)
 _PLAIN_EDGE = re.compile(r'\s*"([^"\\\n]*)"\s*->\s*"([^"\\\n]*)"[ \t]*;?')
 
 
@@ -416,7 +413,7 @@ def _record_node(raw: _Node, label: str) -> GraphNode:
             node.name = _unescape(named[1]) if named else ""
     elif node.type == "memcpy":
         kind = _RECORD_KIND.search(label)
-        node.name = _copy_kind(_unescape(kind[1])) if kind else ""
+        node.name = copy_direction(_unescape(kind[1])) if kind else ""
     return node
 
 
@@ -437,7 +434,7 @@ def _plain_node(raw: _Node, label: str) -> GraphNode:
     if second in TYPE_WORDS:
         node = GraphNode(raw.ident, TYPE_WORDS[second])
         if node.type == "memcpy" and len(lines) > 2:
-            node.name = _copy_kind(lines[2].strip("()").split(",")[0])
+            node.name = copy_direction(lines[2].strip("()").split(",")[0])
         elif node.type == "kernel" and len(lines) > 2:
             node.name, node.launch = _launch(" ".join(lines[2:]), raw)
         return node
@@ -493,14 +490,3 @@ def _dim3(text: str) -> Optional[tuple[int, int, int]]:
         return None
     values += [1] * (3 - len(values))
     return values[0], values[1], values[2]
-
-
-def _copy_kind(text: str) -> str:
-    """A copy direction as ``HtoD``/``DtoD``/``DtoH``/``HtoH`` (``A`` for arrays); other spellings kept."""
-    match = _COPY_KIND.search(text)
-    if not match:
-        return text
-    src, dst = (g for g in match.groups() if g)
-    if src == "Default":
-        return "default"
-    return f"{src[0]}to{dst[0]}"

@@ -21,6 +21,7 @@ counted themselves.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, Sequence
@@ -48,6 +49,23 @@ NODE_TYPES = (
 STRUCTURAL = frozenset({"empty", "graph", "conditional"})
 #: Types whose node holds other graphs (a child graph; a conditional node's bodies).
 CONTAINERS = frozenset({"graph", "conditional"})
+
+
+_COPY_KIND = re.compile(
+    r"(?:cuda|hip)?Memcpy(Host|Device|Array|Default)To(Host|Device|Array)|^(Host|Device|Array)To(Host|Device|Array)$"
+)
+
+
+def copy_direction(kind: str) -> str:
+    """A copy's direction as ``HtoD``/``DtoD``/``DtoH``/``HtoH`` (``A`` for arrays), ``default`` when the
+    runtime infers it; a spelling this does not know (HIP's ``DtoD`` already is one) is kept."""
+    match = _COPY_KIND.search(kind)
+    if not match:
+        return kind
+    src, dst = (g for g in match.groups() if g)
+    if src == "Default":
+        return "default"
+    return f"{src[0]}to{dst[0]}"
 
 
 @dataclass(frozen=True)
