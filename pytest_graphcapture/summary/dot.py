@@ -104,7 +104,8 @@ _SHAPE = re.compile(rf"(?P<grid>{_DIM}),(?P<block>{_DIM}),\s*(?P<smem>\d+)\s*$")
 _LAUNCH = re.compile(r"^(?P<name>.*?)\s*<<<(?P<shape>.*)>>>\s*$", re.DOTALL)
 _CHILD_REF = re.compile(r"\bgraph_(\d+)\b")
 _CLUSTER = re.compile(r"^cluster_?(.*)$")
-_PLAIN_EDGE = re.compile(r'\s*"([^"\\\n]*)"\s*->\s*"([^"\\\n]*)"[ \t]*;?')
+#: An edge as the runtimes write one: quoted ids without escapes, no attributes, not part of a chain.
+_PLAIN_EDGE = re.compile(r'\s*"([^"\\\n]*)"\s*->\s*"([^"\\\n]*)"(?!\s*(?:\[|->))[ \t]*;?')
 
 
 class _DotError(Exception):
@@ -214,14 +215,16 @@ def _not_read(text: str, at: int, seen_graph: bool) -> _DotError:
     """Why no statement can be read at ``at``."""
     if not seen_graph:
         return _DotError(at, f"not a graph dump: expected 'digraph … {{', found {_excerpt(text[at:])}")
-    if text[at] == '"':
-        closing = _EXACT.match(text, at)  # a node or edge that does not read: find which part
+    if text[at] == '"':  # a node or an edge that does not read: say which part
         quoted = re.compile(_QUOTED_EXACT, re.DOTALL).match(text, at)
         if not quoted:
             return _DotError(at, "a quoted string is not closed")
-        after = quoted.end() + len(text[quoted.end() :]) - len(text[quoted.end() :].lstrip())
-        if closing is None and text.startswith("[", after):
-            return _DotError(after, "cannot read the attribute list (a ']' or a closing quote is missing?)")
+        rest = text[quoted.end() :]
+        if rest.lstrip().startswith("["):
+            return _DotError(
+                quoted.end() + len(rest) - len(rest.lstrip()),
+                "cannot read the attribute list (a ']' or a closing quote is missing?)",
+            )
     return _DotError(at, f"cannot read {_excerpt(text[at:])} (expected a node, an edge, a subgraph or '}}')")
 
 

@@ -138,13 +138,19 @@ def test_quoted_strings_with_escaped_quotes_line_continuations_and_lookalike_key
         '"c\\"q"[label="{MEMCPY | {kind | HtoD}}"];\n'
         '"a" -> "b"; "b" -> "c\\"q"\n}\n'
     )
-    graph = parse_dot(text)
+    graph = parse_dot(text.replace('"a" -> "b";', '"a" -> "b" [style="dashed"];'))
     assert [(n.ident, n.type, n.name, str(n.launch)) for n in graph.nodes] == [
         ("a", "kernel", "k", "<<<4,32,0>>>"),
         ("b", "kernel", "k2", "<<<8,32,0>>>"),
         ('c"q', "memcpy", "HtoD", "None"),
     ]
     assert graph.edges == [(0, 1), (1, 2)]
+
+
+def test_edges_with_attributes_after_plain_edges() -> None:
+    text = "digraph dot {\n" + "".join(f'"{n}"[label="{{KERNEL | {n}}}"];\n' for n in "abc")
+    graph = parse_dot(text + '"a" -> "b"\n"b" -> "c" [style="dashed"]\n"a" -> "c";\n}\n')
+    assert graph.edges == [(0, 1), (1, 2), (0, 2)]
 
 
 # --------------------------------------------------------------------------- branches
@@ -234,6 +240,7 @@ def test_branches_equals_the_brute_force_maximum_antichain(case: tuple[int, set]
         ('digraph dot {\n"a"[label="{KERNEL\n| {ID | 1 | k\\<\\<\\<4,x,0\\>\\>\\>}}"];\n}\n', 2, "launch shape"),
         ('digraph dot {\n"a"[label="{KERNEL\n| {ID | 1 | k\\<\\<\\<4,0\\>\\>\\>}}"];\n}\n', 2, "launch shape"),
         ('digraph dot {\n\n"a"[label="{KERNEL | {ID | 1}"];\n}\n', 3, "braces do not balance"),
+        ('digraph dot {\n"a"[label="{KERNEL | x}"];\n"a" -> "a" -> "a"\n}\n', 3, "cannot read '-> \"a\"'"),
         ('digraph dot {\n"a"[shape="record"];\n}\n', 2, "has no label"),
         ('digraph dot {\n"a"[label="{KERNEL | x}"];\n"a"[label="{KERNEL | x}"];\n}\n', 3, "declared twice"),
         (
@@ -254,6 +261,51 @@ def test_bad_dump_is_one_line_naming_the_file_and_line(tmp_path: Path, text: str
     assert problem in message, message
     if text:
         assert f"line {line}:" in message, message
+
+
+_FRAGMENTS = [
+    "digraph dot {",
+    "subgraph cluster_1 {",
+    "}",
+    '"graph_1_node_0"',
+    '"graph_1_node_1"',
+    "[",
+    "]",
+    ";",
+    " -> ",
+    'label="',
+    '"',
+    "{KERNEL | {ID | 1 | k\\<\\<\\<",
+    "\\{16,10,2\\},128,0",
+    "(8,1,1),(32,4,1),2048",
+    "\\>\\>\\>}}",
+    "0\nMEMCPY\n(DtoD)",
+    "CHILD_GRAPH | graph_2",
+    "\n",
+    "\\",
+    "=",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=3)), max_size=30))
+def test_any_text_reads_or_is_one_line_error(parts: list[str]) -> None:
+    try:
+        parse_dot("".join(parts))
+    except FileError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("<dot>: ")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(DUMPS.glob("*.dot"))), st.data())
+def test_a_damaged_fixture_reads_or_is_one_line_error(path: Path, data: st.DataObject) -> None:
+    text = path.read_text(encoding="utf-8")
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, min(len(text), start + 40)))
+    try:
+        parse_dot(text[:start] + data.draw(st.text(max_size=3)) + text[end:])
+    except FileError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("<dot>: line ")
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
