@@ -184,11 +184,12 @@ def _excerpt(text: str) -> str:
     return repr(line[:40] + ("…" if len(line) > 40 else ""))
 
 
-def _label(text: str, start: int, end: int, fast: bool) -> Optional[str]:
+def _label(text: str, start: int, end: int, fast: bool, continued: bool = True) -> Optional[str]:
     """The ``label`` value of the attribute list ``text[start:end]`` (well formed), unquoted; None without one.
 
     With ``fast`` (no escaped quote in the list) the key is found by string search: a
-    ``label`` outside quotes, not the end of a longer key (``xlabel``).
+    ``label`` outside quotes, not the end of a longer key (``xlabel``).  ``continued``
+    says the text has line continuations somewhere, to be joined.
     """
     if not fast:
         for key, value in _PAIR.findall(text, start, end):
@@ -199,14 +200,17 @@ def _label(text: str, start: int, end: int, fast: bool) -> Optional[str]:
     while i >= 0:
         before = text[i - 1]
         if text.count('"', start, i) % 2 == 0 and not (before.isalnum() or before == "_"):
-            value = _LABEL_VALUE.match(text, i + 5, end)
-            if value:
-                label = value[1]
-                if label[:1] == '"':
-                    label = label[1:-1]
-                    if "\\\n" in label:  # no escaped quote here (fast), only line continuations to join
-                        label = label.replace("\\\n", "")
-                return label
+            if text.startswith('="', i + 5):  # as the runtimes write it: no space, a quoted string
+                label = text[i + 7 : text.find('"', i + 7, end)]
+            else:
+                value = _LABEL_VALUE.match(text, i + 5, end)
+                if not value:
+                    i = text.find("label", i + 5, end)
+                    continue
+                label = value[1][1:-1] if value[1][:1] == '"' else value[1]
+            if continued and "\\\n" in label:  # no escaped quote here (fast), only line continuations
+                label = label.replace("\\\n", "")
+            return label
         i = text.find("label", i + 5, end)
     return None
 
@@ -238,13 +242,19 @@ def _statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
     at = 0
     seen_graph = False
     fast_match = _FAST.match
+    escaped = -1  # the next escaped quote at or after ``at`` (len(text): none)
+    continued = "\\\n" in text  # line continuations inside quoted strings, to be joined
     while at < len(text):
+        if escaped < at:
+            escaped = text.find('\\"', at)
+            escaped = len(text) if escaped < 0 else escaped
         match = fast_match(text, at)
-        if match is not None:
+        fast = match is not None
+        if fast and escaped < len(text):
             # An escaped quote in the statement, or on the rest of its line, may have cut a fast string short.
             line_end = text.find("\n", match.end())
-            fast = text.find('\\"', at, line_end if line_end >= 0 else len(text)) < 0
-        if match is None or not fast:
+            fast = escaped >= (line_end if line_end >= 0 else len(text))
+        if not fast:
             fast = False
             match = _EXACT.match(text, at)
         if match is None or match.end() == at:
@@ -261,7 +271,7 @@ def _statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
                 raise _DotError(at, f"node {ident} is declared twice")
             declared.add(ident)
             start, end = match.span("nattrs" if kind == "node" else "nattrs2")
-            label = _label(text, start, end, fast) if start >= 0 else None
+            label = _label(text, start, end, fast, continued) if start >= 0 else None
             if label is None:
                 if text.startswith("[", match.end()):
                     raise _DotError(
