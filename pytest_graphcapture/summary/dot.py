@@ -166,7 +166,8 @@ def parse_dot(text: str, *, source: str = "<dot>") -> CapturedGraph:
         while position < len(text) and text[position].isspace():
             position += 1  # a statement's position includes the white space before it
         line = text.count("\n", 0, position) + 1
-        raise FileError(source, f"line {line}: {exc.problem}") from None
+        problem = exc.problem.replace("\r", "\\r").replace("\n", "\\n")  # a quoted id may hold line breaks
+        raise FileError(source, f"line {line}: {problem}") from None
 
 
 def _unquote(token: str) -> str:

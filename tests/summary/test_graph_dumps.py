@@ -242,6 +242,7 @@ def test_branches_equals_the_brute_force_maximum_antichain(case: tuple[int, set]
         ('digraph dot {\n\n"a"[label="{KERNEL | {ID | 1}"];\n}\n', 3, "braces do not balance"),
         ('digraph dot {\n"a"[label="{KERNEL | x}"];\n"a" -> "a" -> "a"\n}\n', 3, "cannot read '-> \"a\"'"),
         ('digraph dot {\n"a"[shape="record"];\n}\n', 2, "has no label"),
+        ('digraph dot {\n"a;\nb"[shape="record"];\n}\n', 2, "node a;\\nb has no label"),
         ('digraph dot {\n"a"[label="{KERNEL | x}"];\n"a"[label="{KERNEL | x}"];\n}\n', 3, "declared twice"),
         (
             'digraph dot {\nsubgraph cluster_1 {\n"graph_1_node_0"[label="{KERNEL | x}"];\n}\n'
