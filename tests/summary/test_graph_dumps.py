@@ -344,3 +344,12 @@ def test_cli_summarize_a_bad_dump_or_a_replay_with_one_is_a_one_line_error(
     dump = str(DUMPS / "hip_verbose.dot")
     assert main(["summarize", dump, "--replay", dump]) == 2
     assert "is a graph dump" in capsys.readouterr().err
+
+
+def test_cli_summarize_a_dump_beside_a_trace_prints_a_list(tmp_path: Path) -> None:
+    trace = DUMPS.parent / "cuda-sm90" / "TinyDecodeRunner_bs_1_rank0.json.gz"
+    out = tmp_path / "both.json"
+    assert main(["summarize", str(DUMPS / "hip_kernel_params.dot"), str(trace), "--out", str(out)]) == 0
+    dump, summary = json.loads(out.read_text(encoding="utf-8"))
+    assert dump["source"] == "dot" and dump["topology"]["nodes"]["kernel"] == 3
+    assert summary["key"]["runner"] == "TinyDecodeRunner"
