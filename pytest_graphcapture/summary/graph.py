@@ -28,23 +28,6 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
 
-#: Node types, spelled as the summary writes them (the DOT dump's and the runtime's names, lower case).
-NODE_TYPES = (
-    "kernel",
-    "memcpy",
-    "memset",
-    "host",
-    "graph",
-    "empty",
-    "event_record",
-    "event_wait",
-    "ext_semas_signal",
-    "ext_semas_wait",
-    "mem_alloc",
-    "mem_free",
-    "batch_mem_op",
-    "conditional",
-)
 #: Types that only structure the graph: they order other nodes but do no work themselves.
 STRUCTURAL = frozenset({"empty", "graph", "conditional"})
 #: Types whose node holds other graphs (a child graph; a conditional node's bodies).
