@@ -3,7 +3,7 @@
 B1 capture cost of the embedded runner against bare loops; B2 trace summarize
 time against the parse floor, and peak memory; B3 our trace load against
 Holistic Trace Analysis; B4 the golden check of 36 batch sizes against reading
-the files.  Every benchmark interleaves its variants round by round and reports
+the files; B5 reading a 5,000-node graph dump (DOT).  Every benchmark interleaves its variants round by round and reports
 medians; the run ends with one table, also written as Markdown (``--out``).
 See docs/benchmarks.md for what each row means and the measured figures.
 """
@@ -23,7 +23,7 @@ sys.path.insert(1, str(HERE.parent))  # run from a checkout without installing
 
 from common import REPO, Row, Section, machine_description, markdown_table, progress, real_traces_dir, text_table  # noqa: E402
 
-BENCHES = ("B1", "B2", "B3", "B4")
+BENCHES = ("B1", "B2", "B3", "B4", "B5")
 LARGE_SOURCE = "hta_negative_queue_length_values_check__rank0.json.gz"
 QUICK_TRACE = "tracelens_sglang_decode__sglang_Qwen3-8B_decode.json.gz"
 #: B1 at the realistic model size (benchmarks/b1_capture.py MODELS): batch sizes and rounds, sized to
@@ -43,7 +43,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--skip-hta", action="store_true", help="skip B3 (no HTA venv is created)")
     parser.add_argument(
-        "--only", default=",".join(BENCHES), metavar="LIST", help="comma-separated subset of B1,B2,B3,B4 (default: all)"
+        "--only",
+        default=",".join(BENCHES),
+        metavar="LIST",
+        help="comma-separated subset of B1,B2,B3,B4,B5 (default: all)",
     )
     parser.add_argument(
         "--out",
@@ -241,6 +244,12 @@ def run_b4(args: argparse.Namespace) -> Section:
     return b4_golden.run(rounds=3 if args.quick else 30, batch_sizes=sizes, work_dir=args.work_dir)
 
 
+def run_b5(args: argparse.Namespace) -> Section:
+    import b5_graph_dump
+
+    return b5_graph_dump.run(rounds=3 if args.quick else 21, work_dir=args.work_dir)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -254,6 +263,8 @@ def main(argv: list[str]) -> int:
         sections.append(run_b2_b3(args))
     if "B4" in args.only:
         sections.append(run_b4(args))
+    if "B5" in args.only:
+        sections.append(run_b5(args))
     rows: list[Row] = [row for s in sections for row in s.rows]
     notes = [note for s in sections for note in s.notes]
     notes.append(

@@ -4,12 +4,14 @@ The names most callers need are re-exported here; each module's docstring says
 what it does: :mod:`.model` (the Summary and its one validator), :mod:`.collect`
 (events → compact records), :mod:`.scan` (records → summary), :mod:`.live` (live
 profiles), :mod:`.replay` (replay kernels and the data-loss check), :mod:`.files`
-(trace and summary files), :mod:`.stream` (a trace file's events in slices, bounded
+(trace and summary files), :mod:`.graph` and :mod:`.dot` (a graph's own nodes, read from
+a graph dump), :mod:`.stream` (a trace file's events in slices, bounded
 memory), :mod:`.tracefile` (reading trace bytes, the whole-file reader),
 :mod:`.normalize` and :mod:`.demangle` (kernel-name levels), :mod:`.platform`
 (platform keys and environment from a trace).
 """
 
+from .dot import summarize_dot_file
 from .files import load_summary_file, summarize_trace_file
 from .live import replay_kernels_from_profile, summarize_profile
 from .model import KINDS, SCHEMA_VERSION, Summary
@@ -27,6 +29,7 @@ __all__ = [
     "normalize_kernel_name",
     "replay_kernels_from_events",
     "replay_kernels_from_profile",
+    "summarize_dot_file",
     "summarize_events",
     "summarize_profile",
     "summarize_trace_file",

@@ -37,7 +37,8 @@ def test_quick_run_prints_and_writes_the_table(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table_start = done.stdout.index("bench  measurement")
     table = done.stdout[table_start:]
-    assert "B1" in table and "B4" in table
+    assert "B1" in table and "B4" in table and "B5" in table
+    assert "parse a 5000-node graph dump" in table
     assert "ours, summary-only per-bs" in table and "golden check of 7 keys" in table
     # B1 runs at both model sizes; the summary-only target is judged at the realistic one
     assert "tiny model (hidden 64, 2 layers): ours, summary-only" in table
@@ -56,7 +57,7 @@ def test_quick_run_prints_and_writes_the_table(tmp_path: Path) -> None:
     assert "| bench | measurement | median |" in markdown
     assert "Machine:" in markdown and "torch:" in markdown
     # The table is the last thing printed.
-    assert done.stdout.rstrip().splitlines()[-1].startswith("B4")
+    assert done.stdout.rstrip().splitlines()[-1].startswith("B5")
 
 
 def test_unknown_b1_model_is_a_one_line_usage_error(tmp_path: Path) -> None:
