@@ -44,6 +44,7 @@ from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
 from .dirdiff import describe_differences, diff_dirs
 from .matrix import at_level, coarsest, collect_tree, kernel_matrix, load_any, path_kind, render_matrix_text
+from .terminal import escaped_output
 
 PROG = "graphcapture"
 
@@ -281,7 +282,15 @@ def _silence_stdout() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``graphcapture`` console script; returns the exit code."""
+    """Entry point of the ``graphcapture`` console script; returns the exit code.
+
+    Everything it prints shows control characters as escapes (:mod:`.terminal`).
+    """
+    with escaped_output():
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
