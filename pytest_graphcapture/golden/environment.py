@@ -2,7 +2,8 @@
 
 A kernel change after a torch, CUDA/HIP runtime, driver or device change is most
 likely explained by it, so those lead a failure (:func:`toolchain_changes`); the
-rest is one note next to the diff (:func:`environment_note`).
+rest is one note next to the diff (:func:`environment_note`).  A golden records the
+environment of the last run that wrote or confirmed it (:func:`with_environment_of`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ def _differs(name: str, old: Any, new: Any) -> bool:
     return version_text(name, old) != version_text(name, new)
 
 
+def environment_differences(
+    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
+) -> list[str]:
+    """``["torch_version 2.11.0 → 2.12.0", ...]``: each field that differs, at most ``limit`` then a count."""
+    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
+    names = sorted(n for n in set(old) | set(new) if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
+    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
+    if len(names) > limit:
+        items.append(f"… {len(names) - limit} more")
+    return items
+
+
 def environment_note(
     expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
 ) -> Optional[str]:
@@ -51,14 +64,25 @@ def environment_note(
 
     Informational only: the environment never decides pass or fail.
     """
-    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
-    names = sorted(n for n in set(old) | set(new) if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
-    if not names:
+    items = environment_differences(expected_env, actual_env, limit=limit)
+    if not items:
         return None
-    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
-    if len(names) > limit:
-        items.append(f"… {len(names) - limit} more")
     return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
+
+
+def with_environment_of(golden: dict, current: Mapping[str, Any]) -> dict:
+    """``golden`` carrying ``current``'s environment when the two differ, else ``golden`` itself.
+
+    The rule for writers that confirm a golden whose entries did not change
+    (``--update-golden``, ``graphcapture accept``): the environment a golden records
+    is the one of the last run that wrote or confirmed it, so a later failure's
+    "torch X → Y since the goldens were written" names a change that happened since.
+    Fields spelled differently but meaning the same runtime are no difference.
+    """
+    new_env = current.get("environment") or {}
+    if not environment_differences(golden.get("environment") or {}, new_env):
+        return golden
+    return {**golden, "environment": new_env}
 
 
 def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> list[str]:

@@ -28,6 +28,7 @@ from .budget import (
     memory_budget_violations,
 )
 from .diff import compare, compare_dicts, completeness, require_level
+from .environment import with_environment_of
 from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
 
@@ -168,8 +169,9 @@ class _Gate:
             return
         if identical or (old is not None and carried and store.same_content(old, data)):
             if self.update == "all" and old is not None:
-                # Same content: only a file in an older text layout is rewritten (its own environment kept).
-                self.write(out, path, old, "updated")
+                # Same entries: rewritten only when the file is in an older text layout or records
+                # another environment than this run's (the environment of the last run that confirmed it).
+                self.write(out, path, with_environment_of(old, data), "updated")
                 return
             out.outcome = "passed"  # identical to the golden: nothing to diff, nothing to rewrite
             return

@@ -265,13 +265,20 @@ def same_content(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 
 def unused_goldens(
-    golden_dir: Path, folders: Iterable[tuple[str, str, bool]], used: set[tuple[str, str]]
+    golden_dir: Path,
+    folders: Iterable[tuple[str, str, bool]],
+    used: set[tuple[str, str]],
+    selected: Optional[Callable[[CaptureKey], bool]] = None,
 ) -> list[tuple[str, Path]]:
     """``(platform, path)`` of golden files no check used, in folders whose every test passed.
 
     ``folders`` holds ``(platform, folder relative to golden_dir, test passed)``
     per test that checked the folder.  A test that failed, errored or never
     finished may not have checked all of its keys, so its folder is left alone.
+    ``selected`` tells whether the run's selection options (``--graph-capture-batch-sizes``)
+    let a key be captured at all: a golden of a key they left out was not checked
+    because it was not asked for, so it is not unused (nor is one whose key cannot be
+    read, when a selection applies).
     """
     settled: dict[tuple[str, str], bool] = {}
     for platform, folder, passed in folders:
@@ -281,6 +288,17 @@ def unused_goldens(
         if not passed:
             continue
         for path in golden_files(Path(golden_dir) / folder):
-            if (platform, path.relative_to(golden_dir).as_posix()) not in used:
+            if (platform, path.relative_to(golden_dir).as_posix()) not in used and _selected(path, selected):
                 found.append((platform, path))
     return found
+
+
+def _selected(path: Path, selected: Optional[Callable[[CaptureKey], bool]]) -> bool:
+    """Whether the golden at ``path`` holds a key ``selected`` lets be captured (True without a selection)."""
+    if selected is None:
+        return True
+    try:
+        key = read_golden(path).key
+    except GoldenError:
+        return False  # which key it holds is unknown: it may be one the selection left out
+    return selected(key)

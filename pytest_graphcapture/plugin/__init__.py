@@ -23,7 +23,7 @@ from .fixtures import CAPTURE, GOLDEN, GoldenChecker, GraphCapture, decode_runne
 from .golden_session import GoldenSession
 from .session import CaptureSession
 from .settings import SETTINGS, XDIST_GPU, add_setting, resolve
-from .torch_setup import before_test, import_torch_early, torch_warning_lines
+from .torch_setup import before_test, import_torch_early, keep_torch_trace_out_of_logs, torch_warning_lines
 from .xdist import pin_worker_gpu
 
 WORKER_OUTPUT_KEY = "graphcapture_golden_report"
@@ -112,7 +112,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before any test (and before xdist starts workers): start from an empty harvest and diff folder."""
+    """Before any test (and before xdist starts workers): start from an empty harvest and diff folder.
+
+    Also keeps torch's structured compile trace out of the captured logs pytest reports.
+    """
+    keep_torch_trace_out_of_logs(session.config)
     try:
         session.config.stash[GOLDEN].start()
     except UsageError as exc:

@@ -91,7 +91,9 @@ class GraphCapture:
         The ``graph_capture_isolated`` marker (or ``--graph-capture-isolate=on``) captures
         in one fresh subprocess the same way (a factory, default: the embedded decoder),
         so no profiler session that ran earlier in this process can leave its kernel
-        collection dead.
+        collection dead.  Where the project supplies the default runner (a ``decode_runner``
+        fixture or the ``pytest_graphcapture_make_runner`` hook), which cannot run in the
+        subprocess, an isolated call without a factory fails saying so.
         """
         from ..engine.backend import make_backend
         from ..engine.capture import capture_runner
@@ -108,6 +110,8 @@ class GraphCapture:
             timeout = timeout if timeout is not None else marker.kwargs.get("timeout")
         isolated = self._request.node.get_closest_marker("graph_capture_isolated")
         if ranks is None and (isolated is not None or self._state.isolate):
+            if runner is None:
+                self._refuse_project_runner(isolated is not None)
             if timeout is None and isolated is not None:
                 timeout = isolated.kwargs.get("timeout")
             return self._capture_on_ranks(
@@ -169,6 +173,48 @@ class GraphCapture:
         self._state.rank_traces.extend(result.trace_paths)
         self._state.rank_traces.extend(result.single_trace_paths.values())
         return result
+
+    def _refuse_project_runner(self, marked: bool) -> None:
+        """Fail with one line when an isolated ``graph_capture()`` would not capture what it captures in-process.
+
+        In-process, ``graph_capture()`` captures the ``decode_runner`` fixture, which a
+        project overrides or builds through the ``pytest_graphcapture_make_runner`` hook.
+        An isolated capture builds its runner in a fresh subprocess, where neither a fixture
+        nor a hook can run: capturing the embedded decoder there instead would check goldens
+        of keys the project never asked for.
+        """
+        own = self._project_runner()
+        if own is None:
+            return
+        why = "@pytest.mark.graph_capture_isolated" if marked else f"{self._state.isolate_origin}=on"
+        pytest.fail(
+            f"{why}: graph_capture() would capture the runner of {own}, but an isolated capture builds its "
+            f"runner in a fresh subprocess, where fixtures and hooks do not run; pass a module-level factory "
+            f"(graph_capture(make_runner), make_runner(ctx) returning the runner) or capture this test without "
+            f"isolation",
+            pytrace=False,
+        )
+
+    def _project_runner(self) -> Optional[str]:
+        """Where the project's own default runner comes from (its fixture or hook), or None for the embedded one."""
+        request = self._request
+
+        def shown(filename: str) -> str:
+            with contextlib.suppress(ValueError):
+                return Path(filename).relative_to(request.config.rootpath).as_posix()
+            return filename
+
+        defs = request._fixturemanager.getfixturedefs("decode_runner", request.node) or ()
+        func = getattr(defs[-1], "func", None) if defs else None
+        if func is not None and getattr(func, "__module__", None) != __name__:
+            code = getattr(func, "__code__", None)
+            where = f" ({shown(code.co_filename)}:{code.co_firstlineno})" if code is not None else ""
+            return f"this project's decode_runner fixture{where}"
+        impls = request.config.hook.pytest_graphcapture_make_runner.get_hookimpls()
+        if impls:
+            filename = getattr(impls[-1].plugin, "__file__", None)
+            return f"this project's pytest_graphcapture_make_runner hook ({shown(filename or impls[-1].plugin_name)})"
+        return None
 
     def _trace_group(self) -> Optional[str]:
         """A parametrized test's parameter id: its traces go to their own sub-folder, apart from its siblings'."""

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 
@@ -25,6 +25,7 @@ from ..golden import store
 from ..golden.lock import GoldenLock
 from ..golden.report import FileRecord, SessionReport
 from ..golden.store import unused_goldens
+from ..keys import CaptureKey
 from . import settings as s
 
 #: The file that marks a --golden-out folder as a harvest this plugin wrote (and may empty).
@@ -55,6 +56,11 @@ class GoldenSession:
         self.report_md = s.resolve_path(config, s.REPORT_MD)
         self.report_json = s.resolve_path(config, s.REPORT_JSON)
         self.is_worker = hasattr(config, "workerinput")
+        sizes, source = s.resolve_with_source(config, s.BATCH_SIZES)
+        #: The batch sizes a selection option narrowed every capture to (None: each runner's own).
+        self.batch_sizes: Optional[frozenset[int]] = (
+            frozenset(s.parse_batch_sizes(sizes, s.where(s.BATCH_SIZES, source))) if sizes else None
+        )
         self._check_paths()
         #: Report files actually written at session end (only those are announced).
         self.written: list[Path] = []
@@ -204,7 +210,7 @@ class GoldenSession:
         used = {(f.platform, f.path) for f in self.report.used}
         folders = [(f.platform, f.path, self.test_passed.get(f.nodeid, False)) for f in self.report.folders]
         delete = self.update == "all" and not interrupted
-        for platform, path in unused_goldens(self.golden_dir, folders, used):
+        for platform, path in unused_goldens(self.golden_dir, folders, used, self.selected()):
             self._unused(FileRecord(platform, self.rel(path)), path, delete=delete)
         if self.whole_suite():
             self._orphans(delete=delete)
@@ -220,6 +226,14 @@ class GoldenSession:
                 self.report.errors.append(f"{setting.option} {self.display(target)}: not written: {exc.problem}")
             else:
                 self.written.append(target)
+
+    def selected(self) -> Optional[Callable[[CaptureKey], bool]]:
+        """Whether a key is one this run's selection options let be captured; None when nothing narrows them.
+
+        A golden of a key they left out is not unused, as the goldens of deselected tests are not.
+        """
+        sizes = self.batch_sizes
+        return None if sizes is None else (lambda key: key.batch_size in sizes)
 
     def whole_suite(self) -> bool:
         """Whether this run collected the whole suite: no paths or node ids given, nothing selected out.

@@ -38,6 +38,8 @@ class CaptureSession:
     batch_sizes_origin: str = "--graph-capture-batch-sizes"
     memory_snapshot: bool = False
     isolate: bool = False
+    #: Where ``isolate`` came from, as messages name it (the option, variable or ini key).
+    isolate_origin: str = "--graph-capture-isolate"
     #: Per-rank trace files of this process's multi-rank captures, merged at session end with --graph-capture-merge.
     rank_traces: list = field(default_factory=list)
     merged: list = field(default_factory=list)
@@ -53,6 +55,7 @@ class CaptureSession:
         flags = s.parse_profiler_flags(flags_text, s.where(s.PROFILER_FLAGS_SETTING, flags_source))
         replay = {"auto": None, "on": True, "off": False}[s.resolve(config, s.REPLAY) or "auto"]
         resolve_max_bytes()  # a bad GRAPH_CAPTURE_MAX_TRACE_BYTES is refused now, not when a trace is read
+        isolate, isolate_source = s.resolve_with_source(config, s.ISOLATE)
         return cls(
             config=config,
             trace=s.resolve(config, s.TRACE) or "off",
@@ -66,7 +69,8 @@ class CaptureSession:
             merge=s.resolve(config, s.MERGE) == "on",
             batch_sizes_origin=s.where(s.BATCH_SIZES, sizes_source),
             memory_snapshot=s.resolve(config, s.MEMORY_SNAPSHOT) == "on",
-            isolate=s.resolve(config, s.ISOLATE) == "on",
+            isolate=isolate == "on",
+            isolate_origin=s.where(s.ISOLATE, isolate_source),
         )
 
     @property

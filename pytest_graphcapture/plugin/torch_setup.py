@@ -12,11 +12,18 @@
   those torch imports at the first profiler start; :func:`before_test` loads them
   before a test that requests ``pytester`` (see
   :func:`~pytest_graphcapture.engine.profiling.load_lazy_profiler_modules`).
+* pytest attaches its log capture to every logger that does not propagate, among
+  them ``torch.__trace``: torch's structured compile trace (the ``TORCH_TRACE`` files
+  tlparse reads), always at DEBUG.  A failing test of a runner under ``torch.compile``
+  then shows hundreds of empty ``DEBUG torch.__trace`` lines as its captured log.
+  :func:`keep_torch_trace_out_of_logs` filters those records out of pytest's handlers
+  only, so ``TORCH_TRACE`` files are written as before.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 import warnings
 
@@ -77,3 +84,25 @@ def before_test(item: pytest.Item) -> None:
     from ..engine.profiling import load_lazy_profiler_modules
 
     load_lazy_profiler_modules()
+
+
+#: The logger of torch's structured compile trace: machine records for tlparse, not log lines for people.
+TORCH_TRACE_LOGGER = "torch.__trace"
+#: pytest's log handlers (captured-log report sections, ``caplog``, ``--log-file``, live logs).
+_PYTEST_LOG_HANDLERS = ("report_handler", "caplog_handler", "log_file_handler", "log_cli_handler")
+
+
+def _not_torch_trace(record: logging.LogRecord) -> bool:
+    return record.name != TORCH_TRACE_LOGGER and not record.name.startswith(TORCH_TRACE_LOGGER + ".")
+
+
+def keep_torch_trace_out_of_logs(config: pytest.Config) -> None:
+    """Keep torch's structured-trace records out of what pytest's logging plugin reports (see the module docstring).
+
+    A filter on pytest's own handlers, not on torch's logger: a ``TORCH_TRACE`` file still gets every record.
+    """
+    plugin = config.pluginmanager.get_plugin("logging-plugin")
+    for name in _PYTEST_LOG_HANDLERS:
+        handler = getattr(plugin, name, None)
+        if isinstance(handler, logging.Handler) and _not_torch_trace not in handler.filters:
+            handler.addFilter(_not_torch_trace)

@@ -46,7 +46,8 @@ from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
 from .dirdiff import describe_differences, diff_dirs
-from .matrix import at_level, coarsest, collect_tree, kernel_matrix, load_any, render_matrix_text
+from .matrix import at_level, coarsest, collect_tree, kernel_matrix, load_any, path_kind, render_matrix_text
+from .terminal import escaped_output
 
 PROG = "graphcapture"
 
@@ -99,13 +100,15 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    dirs = [Path(p).is_dir() for p in (args.expected, args.actual)]
-    if any(dirs):
-        if not all(dirs):
+    kinds = [path_kind(p) for p in (args.expected, args.actual)]
+    for path, kind in zip((args.expected, args.actual), kinds):
+        if kind == "missing":
+            raise UsageError(f"{path}: no such file or directory")
+    if "a directory" in kinds:
+        if kinds[0] != kinds[1]:
             raise UsageError(
-                f"diff compares two files or two directories; got "
-                f"{'a directory' if dirs[0] else 'a file'} ({args.expected}) and "
-                f"{'a directory' if dirs[1] else 'a file'} ({args.actual})"
+                f"diff compares two files or two directories; got {kinds[0]} ({args.expected}) "
+                f"and {kinds[1]} ({args.actual})"
             )
         result = diff_dirs(Path(args.expected), Path(args.actual), level=args.level, batch_size=args.batch_size)
         sys.stdout.write("\n".join(result.lines) + "\n")
@@ -294,7 +297,15 @@ def _silence_stdout() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``graphcapture`` console script; returns the exit code."""
+    """Entry point of the ``graphcapture`` console script; returns the exit code.
+
+    Everything it prints shows control characters as escapes (:mod:`.terminal`).
+    """
+    with escaped_output():
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

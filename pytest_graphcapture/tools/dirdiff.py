@@ -18,7 +18,7 @@ from ..golden.diff import compare_dicts
 from ..keys import CaptureKey, key_label
 from ..naming import MERGED_SUFFIX, is_hidden
 from ..summary.model import Summary
-from .matrix import coarsest, load_any, render_matrix_text
+from .matrix import coarsest, load_any, render_matrix_text, require_directory
 
 LEGEND = "+n only in B, -n only in A, a→b count changed, ~ same count but op shapes changed, . unchanged"
 
@@ -57,9 +57,7 @@ def is_input_file(path: Path) -> bool:
 
 def collect_tree(root: Path, batch_size: Optional[int] = None) -> dict[Ident, tuple[Path, Summary]]:
     """``{(folder below root, key): (file, summary)}`` of every input file under ``root``."""
-    root = Path(root)
-    if not root.is_dir():
-        raise TraceFormatError(root, "is not a directory")
+    root = require_directory(root)
     found: dict[Ident, tuple[Path, Summary]] = {}
     for path in sorted(p for p in root.rglob("*") if is_input_file(p)):
         summary = load_any(path, batch_size=batch_size)

@@ -54,6 +54,27 @@ def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size:
     return summarize_trace_file(path, level=level or "name", batch_size=batch_size, unknown_batch_size_ok=True)
 
 
+def path_kind(path: PathLike) -> str:
+    """What ``path`` is, as a message names it: a directory, a file, a special file (a FIFO, a device) or missing."""
+    path = Path(path)
+    if path.is_dir():
+        return "a directory"
+    if path.is_file():
+        return "a file"
+    return "a special file" if path.exists() else "missing"
+
+
+def require_directory(path: PathLike) -> Path:
+    """``path`` when it is a directory; otherwise a TraceFormatError saying what it is instead."""
+    path = Path(path)
+    kind = path_kind(path)
+    if kind == "missing":
+        raise TraceFormatError(path, "no such file or directory")
+    if kind != "a directory":
+        raise TraceFormatError(path, f"is not a directory (it is {kind})")
+    return path
+
+
 def coarsest(levels: Iterable[str]) -> str:
     result = LEVELS[0]
     for level in levels:
@@ -106,9 +127,7 @@ def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
 
 def collect(root: PathLike, *, recursive: bool = True, batch_size: Optional[int] = None) -> list[tuple[str, object]]:
     """``(folder relative to root, Summary)`` for each summary JSON / trace file under ``root``."""
-    root = Path(root)
-    if not root.is_dir():
-        raise TraceFormatError(root, "is not a directory")
+    root = require_directory(root)
     pairs = []
     for path in _summary_files(root, recursive=recursive):
         pairs.append((path.parent.relative_to(root).as_posix(), load_any(path, batch_size=batch_size)))

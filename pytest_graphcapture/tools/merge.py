@@ -34,6 +34,7 @@ from .._io import write_atomic
 from ..errors import TraceFormatError
 from ..naming import RankTrace, group_rank_traces
 from ..summary.tracefile import load_trace
+from .matrix import require_directory
 
 PID_STRIDE = 1000
 #: Flow/async ids of rank r are offset by r * ID_STRIDE (ints) or prefixed ``TP<r>:`` (strings).
@@ -180,8 +181,7 @@ def merge_rank_traces(
     """
     directory = Path(directory)
     if only is None:
-        if not directory.is_dir():
-            raise TraceFormatError(directory, "is not a directory")
+        require_directory(directory)
         candidates: Iterable[Path] = sorted(p for p in directory.iterdir() if p.is_file())
     else:
         candidates = [Path(p) for p in only]

@@ -103,7 +103,7 @@ def test_bad_inputs_name_the_file(tmp_path: Path) -> None:
     (tmp_path / "M_bs_1_rank1.json.gz").write_bytes(b"not gzip, not json")
     with pytest.raises(TraceFormatError, match="M_bs_1_rank1.json.gz"):
         merge_rank_traces(tmp_path)
-    with pytest.raises(TraceFormatError, match="is not a directory"):
+    with pytest.raises(TraceFormatError, match="missing: no such file or directory"):
         merge_rank_traces(tmp_path / "missing")
     with pytest.raises(TraceFormatError):
         merge_trace_files({0: tmp_path / "M_bs_1_rank1.json.gz"}, tmp_path / "x.json.gz")
