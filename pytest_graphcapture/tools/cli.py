@@ -80,9 +80,9 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     text = texts[0] if len(texts) == 1 else "[\n" + ",\n".join(t.rstrip("\n") for t in texts) + "\n]\n"
     if args.out:
         try:
-            Path(args.out).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
+            write_atomic(Path(args.out), text)  # a failure leaves an existing file as it was
+        except GraphCaptureError as exc:
+            raise UsageError(f"--out {args.out}: {getattr(exc, 'problem', exc)}") from None
     else:
         sys.stdout.write(text)
     return 0
