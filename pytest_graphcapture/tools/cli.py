@@ -289,8 +289,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except GraphCaptureError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # its text, when a command gives one, says what the interruption left
+        print(f"{PROG}: interrupted" + (f" {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:
         _silence_stdout()
