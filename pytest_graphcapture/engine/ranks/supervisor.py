@@ -28,6 +28,7 @@ Failure handling, the part that makes it usable as a gate:
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import queue as queue_mod
 import shutil
@@ -408,8 +409,8 @@ def run_on_ranks(
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise UsageError(f"number of ranks must be a positive integer, got {world_size!r}")
-    if not timeout or timeout <= 0:
-        raise UsageError(f"rank timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise UsageError(f"rank timeout must be a positive, finite number of seconds, got {timeout!r}")
     check_picklable(target, what="rank target")
     backend = backend or default_backend(device_type)
     payload = (tuple(batch_sizes) if batch_sizes else None, *args)
