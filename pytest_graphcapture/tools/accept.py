@@ -100,10 +100,10 @@ def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[Pl
             target = store.ensure_inside(golden_dir, golden_dir / rel)
             raw = store.encode_golden(data, rel)
             before = _current_bytes(target)
+            item = _action(rel.as_posix(), path, target, data, before)
         except GraphCaptureError as exc:
             refused.append(f"  {harvest / rel}: {getattr(exc, 'problem', exc)}")
             continue
-        item = _action(rel.as_posix(), path, target, data, before)
         item.raw, item.before = raw, before
         planned.append(item)
     if refused:
