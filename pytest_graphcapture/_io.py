@@ -193,9 +193,28 @@ def write_via(path: Union[str, Path], export: Callable[[Path], None], *, error: 
     _fsync_dir(path.parent)
 
 
+def encode_utf8(text: str, path: Union[str, Path], *, error: type[FileError] = FileError) -> bytes:
+    """``text`` as UTF-8 bytes; ``error(path, …)`` naming the character when it has none (a lone surrogate).
+
+    Text read from JSON can hold a lone surrogate (``"\\ud800"``), and a name taken
+    from a file name that is not UTF-8 one of Python's ``surrogateescape`` stand-ins;
+    UTF-8 encodes neither.  Encoding before any file is opened keeps the previous
+    file intact and makes the failure a message about the content, not a traceback.
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise error(
+            path,
+            f"cannot write: the text holds {bad!r} (character {exc.start}), a lone surrogate UTF-8 cannot "
+            f"encode (from a \\u escape without its pair, or a file name that is not UTF-8)",
+        ) from None
+
+
 def write_atomic(path: Union[str, Path], data: Union[str, bytes], *, error: type[FileError] = FileError) -> None:
     """Write ``data`` (text is UTF-8 encoded) to ``path`` atomically (see :func:`write_via`)."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = encode_utf8(data, path, error=error) if isinstance(data, str) else data
 
     def write(tmp: Path) -> None:
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as handle:

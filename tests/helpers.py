@@ -178,3 +178,30 @@ def test_decode(fake_capture, golden):
 def test_other(fake_capture, golden):
     golden.check(fake_capture())
 """
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (exited, waiting for a parent to reap it) does not."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel (a zombie counts as running there)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def wait_gone(pids: list[int], within: float) -> list[int]:
+    """Wait up to ``within`` seconds for every pid to stop running; return those still running."""
+    import time
+
+    deadline = time.monotonic() + within
+    while True:
+        alive = [pid for pid in pids if running(pid)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)

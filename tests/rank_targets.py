@@ -48,3 +48,39 @@ def exit_on_rank_one(ctx) -> int:
         os._exit(7)
     torch.distributed.barrier()
     return ctx.rank
+
+
+def _start_sleeper(pid_file: str) -> None:
+    """Start a process of the rank's own (as a runner factory may: a server, a compile worker) and note its pid."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    Path(pid_file).write_text(str(child.pid))
+
+
+def start_a_process_then_hang_or_fail(ctx, pid_files: list) -> None:
+    """Rank 0 starts a process and hangs; rank 1 starts one, waits for rank 0's, then fails the run."""
+    import time
+    from pathlib import Path
+
+    _start_sleeper(pid_files[ctx.rank])
+    if ctx.rank == 0:
+        time.sleep(600)
+    while not Path(pid_files[0]).exists():
+        time.sleep(0.05)
+    raise RuntimeError("rank 1 fails; rank 0 hangs")
+
+
+def hold_the_gil(ctx, pid_file: str) -> None:
+    """Note this rank's pid, then stay in one C call that never releases the GIL."""
+    from pathlib import Path
+
+    Path(pid_file).write_text(str(os.getpid()))
+    sum(range(10**15))
+
+
+def exit_while_building(ctx):
+    """A runner factory that ends its process without a word (like a native crash) while building the runner."""
+    os._exit(7)

@@ -5,6 +5,8 @@ deletions and leave goldens from both; so the session that writes takes
 :class:`GoldenLock` first and a second one fails at once with a line naming the
 holder's pid (waiting could hang behind a run that never ends).  Under
 pytest-xdist only the controller takes it: its workers write on its behalf.
+``graphcapture accept`` takes the same lock; the lock file names which kind of
+writer holds it, so the message says who to wait for.
 
 The lock is ``fcntl.flock`` (``msvcrt.locking`` on Windows) on a dot-file in the
 golden dir, which readers skip and which is removed on release.  The operating
@@ -23,6 +25,11 @@ from typing import Optional
 from ..errors import GoldenError
 
 LOCK_NAME = ".graphcapture-write.lock"
+#: What the refusal says about each kind of writer (the second line of the lock file); ``{pid}`` is `` (pid N)``.
+WRITERS = {
+    "pytest": "another pytest run{pid} is writing goldens here (--update-golden)",
+    "accept": "a graphcapture accept{pid} is writing goldens here",
+}
 
 
 def _try_lock(fd: int) -> bool:
@@ -44,10 +51,16 @@ def _try_lock(fd: int) -> bool:
 
 
 class GoldenLock:
-    """The write lock of the golden tree at ``golden_dir``; :meth:`acquire` raises GoldenError when held."""
+    """The write lock of the golden tree at ``golden_dir``; :meth:`acquire` raises GoldenError when held.
 
-    def __init__(self, golden_dir: Path) -> None:
+    ``writer`` is the kind of writer taking it (a key of :data:`WRITERS`), named to the one refused.
+    """
+
+    def __init__(self, golden_dir: Path, writer: str = "pytest") -> None:
+        if writer not in WRITERS:
+            raise ValueError(f"unknown golden writer {writer!r}; one of {', '.join(WRITERS)}")
         self.golden_dir = Path(golden_dir)
+        self.writer = writer
         self.path = self.golden_dir / LOCK_NAME
         self._fd: Optional[int] = None
         self._created_dir = False
@@ -71,14 +84,10 @@ class GoldenLock:
             except OSError as exc:
                 raise GoldenError(self.path, f"cannot create the write lock: {exc.strerror or exc}") from None
             if not _try_lock(fd):
-                holder = _read_pid(fd)
+                pid, writer = _read_holder(fd)
                 os.close(fd)
-                who = f"pytest run (pid {holder})" if holder else "pytest run"
-                raise GoldenError(
-                    self.golden_dir,
-                    f"another {who} is writing goldens here (--update-golden); one writer at a time: "
-                    f"run again when it has finished",
-                )
+                who = WRITERS.get(writer, WRITERS["pytest"]).format(pid=f" (pid {pid})" if pid else "")
+                raise GoldenError(self.golden_dir, f"{who}; one writer at a time: run again when it has finished")
             # The holder before us may have removed the file between our open and our lock: lock the live one.
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
@@ -88,7 +97,7 @@ class GoldenLock:
                 break
             os.close(fd)
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.write(fd, f"{os.getpid()}\n{self.writer}\n".encode())
         self._fd = fd
 
     def release(self) -> None:
@@ -105,9 +114,12 @@ class GoldenLock:
                 self.golden_dir.rmdir()  # only when empty
 
 
-def _read_pid(fd: int) -> Optional[int]:
+def _read_holder(fd: int) -> tuple[Optional[int], str]:
+    """The holder's pid (None when unknown) and kind of writer (a lock file with only a pid: pytest)."""
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip() if hasattr(os, "pread") else ""
+        text = os.pread(fd, 64, 0).decode("ascii", "replace") if hasattr(os, "pread") else ""
     except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+        return None, "pytest"
+    lines = text.split()
+    pid = int(lines[0]) if lines and lines[0].isdigit() else None
+    return pid, lines[1] if len(lines) > 1 and lines[1] in WRITERS else "pytest"

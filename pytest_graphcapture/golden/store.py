@@ -19,7 +19,7 @@ from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from .._io import JSONProblem, dumps_entries, loads_unique, require_regular, write_atomic
+from .._io import JSONProblem, dumps_entries, encode_utf8, loads_unique, require_regular, write_atomic
 from ..errors import GoldenError
 from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
@@ -118,13 +118,26 @@ def dumps(data: Mapping[str, Any]) -> str:
         raise GoldenError("<summary>", f"cannot be written as JSON: {exc}") from None
 
 
+def encode_golden(data: Mapping[str, Any], path: Any) -> bytes:
+    """The bytes of golden ``data`` as :func:`write_golden` writes them; GoldenError naming ``path`` if it cannot.
+
+    JSON cannot hold every value and UTF-8 no lone surrogate: a writer that must
+    not stop half-way encodes everything with this before it writes anything.
+    """
+    try:
+        text = dumps(data)
+    except GoldenError as exc:
+        raise GoldenError(path, exc.problem) from None
+    return encode_utf8(text, path, error=GoldenError)
+
+
 def write_golden(path: Path, data: Mapping[str, Any]) -> str:
     """Write summary dict ``data`` to ``path`` unless the bytes are already there.
 
     Returns ``"created"``, ``"updated"`` or ``"unchanged"``.
     """
     path = Path(path)
-    text = dumps(data)
+    raw = encode_golden(data, path)
     require_regular(path, error=GoldenError, missing_ok=True)
     try:
         old = path.read_bytes()
@@ -132,9 +145,9 @@ def write_golden(path: Path, data: Mapping[str, Any]) -> str:
         old = None
     except OSError as exc:
         raise GoldenError(path, f"cannot read: {exc.strerror or exc}") from None
-    if old == text.encode("utf-8"):
+    if old == raw:
         return "unchanged"
-    write_atomic(path, text, error=GoldenError)
+    write_atomic(path, raw, error=GoldenError)
     return "created" if old is None else "updated"
 
 

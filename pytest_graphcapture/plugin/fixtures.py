@@ -98,22 +98,19 @@ class GraphCapture:
         from ..engine.backend import make_backend
         from ..engine.capture import capture_runner
 
-        marker = self._request.node.get_closest_marker("graph_capture_ranks")
-        if ranks is None and marker is not None:
-            ranks = marker.args[0] if marker.args else marker.kwargs.get("n")
-            if ranks is None:
-                pytest.fail(
-                    "@pytest.mark.graph_capture_ranks needs the number of ranks, e.g. "
-                    "@pytest.mark.graph_capture_ranks(2)",
-                    pytrace=False,
-                )
-            timeout = timeout if timeout is not None else marker.kwargs.get("timeout")
-        isolated = self._request.node.get_closest_marker("graph_capture_isolated")
-        if ranks is None and (isolated is not None or self._state.isolate):
+        node = self._request.node
+        try:
+            ranks, timeout, isolated = _capture_arguments(
+                ranks, timeout, node.get_closest_marker("graph_capture_ranks"), node.get_closest_marker(ISOLATED)
+            )
+            problem = None
+        except UsageError as exc:
+            problem = str(exc)
+        if problem is not None:  # failed outside the except block: no chained traceback in the report
+            pytest.fail(problem, pytrace=False)
+        if ranks is None and (isolated or self._state.isolate):
             if runner is None:
-                self._refuse_project_runner(isolated is not None)
-            if timeout is None and isolated is not None:
-                timeout = isolated.kwargs.get("timeout")
+                self._refuse_project_runner(isolated)
             return self._capture_on_ranks(
                 runner, 1, trace=trace, summarize=summarize, timeout=timeout, what="isolated graph_capture()"
             )
@@ -160,7 +157,7 @@ class GraphCapture:
                 ranks,
                 capture_settings,
                 device_type=device.type,
-                timeout=float(timeout or self._state.rank_timeout),
+                timeout=timeout if timeout is not None else self._state.rank_timeout,
                 batch_sizes=self._state.batch_sizes,
             )
             problem = None
@@ -238,6 +235,63 @@ class GraphCapture:
         if self._request.config.get_verbosity() < 1:
             return None
         return self._write
+
+
+ISOLATED = "graph_capture_isolated"
+
+
+def _marker_arguments(marker: Any, positional: Sequence[str]) -> dict[str, Any]:
+    """A marker's arguments by name (``positional`` names its positional ones); UsageError naming what is not its own."""
+    where = f"@pytest.mark.{marker.name}"
+    if len(marker.args) > len(positional):
+        takes = f"takes {', '.join(positional)} and timeout=" if positional else "takes only timeout="
+        given = f"{len(marker.args)} positional argument{'s' if len(marker.args) > 1 else ''}"
+        raise UsageError(f"{where}: {given} given; it {takes}")
+    values = dict(zip(positional, marker.args))
+    for name, value in marker.kwargs.items():
+        if name not in (*positional, "timeout"):
+            known = ", ".join(f"{p}=" for p in (*positional, "timeout"))
+            raise UsageError(f"{where}: unknown argument {name}={value!r}; it takes {known}")
+        if name in values:
+            raise UsageError(f"{where}: {name} given twice")
+        values[name] = value
+    if values.get("timeout") is not None:
+        values["timeout"] = settings.parse_seconds(values["timeout"], f"{where}(timeout=...)")
+    return values
+
+
+def _rank_count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}: the number of ranks must be a positive integer, got {value!r}")
+    return value
+
+
+def _capture_arguments(
+    ranks: Any, timeout: Any, ranks_marker: Any, isolated_marker: Any
+) -> tuple[Optional[int], Optional[float], bool]:
+    """``(ranks, timeout, isolated)`` of a ``graph_capture()`` call: its arguments, else the test's markers.
+
+    Every argument is checked like an option (UsageError naming the argument or
+    the marker), markers whether or not they decide anything here.
+    """
+    if ranks is not None:
+        ranks = _rank_count(ranks, "graph_capture(ranks=...)")
+    if timeout is not None:
+        timeout = settings.parse_seconds(timeout, "graph_capture(timeout=...)")
+    isolated = _marker_arguments(isolated_marker, ()) if isolated_marker is not None else None
+    if ranks_marker is not None:
+        values = _marker_arguments(ranks_marker, ("n",))
+        if values.get("n") is None:
+            raise UsageError(
+                "@pytest.mark.graph_capture_ranks needs the number of ranks, e.g. @pytest.mark.graph_capture_ranks(2)"
+            )
+        count = _rank_count(values["n"], "@pytest.mark.graph_capture_ranks")
+        if ranks is None:
+            ranks = count
+            timeout = timeout if timeout is not None else values.get("timeout")
+    if ranks is None and isolated is not None and timeout is None:
+        timeout = isolated.get("timeout")
+    return ranks, timeout, isolated is not None
 
 
 @pytest.fixture

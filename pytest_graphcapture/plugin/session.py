@@ -190,11 +190,4 @@ def _trace_dir(config: pytest.Config) -> Path:
 
 def _rank_timeout(config: pytest.Config) -> float:
     text, source = s.resolve_with_source(config, s.RANK_TIMEOUT)
-    where = s.where(s.RANK_TIMEOUT, source)
-    try:
-        value = float(str(text))
-    except ValueError:
-        raise UsageError(f"{where}: {text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise UsageError(f"{where}: the rank timeout must be a positive number of seconds, got {text!r}")
-    return value
+    return s.parse_seconds(str(text), s.where(s.RANK_TIMEOUT, source))

@@ -11,6 +11,7 @@ configuration reference in ``docs/`` is generated from.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +145,23 @@ def parse_profiler_flags(text: str, where: str) -> frozenset[str]:
             f"{', '.join(PROFILER_FLAGS)}, 'all' or 'none'"
         )
     return flags
+
+
+def parse_seconds(value: object, where: str) -> float:
+    """A positive, finite number of seconds from an option's text or a marker's argument (``30``, ``"2.5"``).
+
+    UsageError naming ``where`` otherwise: 0 is not "the default", and NaN or
+    infinity would never time out (or fail far from here).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UsageError(f"{where}: {value!r} is not a number of seconds")
+    try:
+        seconds = float(value)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{where}: {value!r} is not a number of seconds") from None
+    if not 0 < seconds < math.inf:
+        raise UsageError(f"{where}: the timeout must be a positive, finite number of seconds, got {value!r}")
+    return seconds
 
 
 #: Environment variables by which CI services announce themselves (the tests' isolation uses this list too).

@@ -1,25 +1,35 @@
 """``graphcapture accept HARVEST_DIR``: bring goldens written by ``--golden-out`` into the golden tree.
 
+Accepting writes the golden tree, so it takes the tree's write lock
+(:class:`~pytest_graphcapture.golden.lock.GoldenLock`) and is refused, with the
+same line, while a ``pytest --update-golden`` run holds it (``--dry-run`` writes
+nothing and takes no lock).
+
 Every file under HARVEST_DIR is checked before anything is written: it must sit in
 the golden layout (``<platform>/<test path>/<test>/<runner>_bs_<bs>[_<variant>][_rank<r>].json``,
-the platform folder and file name matching the summary inside) and be a valid
-golden.  Any file that is not is refused, by name, and nothing is written.  Then
+the platform folder and file name matching the summary inside), be a valid
+golden and encode as a golden file (JSON, UTF-8), and the golden it replaces must
+be readable.  Any file that fails is refused, by name, and nothing is written.  Then
 each key is reported as created, changed (with its diff, as a failing check prints
-it) or unchanged, and written atomically; if a write fails, the files already
-written are put back, so nothing is ever half-applied.
+it) or unchanged, and written atomically.  If a write fails or the run is
+interrupted (Ctrl-C), the files already written are put back, so nothing is ever
+half-applied; if putting back is itself interrupted, the error names the goldens
+left with the harvest's version and the command that finishes accepting them.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .._io import write_atomic
+from .._io import require_regular, write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
 from ..golden.environment import environment_differences
+from ..golden.lock import GoldenLock
 from ..keys import UNKNOWN_BATCH_SIZE, safe_name
 from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, golden_file_name, is_hidden
 from .dirdiff import describe_differences
@@ -27,7 +37,7 @@ from .dirdiff import describe_differences
 
 @dataclass
 class Planned:
-    """One harvested golden: where it goes and what accepting it does."""
+    """One harvested golden: where it goes, what accepting it does, and the bytes before and after."""
 
     rel: str
     source: Path
@@ -35,6 +45,10 @@ class Planned:
     data: dict
     action: str  # created / changed / unchanged
     diff: list[str] = field(default_factory=list)
+    #: The golden file's bytes once accepted, encoded while planning.
+    raw: bytes = b""
+    #: The target's bytes now (None: no golden yet): what a failed accept puts back.
+    before: Optional[bytes] = None
 
 
 def _layout_problem(rel: Path, data: dict) -> Optional[str]:
@@ -85,10 +99,14 @@ def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[Pl
             if problem:
                 raise GoldenError(rel, problem)
             target = store.ensure_inside(golden_dir, golden_dir / rel)
+            raw = store.encode_golden(data, rel)
+            before = _current_bytes(target)
+            item = _action(rel.as_posix(), path, target, data, before)
         except GraphCaptureError as exc:
             refused.append(f"  {harvest / rel}: {getattr(exc, 'problem', exc)}")
             continue
-        planned.append(_action(rel.as_posix(), path, target, data))
+        item.raw, item.before = raw, before
+        planned.append(item)
     if refused:
         raise UsageError(
             f"refusing to accept {len(refused)} of {len(files)} files (nothing written):\n" + "\n".join(refused)
@@ -96,8 +114,20 @@ def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[Pl
     return planned
 
 
-def _action(rel: str, source: Path, target: Path, data: dict) -> Planned:
-    if not target.exists():
+def _current_bytes(target: Path) -> Optional[bytes]:
+    """The golden file ``target`` now, or None when there is none; GoldenError when it cannot be read."""
+    try:
+        if not require_regular(target, error=GoldenError, missing_ok=True):
+            return None
+        return target.read_bytes()
+    except GoldenError as exc:
+        raise GoldenError(target, f"the golden it replaces, {target}, {exc.problem}") from None
+    except OSError as exc:
+        raise GoldenError(target, f"the golden it replaces, {target}, cannot be read: {exc.strerror or exc}") from None
+
+
+def _action(rel: str, source: Path, target: Path, data: dict, before: Optional[bytes]) -> Planned:
+    if before is None:
         return Planned(rel, source, target, data, "created")
     try:
         old = store.load_golden_dict(target)
@@ -117,27 +147,81 @@ def _action(rel: str, source: Path, target: Path, data: dict) -> Planned:
     return Planned(rel, source, target, data, "changed", lines)
 
 
-def apply(planned: list[Planned], golden_dir: Path) -> None:
-    """Write every created or changed golden; on a failure restore the ones already written, then raise."""
-    done: list[tuple[Path, Optional[bytes]]] = []
-    try:
-        for item in planned:
-            if item.action == "unchanged":
-                continue
-            before = item.target.read_bytes() if item.target.exists() else None
-            store.write_golden(item.target, item.data)
-            done.append((item.target, before))
-    except GraphCaptureError as exc:
-        for target, before in reversed(done):
-            if before is None:
-                store.remove_golden(target, golden_dir)
+def _put_back(started: list[Planned], golden_dir: Path) -> list[Planned]:
+    """Restore the goldens of ``started`` to their bytes before; return those that could not be.
+
+    A golden that cannot be restored does not stop the others; a second Ctrl-C
+    does, and what was not yet put back is returned with it, for the message.
+    """
+    left: list[Planned] = []
+    pending = list(reversed(started))
+    for done, item in enumerate(pending):
+        try:
+            if item.before is None:
+                store.remove_golden(item.target, golden_dir)
             else:
-                write_atomic(target, before, error=GoldenError)
-        raise UsageError(f"{exc}; nothing was accepted (the goldens written before it were put back)") from None
+                write_atomic(item.target, item.before, error=GoldenError)
+        except GraphCaptureError:
+            left.append(item)
+        except KeyboardInterrupt:
+            return left + pending[done:]
+    return left
+
+
+def _after_failure(head: str, started: list[Planned], golden_dir: Path, finish: str) -> str:
+    """Put back what was written; the one-line account of the tree: ``head``, then what happened to it."""
+    left = _put_back(started, golden_dir)
+    if not left:
+        return f"{head}; nothing was accepted (every golden written before was put back)"
+    names = ", ".join(item.rel for item in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    count = "1 golden holds" if len(left) == 1 else f"{len(left)} goldens hold"
+    return f"{head}; putting back stopped: {count} the harvest's version ({names}); finish accepting with: {finish}"
+
+
+def apply(planned: list[Planned], golden_dir: Path, *, finish: str = "graphcapture accept") -> None:
+    """Write every created or changed golden; on any failure put back the ones already written, then raise.
+
+    A write failure is a UsageError; Ctrl-C stays a KeyboardInterrupt, its text
+    saying what happened to the tree.  ``finish`` is the command that accepts the
+    harvest again, named when putting back cannot complete.
+    """
+    writes = [item for item in planned if item.action != "unchanged"]
+    started: list[Planned] = []
+    try:
+        for item in writes:
+            started.append(item)  # before writing: an interruption right after the rename is put back too
+            write_atomic(item.target, item.raw, error=GoldenError)
+    except GraphCaptureError as exc:
+        raise UsageError(_after_failure(str(exc), started, golden_dir, finish)) from None
+    except KeyboardInterrupt:
+        head = f"while writing golden {len(started)} of {len(writes)}"
+        raise KeyboardInterrupt(_after_failure(head, started, golden_dir, finish)) from None
+    except BaseException:
+        _put_back(started, golden_dir)  # a bug: put back, and let its traceback through
+        raise
+
+
+def _command(harvest: Path, golden_dir: Path, only: Optional[str]) -> str:
+    """The ``graphcapture accept`` command line that accepts this harvest again."""
+    words = ["graphcapture", "accept", str(harvest), "--golden-dir", str(golden_dir)]
+    words += ["--only", only] if only is not None else []
+    return shlex.join(words)
 
 
 def accept(harvest: Path, golden_dir: Path, *, only: Optional[str] = None, dry_run: bool = False) -> list[str]:
     """Accept the harvested goldens (see the module docstring); returns the lines to print."""
+    lock = None
+    if not dry_run:  # held from planning to the last write: the tree compared is the tree written
+        lock = GoldenLock(golden_dir, writer="accept")
+        lock.acquire()
+    try:
+        return _accept(Path(harvest), Path(golden_dir), only, dry_run)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _accept(harvest: Path, golden_dir: Path, only: Optional[str], dry_run: bool) -> list[str]:
     planned = plan(harvest, golden_dir, only)
     lines: list[str] = []
     for item in planned:
@@ -148,6 +232,6 @@ def accept(harvest: Path, golden_dir: Path, *, only: Optional[str] = None, dry_r
     if dry_run:
         lines.append(f"dry run: {tally} in {golden_dir}; nothing written")
     else:
-        apply(planned, Path(golden_dir))
+        apply(planned, golden_dir, finish=_command(harvest, golden_dir, only))
         lines.append(f"accepted into {golden_dir}: {tally}")
     return lines

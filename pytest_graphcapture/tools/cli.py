@@ -91,9 +91,9 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     text = texts[0] if len(texts) == 1 else "[\n" + ",\n".join(t.rstrip("\n") for t in texts) + "\n]\n"
     if args.out:
         try:
-            Path(args.out).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
+            write_atomic(Path(args.out), text)  # a failure leaves an existing file as it was
+        except GraphCaptureError as exc:
+            raise UsageError(f"--out {args.out}: {getattr(exc, 'problem', exc)}") from None
     else:
         sys.stdout.write(text)
     return 0
@@ -315,8 +315,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     except GraphCaptureError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # its text, when a command gives one, says what the interruption left
+        print(f"{PROG}: interrupted" + (f" {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:
         _silence_stdout()

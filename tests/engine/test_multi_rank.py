@@ -3,14 +3,21 @@ regressions, failing and hanging ranks, merged traces and pytest-xdist (issue #9
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_gone, load_trace
+from helpers import REPO_ROOT, assert_gone, load_trace, wait_gone
 
 from pytest_graphcapture.engine.ranks import supervisor as distributed
+from pytest_graphcapture.engine.ranks.capture import capture_on_ranks
+from pytest_graphcapture.engine.ranks.diagnose import RankError
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly", "--graph-capture-device=cpu")
 
@@ -251,3 +258,65 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
     again = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", timeout=300)
     again.assert_outcomes(passed=2)
     assert time.monotonic() - started < 280
+
+
+# --------------------------------------------------------------------------- no process left, the stage reached
+
+
+def test_stopping_the_ranks_stops_every_process_they_started(tmp_path: Path) -> None:
+    """Rank 0 hangs and is stopped; rank 1 fails and exits: the processes both started go with them."""
+    pid_files = [str(tmp_path / f"rank{rank}-child.pid") for rank in range(2)]
+    first = len(distributed.spawned_pids())
+    try:
+        with pytest.raises(RankError) as info:
+            distributed.run_on_ranks("rank_targets:start_a_process_then_hang_or_fail", 2, args=(pid_files,), timeout=60)
+        assert "rank 1 of 2 failed during running: RuntimeError: rank 1 fails; rank 0 hangs" in str(info.value)
+        assert "rank 0: did not finish (stage: running)" in str(info.value)
+        children = [int(Path(f).read_text()) for f in pid_files]
+        assert wait_gone(children, within=2.0) == [], "processes the ranks started were left running"
+        assert_gone(distributed.spawned_pids()[first:])
+    finally:
+        for pid in [int(Path(f).read_text()) for f in pid_files if Path(f).exists()]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_rank_holding_the_gil_dies_with_its_killed_parent(tmp_path: Path) -> None:
+    """pytest killed with SIGKILL while a rank sits in one long C call: the kernel ends the rank (Linux)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("only Linux can have the kernel kill a child with its parent (prctl PR_SET_PDEATHSIG)")
+    pid_file = tmp_path / "rank.pid"
+    parent_code = (
+        "from pytest_graphcapture.engine.ranks.supervisor import run_on_ranks\n"
+        f"run_on_ranks('rank_targets:hold_the_gil', 1, args=({str(pid_file)!r},), timeout=300)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")])}
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], env=env)
+    rank_pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline, "the rank never started its target"
+            time.sleep(0.05)
+        rank_pid = int(pid_file.read_text())
+        time.sleep(0.5)  # inside the C call by now
+        parent.kill()
+        parent.wait(10)
+        assert wait_gone([rank_pid], within=5.0) == [], "the rank outlived its killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        if rank_pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(rank_pid, signal.SIGKILL)
+
+
+def test_a_rank_that_exits_while_building_its_runner_is_reported_at_that_stage() -> None:
+    first = len(distributed.spawned_pids())
+    with pytest.raises(RankError) as info:
+        capture_on_ranks("rank_targets:exit_while_building", 1, timeout=60)
+    assert str(info.value).splitlines()[0] == (
+        "rank 0 of 1 failed during building the runner: the process exited with code 7 without reporting a result"
+    )
+    assert_gone(distributed.spawned_pids()[first:])

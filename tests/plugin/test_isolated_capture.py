@@ -88,3 +88,84 @@ def test_the_option_isolates_every_capture_and_a_runner_object_gets_one_clear_li
     )
     assert "Traceback" not in result.stdout.str()
     assert (project.path / "goldens/cpu/test_iso.py/test_plain/TinyDecodeRunner_bs_2.json").is_file()
+
+
+MARKER_TESTS = """
+import pytest
+
+from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
+
+
+def runner_factory(ctx):
+    raise AssertionError("no process may start: the arguments are refused first")
+
+
+@pytest.mark.graph_capture_isolated(timeout=TIMEOUT)
+def test_isolated(graph_capture):
+    graph_capture(runner_factory)
+
+
+@pytest.mark.graph_capture_ranks(2, timeout=TIMEOUT)
+def test_ranks(graph_capture):
+    graph_capture(runner_factory)
+
+
+def test_call(graph_capture):
+    graph_capture(runner_factory, ranks=1, timeout=TIMEOUT)
+"""
+
+
+@pytest.mark.parametrize(
+    ("timeout", "problem"),
+    [
+        ('"abc"', "'abc' is not a number of seconds"),
+        ("0", "the timeout must be a positive, finite number of seconds, got 0"),
+        ("-1", "the timeout must be a positive, finite number of seconds, got -1"),
+        ('float("nan")', "the timeout must be a positive, finite number of seconds, got nan"),
+        ('float("inf")', "the timeout must be a positive, finite number of seconds, got inf"),
+        ("True", "True is not a number of seconds"),
+        ("[5]", "[5] is not a number of seconds"),
+    ],
+)
+def test_a_bad_timeout_is_one_line_naming_the_marker_or_the_argument(
+    pytester: pytest.Pytester, timeout: str, problem: str
+) -> None:
+    pytester.makepyfile(test_markers=MARKER_TESTS.replace("TIMEOUT", timeout))
+    result = run(pytester, "--graph-capture-device=cpu")
+    result.assert_outcomes(failed=3)
+    for where in ("@pytest.mark.graph_capture_isolated(timeout=...)", "@pytest.mark.graph_capture_ranks(timeout=...)"):
+        assert f"{where}: {problem}" in result.outlines, result.stdout.str()
+    assert f"graph_capture(timeout=...): {problem}" in result.outlines
+    text = result.stdout.str()
+    assert "Traceback" not in text and "ValueError" not in text and "init_process_group" not in text
+
+
+def test_marker_arguments_that_are_not_its_own_are_refused_by_name(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_markers="""
+import pytest
+
+
+@pytest.mark.graph_capture_isolated(timout=5)
+def test_misspelled(graph_capture):
+    graph_capture("os:getcwd")
+
+
+@pytest.mark.graph_capture_isolated(5)
+def test_positional(graph_capture):
+    graph_capture("os:getcwd")
+
+
+@pytest.mark.graph_capture_ranks("two")
+def test_rank_count(graph_capture):
+    graph_capture("os:getcwd")
+"""
+    )
+    result = run(pytester, "--graph-capture-device=cpu")
+    result.assert_outcomes(failed=3)
+    for line in (
+        "@pytest.mark.graph_capture_isolated: unknown argument timout=5; it takes timeout=",
+        "@pytest.mark.graph_capture_isolated: 1 positional argument given; it takes only timeout=",
+        "@pytest.mark.graph_capture_ranks: the number of ranks must be a positive integer, got 'two'",
+    ):
+        assert line in result.outlines, result.stdout.str()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,51 @@ def test_merge_into_a_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.Ca
     assert err.strip() == (
         f"graphcapture merge: error: {tmp_path / 'afile'}: is a file, expected a folder for the merged traces (--out-dir)"
     )
+
+
+def _eager_trace(kernel: str) -> dict:
+    """A CPU-side trace with one kernel launch (enough for a summary with one kernel)."""
+    return {
+        "schemaVersion": 1,
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "ts": 2,
+                "dur": 1,
+                "args": {"correlation": 2},
+            },
+            {"ph": "X", "cat": "kernel", "name": kernel, "ts": 3, "dur": 1, "args": {"correlation": 2}},
+        ],
+    }
+
+
+@pytest.mark.parametrize("where", ["kernel name", "file name"])
+def test_summarize_out_that_cannot_be_written_leaves_the_previous_file_intact(
+    tmp_path: Path, capsys: pytest.CaptureFixture, where: str
+) -> None:
+    # A lone surrogate reaches the summary from a "\ud800" escape in the trace, or from a trace file
+    # name that is not UTF-8 (the runner is named after the file); UTF-8 can encode neither.
+    if where == "kernel name":
+        trace = tmp_path / "model_bs_2.json"
+        trace.write_text(json.dumps(_eager_trace("void k_\ud800(int)")))
+    else:
+        trace = Path(os.fsdecode(bytes(tmp_path) + b"/model\xff_bs_2.json"))
+        trace.write_text(json.dumps(_eager_trace("void k(int)")))
+    previous = tmp_path / "out" / "prev.json"
+    previous.parent.mkdir()
+    previous.write_bytes(b'{"the previous summary": 1}\n')
+    assert main(["summarize", str(trace), "--out", str(previous)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graphcapture summarize: error: ") and "\n" not in err, err
+    assert "internal error" not in err
+    if where == "file name":
+        assert re.fullmatch(
+            rf"graphcapture summarize: error: --out {re.escape(str(previous))}: cannot write: the text holds "
+            r"'\\udcff' \(character \d+\), a lone surrogate UTF-8 cannot encode \(from a \\u escape without its "
+            r"pair, or a file name that is not UTF-8\)",
+            err,
+        ), err
+    assert previous.read_bytes() == b'{"the previous summary": 1}\n'
+    assert os.listdir(previous.parent) == ["prev.json"]  # no temp file left beside it

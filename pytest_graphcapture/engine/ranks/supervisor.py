@@ -21,13 +21,23 @@ Failure handling, the part that makes it usable as a gate:
 * On a timeout each unfinished rank is named with its last stage and, on POSIX,
   the innermost frame of its main thread (a ``faulthandler`` dump), and a rank
   waiting inside ``torch.distributed`` is told apart from the one that hangs.
-* Children watch their parent and exit if it disappears, so even a killed
-  pytest leaves no orphan behind.
+* Each rank leads a process group of its own (a new session), and stopping a
+  rank stops its group: whatever the runner factory started (a server, a
+  compile worker, a ``sleep``) goes with it.
+* Children die with their parent, so even a killed pytest leaves no orphan
+  behind: on Linux the kernel kills them (``prctl(PR_SET_PDEATHSIG)``, which
+  works while a rank holds the GIL in a long C call); everywhere a thread also
+  watches the parent (it needs the GIL).
+* A rank's stage is also written to a file, synchronously: a rank that dies
+  without a word (``os._exit``, a segfault) is reported at the last stage it
+  reached, not the last one its message queue delivered before it died.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import math
 import os
 import queue as queue_mod
 import shutil
@@ -52,6 +62,10 @@ ERROR_GRACE = 3.0
 PG_TIMEOUT_MARGIN = 30.0
 #: Spawns retried when the chosen port was taken between choosing and binding it.
 PORT_RETRIES = 3
+#: Bytes of a rank's stage kept in its stage file (a longer stage text is cut).
+STAGE_BYTES = 512
+#: ``prctl`` option: the signal this process gets when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
 
 Target = Union[str, Callable[..., Any]]
 
@@ -147,19 +161,47 @@ _CHANNEL: Optional["_Channel"] = None
 
 
 class _Channel:
-    """A rank's line to the parent: stage changes, progress lines, the result."""
+    """A rank's line to the parent: stage changes, progress lines, the result.
 
-    def __init__(self, rank: int, queue: Any) -> None:
+    The queue delivers from a feeder thread, so what it holds is lost when the
+    process dies abruptly; the stage is also written, at once, over the start of
+    ``stage_file`` (:func:`_last_stage` reads it once a rank died or hangs).
+    """
+
+    def __init__(self, rank: int, queue: Any, stage_file: Optional[str] = None) -> None:
         self.rank = rank
         self.queue = queue
         self.current = "starting"
+        self._stage_fd: Optional[int] = None
+        if stage_file is not None:
+            with contextlib.suppress(OSError):  # without it, the queue's stage is all there is
+                self._stage_fd = os.open(stage_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
 
     def stage(self, text: str) -> None:
         self.current = text
+        if self._stage_fd is not None:
+            raw = text.encode("utf-8", "replace")[:STAGE_BYTES].decode("utf-8", "ignore").encode("utf-8")
+            with contextlib.suppress(OSError):  # one fixed-size write over the last: never a truncated file
+                os.lseek(self._stage_fd, 0, os.SEEK_SET)
+                os.write(self._stage_fd, raw.ljust(STAGE_BYTES, b"\0"))
         self.queue.put(("stage", self.rank, text))
 
     def progress(self, line: str) -> None:
         self.queue.put(("progress", self.rank, line))
+
+
+def _stage_file(dump_dir: str, rank: int) -> str:
+    return os.path.join(dump_dir, f"rank{rank}.stage")
+
+
+def _last_stage(dump_dir: str, rank: int) -> Optional[str]:
+    """The stage rank ``rank`` last wrote to its stage file, or None when it wrote none."""
+    try:
+        with open(_stage_file(dump_dir, rank), "rb") as handle:
+            raw = handle.read(STAGE_BYTES).split(b"\0", 1)[0]
+    except OSError:
+        return None
+    return raw.decode("utf-8", "replace") or None
 
 
 def report_stage(text: str) -> None:
@@ -171,6 +213,34 @@ def report_stage(text: str) -> None:
 def progress_to_parent() -> Optional[Callable[[str], None]]:
     """A progress-line callback that reaches the parent, or None outside a rank."""
     return _CHANNEL.progress if _CHANNEL is not None else None
+
+
+def _die_with_parent() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent dies; False where it cannot.
+
+    Only Linux has the call (``prctl(PR_SET_PDEATHSIG)``); elsewhere this is a
+    no-op and :func:`_watch_parent`'s thread is the only guard.  The kernel's
+    signal needs nothing from this process, so a rank stuck in a C call that
+    holds the GIL dies too, which the watching thread cannot make happen.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _leave_parent_group() -> None:
+    """Make this rank the leader of a new session and process group, so the parent can stop all it started."""
+    if hasattr(os, "setsid"):
+        try:
+            os.setsid()
+        except OSError:  # already a group leader
+            pass
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -200,6 +270,10 @@ def _rank_main(
 ) -> None:
     """Entry point of one rank process (module level, so ``spawn`` can import it)."""
     global _CHANNEL
+    _leave_parent_group()
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before the kernel was asked to tell us
+        os._exit(3)
     _watch_parent(parent_pid)
     dump = None
     if hasattr(signal, "SIGUSR1"):
@@ -207,7 +281,7 @@ def _rank_main(
 
         dump = open(os.path.join(dump_dir, f"rank{rank}.txt"), "w")
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-    channel = _CHANNEL = _Channel(rank, queue)
+    channel = _CHANNEL = _Channel(rank, queue, _stage_file(dump_dir, rank))
     queue.put(("ready", rank, os.getpid(), threading.main_thread().ident))
     dist = None
     try:
@@ -263,17 +337,33 @@ def spawned_pids() -> list[int]:
     return list(_SPAWNED)
 
 
+def _signal_rank(proc: Any, sig: int) -> None:
+    """Send ``sig`` to the rank's process group (the rank and all it started); to the rank alone when it has none.
+
+    A rank that died before it made its group has none, and a group whose every
+    process is gone no longer exists: then only a rank still running is signalled.
+    """
+    if hasattr(os, "killpg") and proc.pid is not None:
+        try:
+            os.killpg(proc.pid, sig)
+            return
+        except OSError:
+            pass
+    if proc.exitcode is None:
+        (proc.kill if sig == getattr(signal, "SIGKILL", None) else proc.terminate)()
+
+
 def _stop_all(procs: Sequence[Any]) -> None:
+    # Ranks that already exited too: what they started may still run in their group.
     for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
+        _signal_rank(proc, signal.SIGTERM)
     deadline = time.monotonic() + 3.0
     for proc in procs:
         proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:  # what ignored SIGTERM, rank or not
+        _signal_rank(proc, getattr(signal, "SIGKILL", signal.SIGTERM))
     for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5.0)
+        proc.join(5.0)
     for proc in procs:
         try:
             proc.close()
@@ -377,6 +467,9 @@ def _run_once(
                     first_failure = first_failure or state.failed_at
         if all(s.status == "ok" for s in states.values()):
             return [states[rank].value for rank in range(world_size)]
+        for rank, state in states.items():  # the stage a dead or hung rank reached, even if its queue did not say
+            if state.status in ("running", "died"):
+                state.stage = _last_stage(dump_dir, rank) or state.stage
         if any(s.status == "running" for s in states.values()):
             dumps = dump_stacks(procs, states, dump_dir)
     finally:
@@ -408,8 +501,8 @@ def run_on_ranks(
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise UsageError(f"number of ranks must be a positive integer, got {world_size!r}")
-    if not timeout or timeout <= 0:
-        raise UsageError(f"rank timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise UsageError(f"rank timeout must be a positive, finite number of seconds, got {timeout!r}")
     check_picklable(target, what="rank target")
     backend = backend or default_backend(device_type)
     payload = (tuple(batch_sizes) if batch_sizes else None, *args)
