@@ -37,6 +37,15 @@ HARVEST_DIFF_NAME = "diff.txt"
 MERGED_SUFFIX = "_merged.json.gz"
 
 
+def is_merged_trace(path: PathLike) -> bool:
+    """A merged multi-rank trace (``{stem}_merged.json.gz`` / ``{stem}-merged.json.gz``, or gunzipped).
+
+    It holds the traces of its ranks, which are read on their own, so readers of a
+    folder's summaries and traces skip it: read again, it would be an extra runner.
+    """
+    return Path(path).name.endswith(tuple(f"{sep}merged{suffix}" for sep in "_-" for suffix in TRACE_SUFFIXES))
+
+
 def is_hidden(path: PathLike) -> bool:
     """Dot-files: temp files of atomic writes, never inputs."""
     return Path(path).name.startswith(".")
