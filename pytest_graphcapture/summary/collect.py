@@ -162,6 +162,9 @@ class Collector:
         self._op_refs: Optional[list] = None
         self._tids: dict = {}  # (pid, thread id) -> thread index
         self.threads: list = []  # (pid, thread id) of each thread index
+        self._last_tid: Any = _NOTHING  # the thread asked for last, and its index
+        self._last_pid: Any = _NOTHING
+        self._last_thread = -1
         # Runtime calls.
         self.captures: list = []  # (role "begin"/"end", ts or None, thread index, stream) per capture call
         self.graph_corr: set = set()
@@ -273,7 +276,10 @@ class Collector:
         if group is None:
             group = self._groups[gkey] = len(self._group_rows)
             self._group_rows.append((normal, dims, types))
-        thread = self._tid(tid, pid)
+        if tid == self._last_tid and pid == self._last_pid:  # most events follow one of their own thread
+            thread = self._last_thread
+        else:
+            thread = self._tid(tid, pid)
         self.op_thread.append(thread)
         kind = ts.__class__
         if kind is not float:
@@ -414,6 +420,11 @@ class Collector:
 
     def _tid(self, tid: Any, pid: Any = None) -> int:
         """The thread index of (``pid``, ``tid``): thread ids are unique only within their process."""
+        self._last_tid, self._last_pid = tid, pid
+        self._last_thread = self._thread(tid, pid)
+        return self._last_thread
+
+    def _thread(self, tid: Any, pid: Any) -> int:
         if tid is not None and tid.__class__ is not int:
             tid = _hashable(tid)
         if pid is not None and pid.__class__ is not int:
@@ -446,6 +457,9 @@ _TIME_COLUMNS = ("op_ts", "span_start", "span_end", "launch_ts", "gpu_ts")
 _EXACT = 2**53
 
 _NAN = float("nan")
+
+#: Equal to no value a trace holds.
+_NOTHING: Any = object()
 
 
 def _shown(value: Any) -> Any:
