@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from .._io import write_atomic
 from ..errors import TraceFormatError
 from ..naming import RankTrace, group_rank_traces
+from ..summary.files import MERGED_CORRELATION, MERGED_FIELD
 from ..summary.tracefile import load_trace
 
 PID_STRIDE = 1000
@@ -142,13 +143,14 @@ def merge_trace_files(paths: dict[int, Path], out_path: Union[str, Path]) -> Pat
     }
     if base is not None:
         merged["baseTimeNanoseconds"] = base
-    merged["graphcapture_merged"] = {
+    merged[MERGED_FIELD] = {
         "ranks": sorted(traces),
         "sources": {str(rank): Path(path).name for rank, path in sorted(paths.items())},
         "distributedInfo": {
             str(rank): t.get("distributedInfo") for rank, t in traces.items() if t.get("distributedInfo") is not None
         },
         "pid": f"rank * {PID_STRIDE} + index of the rank's original pid",
+        MERGED_CORRELATION: f"rank * {ID_STRIDE} + the rank's correlation id ('TP<rank>:' before one not an int)",
     }
     merged["traceEvents"] = events
     data = json.dumps(merged, separators=(",", ":"), sort_keys=False).encode("utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from test_merge import write
 
 from pytest_graphcapture.tools.cli import main
+from pytest_graphcapture.tools.merge import ID_STRIDE
 
 #: Rank r runs OPS[r], which launches KERNELS[r]: same pid-local thread, correlation id and times on both ranks.
 OPS = ("aten::mm", "aten::add")
@@ -88,3 +90,23 @@ def test_show_lists_the_ranks_and_not_their_merged_trace(
     html = page.read_text(encoding="utf-8")
     assert "Model rank 0" in html and "Model rank 1" in html
     assert "merged" not in html
+
+
+def test_a_trace_merged_with_colliding_correlation_ids_is_refused(ranks: Path, capsys: pytest.CaptureFixture) -> None:
+    """Older merges kept each rank's correlation ids: such a trace is refused rather than summarized wrongly."""
+    assert main(["merge", str(ranks)]) == 0
+    merged = ranks / "Model_bs_4_merged.json.gz"
+    old = json.loads(gzip.decompress(merged.read_bytes()))
+    del old["graphcapture_merged"]["correlation"]
+    for event in old["traceEvents"]:
+        if "correlation" in event.get("args", {}):
+            event["args"]["correlation"] %= ID_STRIDE
+    (ranks / "old").mkdir()
+    old_path = write(ranks / "old" / "Model_bs_4_merged.json.gz", old)
+    capsys.readouterr()
+    assert main(["summarize", str(old_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"graphcapture summarize: error: {old_path}: merged by an older graphcapture merge, which kept each "
+        "rank's own correlation ids, so a kernel cannot be told from another rank's; merge the rank traces again "
+        "(graphcapture merge DIR)"
+    ]
