@@ -43,6 +43,15 @@ GOLDEN_DIR_ENV = "GRAPH_CAPTURE_GOLDEN_DIR"
 GOLDEN_DIR_DEFAULT = "goldens"
 
 
+def is_merged_trace(path: PathLike) -> bool:
+    """A merged multi-rank trace (``{stem}_merged.json.gz`` / ``{stem}-merged.json.gz``, or gunzipped).
+
+    It holds the traces of its ranks, which are read on their own, so readers of a
+    folder's summaries and traces skip it: read again, it would be an extra runner.
+    """
+    return Path(path).name.endswith(tuple(f"{sep}merged{suffix}" for sep in "_-" for suffix in TRACE_SUFFIXES))
+
+
 def is_hidden(path: PathLike) -> bool:
     """Dot-files: temp files of atomic writes, never inputs."""
     return Path(path).name.startswith(".")

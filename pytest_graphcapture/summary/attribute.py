@@ -7,8 +7,9 @@ new kernel.  The link is:
 * GPU event → launch runtime call: equal ``correlation`` ids (eager traces); in a
   capture window the launch call itself is the evidence (ROCm names the kernel there);
 * launch call → op: the innermost ``cpu_op`` whose ``[ts, ts + dur]`` holds the
-  launch's ``ts`` *on the launching thread* (``tid``).  Ops on one thread nest
-  properly, so one sweep with a stack finds the innermost op of every launch.
+  launch's ``ts`` *on the launching thread* (``pid`` and ``tid``: thread ids are per
+  process).  Ops on one thread nest properly, so one sweep with a stack finds the
+  innermost op of every launch.
 
 The op is stored as ``{"name", "input_dims"}``: what stays equal run to run (no
 timestamps or ids).  A launch outside every op stays unattributed.
@@ -47,7 +48,8 @@ def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[i
     ``span_end``, ``span_tid``, ``span_ref``); a launch is its time (``NaN``: none) and
     its thread index.  A launch on a thread that ran no op (live profiles of old
     torch builds number threads differently for ops and runtime calls) is matched
-    against every thread's ops together, the best evidence left.
+    against the ops of every thread of its process together, the best evidence left
+    (every thread's, when the launch names no process).
     """
     result = [-1] * len(launch_ts)
     threads: dict[int, Any] = {}
@@ -56,12 +58,14 @@ def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[i
         if members is None:
             members = threads[tid] = array("l")
         members.append(index)
+    pids = [pid for pid, _ in spans.threads]
     by_thread: dict[Any, Any] = {}
     for index, (ts, tid) in enumerate(zip(launch_ts, launch_tid)):
         if ts == ts:  # not NaN
-            group = by_thread.get(tid if tid in threads else _ANY)
+            key = tid if tid in threads else (_ANY, pids[tid])
+            group = by_thread.get(key)
             if group is None:
-                group = by_thread[tid if tid in threads else _ANY] = array("l")
+                group = by_thread[key] = array("l")
             group.append(index)
     if not by_thread:
         return result
@@ -70,8 +74,11 @@ def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[i
         threads[tid] = order.sorted(threads[tid])
     starts, ends, refs = spans.span_start, spans.span_end, spans.span_ref
     for tid, indices in by_thread.items():
-        if tid is _ANY:
-            items = order.sorted([i for members in threads.values() for i in members])
+        if tid.__class__ is tuple:  # (_ANY, pid of the launching thread)
+            pid = tid[1]
+            items = order.sorted(
+                [i for thread, members in threads.items() if pid is None or pids[thread] == pid for i in members]
+            )
         else:
             items = threads[tid]
         stack: list = []

@@ -11,7 +11,10 @@ and keeps only, per event that matters,
 * a launch runtime call: ``ts``, thread and an interned description (API, kind,
   kernel name, grid, block), plus ``correlation -> launch``;
 * a GPU event: ``ts``, correlation and an interned description;
-* capture begin/end times, graph-launch correlations, annotation names.
+* capture begin/end calls (time, process, thread, stream), graph-launch correlations, annotation names.
+
+Threads are numbered per process: every thread index stands for a (``pid``, ``tid``)
+pair, since thread ids (like correlation ids) are only unique within one process.
 
 Numbers are kept as the parser made them (ints stay ints), so window and
 nesting comparisons are exactly those of a whole-file parse, and the summary is
@@ -146,6 +149,7 @@ class Collector:
         # CPU ops: every op with a string name, in event order.
         self.op_ts = array("d")
         self.op_group = array("l")
+        self.op_thread = array("l")
         self._groups: dict = {}  # (name, dims key, types key) -> group index
         self._group_rows: list = []  # (name, dims, types) per group, as fed (see add_op)
         # Spans of ops with a number ts and dur, for attribution.
@@ -156,10 +160,13 @@ class Collector:
         self._refs: dict = {}  # (name, dims key) -> span reference
         self._ref_rows: list = []  # (name, dims) per span reference, as fed
         self._op_refs: Optional[list] = None
-        self._tids: dict = {}  # thread id -> thread index
+        self._tids: dict = {}  # (pid, thread id) -> thread index
+        self.threads: list = []  # (pid, thread id) of each thread index
+        self._last_tid: Any = _NOTHING  # the thread asked for last, and its index
+        self._last_pid: Any = _NOTHING
+        self._last_thread = -1
         # Runtime calls.
-        self.begins: list = []
-        self.ends: list = []
+        self.captures: list = []  # (role "begin"/"end", ts or None, thread index, stream) per capture call
         self.graph_corr: set = set()
         self.launch_ts = array("d")
         self.launch_desc = array("l")
@@ -197,9 +204,18 @@ class Collector:
                             event.get("tid"),
                             args.get("Input Dims", MISSING),
                             args.get("Input type", MISSING),
+                            event.get("pid"),
                         )
                     else:
-                        self.add_op(name, event.get("ts"), event.get("dur"), event.get("tid"), MISSING, MISSING)
+                        self.add_op(
+                            name,
+                            event.get("ts"),
+                            event.get("dur"),
+                            event.get("tid"),
+                            MISSING,
+                            MISSING,
+                            event.get("pid"),
+                        )
             elif cat in runtime_cats or cat in gpu_cats:
                 name = event.get("name")
                 if name.__class__ is str:
@@ -225,14 +241,16 @@ class Collector:
                             args.get("kernel"),
                             args.get("grid"),
                             args.get("block"),
+                            event.get("pid"),
+                            args.get("stream"),
                         )
             elif cat == "user_annotation":
                 name = event.get("name")
                 if name.__class__ is str:
                     self.annotations.append(name)
 
-    def add_op(self, name: str, ts: Any, dur: Any, tid: Any, dims: Any, types: Any) -> None:
-        """One ``cpu_op`` event.
+    def add_op(self, name: str, ts: Any, dur: Any, tid: Any, dims: Any, types: Any, pid: Any = None) -> None:
+        """One ``cpu_op`` event (``pid``/``tid``: its process and thread).
 
         ``dims``/``types`` are the args' ``Input Dims``/``Input type``: parsed values, their
         JSON text as ``bytes`` (the fast reader leaves them unparsed; equal values are
@@ -258,6 +276,11 @@ class Collector:
         if group is None:
             group = self._groups[gkey] = len(self._group_rows)
             self._group_rows.append((normal, dims, types))
+        if tid == self._last_tid and pid == self._last_pid:  # most events follow one of their own thread
+            thread = self._last_thread
+        else:
+            thread = self._tid(tid, pid)
+        self.op_thread.append(thread)
         kind = ts.__class__
         if kind is not float:
             if kind is not int:
@@ -281,11 +304,22 @@ class Collector:
             self._ref_rows.append((normal, dims))
         self.span_start.append(ts)
         self.span_end.append(end)
-        self.span_tid.append(self._tid(tid))
+        self.span_tid.append(thread)
         self.span_ref.append(ref)
 
-    def add_runtime(self, name: str, ts: Any, tid: Any, correlation: Any, kernel: Any, grid: Any, block: Any) -> None:
-        """One runtime (``cuda_runtime``/``cuda_driver``/``hip_*``) call."""
+    def add_runtime(
+        self,
+        name: str,
+        ts: Any,
+        tid: Any,
+        correlation: Any,
+        kernel: Any,
+        grid: Any,
+        block: Any,
+        pid: Any = None,
+        stream: Any = None,
+    ) -> None:
+        """One runtime (``cuda_runtime``/``cuda_driver``/``hip_*``) call (``stream``: its ``args.stream``, if any)."""
         role = self._roles.get(name)
         if role is None:
             role = self._roles[name] = _classify_runtime(name)
@@ -294,10 +328,8 @@ class Collector:
             return
         if ts.__class__ not in _NUMBER_TYPES:
             ts = None
-        if tag == "begin":
-            self.begins.append(ts)
-        elif tag == "end":
-            self.ends.append(ts)
+        if tag == "begin" or tag == "end":
+            self.captures.append((tag, ts, self._tid(tid, pid), None if stream is None else _hashable(stream)))
         elif tag == "graph":
             if correlation is not None:
                 self.graph_corr.add(_hashable(correlation))
@@ -319,7 +351,7 @@ class Collector:
                 self._widen()
             self.launch_ts.append(ts)
             self.launch_desc.append(desc)
-            self.launch_tid.append(self._tid(tid))
+            self.launch_tid.append(self._tid(tid, pid))
 
     def add_gpu(self, kind: str, name: str, ts: Any, correlation: Any, grid: Any, block: Any, node: Any = None) -> None:
         """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset).
@@ -386,13 +418,29 @@ class Collector:
 
     # -- storage -----------------------------------------------------------------------------------------------
 
-    def _tid(self, tid: Any) -> int:
+    def _tid(self, tid: Any, pid: Any = None) -> int:
+        """The thread index of (``pid``, ``tid``): thread ids are unique only within their process."""
+        self._last_tid, self._last_pid = tid, pid
+        self._last_thread = self._thread(tid, pid)
+        return self._last_thread
+
+    def _thread(self, tid: Any, pid: Any) -> int:
         if tid is not None and tid.__class__ is not int:
             tid = _hashable(tid)
-        index = self._tids.get(tid)
+        if pid is not None and pid.__class__ is not int:
+            pid = _hashable(pid)
+        key = (pid, tid)
+        index = self._tids.get(key)
         if index is None:
-            index = self._tids[tid] = len(self._tids)
+            index = self._tids[key] = len(self._tids)
+            self.threads.append(key)
         return index
+
+    def thread_label(self, index: int) -> str:
+        """How messages name thread ``index``: ``pid 1, thread 7`` (the parts the trace gave)."""
+        pid, tid = self.threads[index]
+        parts = [f"{what} {_shown(value)}" for what, value in (("pid", pid), ("thread", tid)) if value is not None]
+        return ", ".join(parts) or "no pid or thread"
 
     def _widen(self) -> None:
         """Keep times as the parser made them from now on: a double cannot hold every one exactly."""
@@ -409,6 +457,14 @@ _TIME_COLUMNS = ("op_ts", "span_start", "span_end", "launch_ts", "gpu_ts")
 _EXACT = 2**53
 
 _NAN = float("nan")
+
+#: Equal to no value a trace holds.
+_NOTHING: Any = object()
+
+
+def _shown(value: Any) -> Any:
+    """A value kept by :func:`_hashable`, as the trace wrote it."""
+    return value[1] if value.__class__ is tuple else value
 
 
 def _parsed(value: Any) -> Any:

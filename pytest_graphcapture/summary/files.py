@@ -17,6 +17,12 @@ from .scan import _build, _Scan, _scan
 from .stream import Unusual, stream_trace
 from .tracefile import load_trace
 
+#: The top-level field of a merged multi-rank trace (``graphcapture merge``) that describes the merge.
+MERGED_FIELD = "graphcapture_merged"
+
+#: The field of :data:`MERGED_FIELD` that says the ranks' correlation ids were made rank-unique.
+MERGED_CORRELATION = "correlation"
+
 
 def collect_trace_file(path: Union[str, Path], *, max_bytes: Optional[int] = None) -> tuple[_Scan, dict]:
     """The collected events of a trace file and its top-level fields, read in slices (bounded memory).
@@ -29,8 +35,21 @@ def collect_trace_file(path: Union[str, Path], *, max_bytes: Optional[int] = Non
         top = stream_trace(path, scan, max_bytes=max_bytes)
     except Unusual:
         trace = load_trace(path, max_bytes=max_bytes)
+        _refuse_colliding_ranks(path, trace)
         return _scan(trace["traceEvents"]), trace
+    _refuse_colliding_ranks(path, top)
     return scan, top
+
+
+def _refuse_colliding_ranks(path: Union[str, Path], top: dict) -> None:
+    """Refuse a merged trace whose ranks share correlation ids: kernels would join another rank's launches."""
+    merged = top.get(MERGED_FIELD)
+    if isinstance(merged, dict) and MERGED_CORRELATION not in merged:
+        raise TraceFormatError(
+            path,
+            "merged by an older graphcapture merge, which kept each rank's own correlation ids, so a kernel "
+            "cannot be told from another rank's; merge the rank traces again (graphcapture merge DIR)",
+        )
 
 
 def summarize_trace_file(

@@ -13,12 +13,20 @@ Two inputs give one result:
 
 How the summary is built:
 
-* **Capture window** — events between a stream's BeginCapture and EndCapture
-  runtime calls (``cudaStreamBeginCapture*``, ``hipStreamBeginCapture*``,
+* **Capture windows** — events between a BeginCapture and its EndCapture runtime
+  call (``cudaStreamBeginCapture*``, ``hipStreamBeginCapture*``,
   ``cuStreamBeginCapture*`` … ``*StreamEndCapture*``), inclusive of their start
-  times; several pairs form a union.  Without capture calls (eager CPU backend,
-  or an eager GPU step) the window is the whole trace, i.e. the profiler's active
-  step.
+  times, *on the capturing thread* (:func:`pair_captures`).  Calls are paired per
+  process and thread (and per stream where the trace records one): each EndCapture
+  closes the latest open BeginCapture of its thread and is used once.  A Begin
+  without its End (the capture outlived the profiler window) or an End without its
+  Begin (the capture began before it) still bounds a window, open at one side, and
+  the summary is marked incomplete, naming the call and its thread.  Events of
+  other threads are not in the graph, except where the capturing thread recorded no
+  op at all (a trace that numbers threads differently for runtime calls and ops):
+  its windows then hold the events of every thread of its process.  Without capture
+  calls (eager CPU backend, or an eager GPU step) the window is the whole trace,
+  i.e. the profiler's active step.
 * **ops** — every ``cpu_op`` event in the window, *at all nesting levels*
   (``aten::linear`` and the ``aten::addmm`` inside it both count).  Counting
   every level needs no call-tree reconstruction, so it is cheap and identical for
@@ -36,7 +44,9 @@ How the summary is built:
   ``kind`` ``memcpy``/``memset`` and keep their recorded name (they are not
   symbols, so normalization levels do not touch them).
 * **attribution** — each kernel entry names the op whose call launched it
-  (:mod:`.attribute`): the innermost ``cpu_op`` around the launch call on its thread.
+  (:mod:`.attribute`): the innermost ``cpu_op`` around the launch call on its thread
+  (a thread is a (pid, tid) pair: thread ids are per process, as in a merged
+  multi-rank trace).
 * **replay** — :func:`replay_kernels_from_events` / ``_from_profile`` pick the
   GPU events whose ``correlation`` equals a ``cudaGraphLaunch``/``hipGraphLaunch``
   (``cuGraphLaunch``) correlation, which excludes fill kernels launched outside
@@ -60,28 +70,131 @@ from .collect import (  # noqa: F401  (re-exported: the live reader classifies w
     KERNEL_LAUNCH_APIS,
     Collector,
     _api_base,
+    _shown,
 )
 from .model import Summary, _merge_kernel
 from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
 
 
+class CaptureWindows:
+    """The capture windows of a trace, per thread, and the capture calls that could not be paired.
+
+    Built by :func:`pair_captures`.  ``of[thread]`` is the list of ``(start, end)``
+    windows that hold the events of thread index ``thread`` (empty: none of them);
+    ``problems`` holds one sentence per kind of capture call that could not be paired.
+    """
+
+    def __init__(self, of: list, problems: list) -> None:
+        self.of = of
+        self.problems = problems
+
+
+def pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
+    """Pair the BeginCapture/EndCapture calls of ``scan`` into windows; None when it has no capture calls.
+
+    The rule (the module docstring says why): calls are paired per (thread, stream) in
+    time order, each EndCapture closing the latest open BeginCapture; an End with no
+    open Begin is a window from the start of the trace, a Begin left open one to its
+    end, and each is reported.  ``op_threads``: the threads that recorded an op; a
+    capture thread outside it lends its windows to every thread of its process.
+    """
+    if not scan.captures:
+        return None
+    inf = float("inf")
+    calls: dict = {}
+    untimed: list = []
+    for role, ts, thread, stream in scan.captures:
+        if ts is None:
+            untimed.append((role, ts, thread, stream))
+        else:
+            calls.setdefault((thread, stream), []).append((ts, role != "begin", role))
+    by_thread: dict = {}
+    open_begins: list = []
+    lone_ends: list = []
+    for (thread, stream), timed in calls.items():
+        timed.sort(key=lambda call: call[:2])  # at equal times a Begin comes first
+        windows = by_thread.setdefault(thread, [])
+        started: list = []
+        for ts, _, role in timed:
+            if role == "begin":
+                started.append(ts)
+            elif started:
+                windows.append((started.pop(), ts))
+            else:
+                windows.append((-inf, ts))
+                lone_ends.append((ts, thread, stream))
+        for ts in started:
+            windows.append((ts, inf))
+            open_begins.append((ts, thread, stream))
+    threads = scan.threads
+    lent: dict = {}  # pid -> windows of its capture threads that recorded no op (None: of calls without pid)
+    every: dict = {}  # pid -> windows of all its capture threads
+    for thread, windows in by_thread.items():
+        pid = threads[thread][0]
+        every.setdefault(pid, []).extend(windows)
+        if thread not in op_threads:
+            lent.setdefault(pid, []).extend(windows)
+    everywhere = [window for windows in every.values() for window in windows]
+    of = []
+    for thread, (pid, tid) in enumerate(threads):
+        if thread in by_thread:
+            of.append(by_thread[thread])
+        elif tid is None:  # the trace does not say the thread: any capture of its process may hold it
+            of.append(everywhere if pid is None else every.get(pid, []) + every.get(None, []))
+        else:
+            of.append(lent.get(pid, []) + lent.get(None, []))
+    problems = []
+    if open_begins:
+        problems.append(
+            _unpaired(
+                scan,
+                open_begins,
+                "BeginCapture",
+                "EndCapture call after it on its thread",
+                "cut off by the end of the profiler window (or ended on another thread)",
+            )
+        )
+    if lone_ends:
+        problems.append(
+            _unpaired(
+                scan,
+                lone_ends,
+                "EndCapture",
+                "BeginCapture call before it on its thread",
+                "cut off by the start of the profiler window (or began on another thread)",
+            )
+        )
+    for role in ("begin", "end"):
+        nameless = [(None, thread, stream) for tag, _, thread, stream in untimed if tag == role]
+        if nameless:
+            what = "BeginCapture" if role == "begin" else "EndCapture"
+            problems.append(_unpaired(scan, nameless, what, "time stamp", "unknown"))
+    return CaptureWindows(of, problems)
+
+
+def _unpaired(scan: Collector, calls: list, what: str, missing: str, window: str) -> str:
+    """One sentence naming the ``what`` calls (``(ts, thread, stream)``) that have no ``missing``."""
+    calls = sorted(calls, key=lambda call: (call[0] is None, call[0] or 0, call[1]))
+    places = []
+    for ts, thread, stream in calls[:3]:
+        at = "" if ts is None else f" at ts {ts}"
+        on = scan.thread_label(thread) + ("" if stream is None else f", stream {_shown(stream)}")
+        places.append(f"{at} on {on}".strip())
+    more = f" and {len(calls) - 3} more" if len(calls) > 3 else ""
+    if len(calls) == 1:
+        return f"the {what} call {places[0]} has no {missing}, so its capture window is {window}"
+    return (
+        f"{len(calls)} {what} calls ({'; '.join(places)}{more}) have no {missing}, "
+        f"so their capture windows are {window}"
+    )
+
+
 class _Scan(Collector):
     """The collected records of one trace, and what a summary reads from them."""
 
-    def windows(self) -> Optional[list]:
-        """List of (start, end) capture windows; None when the trace has no capture calls."""
-        if not self.begins and not self.ends:
-            return None
-        begins = sorted(b for b in self.begins if b is not None)
-        ends = sorted(e for e in self.ends if e is not None)
-        windows = []
-        inf = float("inf")
-        if ends and (not begins or ends[0] < begins[0]):
-            windows.append((-inf, ends[0]))  # capture began before the profiled window
-        for start in begins:
-            end = next((e for e in ends if e >= start), inf)
-            windows.append((start, end))
-        return windows
+    def windows(self) -> Optional[CaptureWindows]:
+        """The capture windows of the trace (:func:`pair_captures`); None when it has no capture calls."""
+        return pair_captures(self, set(self.op_thread))
 
     def replay_kernels(self) -> list:
         """GPU events correlated with a graph launch, in time order."""
@@ -122,7 +235,7 @@ class _Scan(Collector):
             counted[pair] = counted.get(pair, 0) + 1
         return counted
 
-    def op_entries(self, windows: Optional[list]) -> list:
+    def op_entries(self, windows: Optional[CaptureWindows]) -> list:
         """Op groups with their counts in the windows, in the order they first occur there."""
         fine: dict = {}
         op_group = self.op_group
@@ -130,9 +243,9 @@ class _Scan(Collector):
             for group in op_group:
                 fine[group] = fine.get(group, 0) + 1
         else:
-            inside = _inside
-            for ts, group in zip(self.op_ts, op_group):
-                if inside(ts, windows):
+            inside, of = _inside, windows.of
+            for ts, group, thread in zip(self.op_ts, op_group, self.op_thread):
+                if inside(ts, of[thread]):
                     fine[group] = fine.get(group, 0) + 1
         mapping, rows = self.op_groups()
         counts: dict = {}
@@ -153,11 +266,8 @@ class _Scan(Collector):
         return out
 
 
-def _inside(ts: Any, windows: Optional[list]) -> bool:
-    if windows is None:
-        return True
-    if ts is None:
-        return False
+def _inside(ts: Any, windows: list) -> bool:
+    """Whether time ``ts`` lies in one of ``windows`` (a NaN time lies in none)."""
     for start, end in windows:
         if start <= ts <= end:
             return True
@@ -193,7 +303,10 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     if windows is None:
         launches_in = range(len(launch_desc))
     else:
-        launches_in = [i for i, ts in enumerate(scan.launch_ts) if _inside(ts, windows)]
+        of = windows.of
+        launches_in = [
+            i for i, (ts, thread) in enumerate(zip(scan.launch_ts, scan.launch_tid)) if _inside(ts, of[thread])
+        ]
     by_api = Counter(rows[launch_desc[i]][0] for i in launches_in)
     launches = {"total": len(launches_in), "by_api": dict(by_api)}
 
@@ -227,11 +340,9 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
                 f"{unnamed} of {len(launches_in)} launches in the capture window carry no kernel name "
                 "(NVIDIA records names only for executed kernels); a graph replay must supply the kernels"
             )
-        if not scan.begins or not scan.ends:
+        if windows.problems:
             complete = False
-            missing = "EndCapture" if scan.begins and not scan.ends else "BeginCapture"
-            extra = f"the trace has no {missing} call, so the capture window is cut off by the profiler window"
-            reason = f"{reason}; {extra}" if reason else extra
+            reason = "; ".join(([reason] if reason else []) + windows.problems)
     else:
         gpu_rows = scan.gpu_rows
         found = [(*gpu_rows[desc], op, count) for (desc, op), count in scan.gpu_kernels().items()]

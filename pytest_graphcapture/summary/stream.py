@@ -14,7 +14,7 @@ whole.
 
 Parsing: with `msgspec <https://jcristharif.com/msgspec/>`_ installed, each slice is
 decoded into typed records holding only the fields a summary reads (``name``,
-``cat``, ``ts``, ``dur``, ``tid`` and seven ``args`` fields, the op shapes left as JSON
+``cat``, ``ts``, ``dur``, ``tid``, ``pid`` and eight ``args`` fields, the op shapes left as JSON
 text); every other field is checked as JSON and skipped without building Python objects.  That is several times
 faster than ``json.loads``.  Without msgspec the stdlib parses the slices into dicts.
 
@@ -65,6 +65,7 @@ if msgspec is not None:
         grid: Any = None
         block: Any = None
         graph_node_id: Any = msgspec.field(default=None, name=GRAPH_NODE_ARG)
+        stream: Any = None
         # Kept as JSON text: parsing them into lists costs more than grouping by their text.
         input_dims: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input Dims")
         input_type: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input type")
@@ -75,6 +76,7 @@ if msgspec is not None:
         ts: Any = None
         dur: Any = None
         tid: Any = None
+        pid: Any = None
         args: Optional[_Args] = None
 
     _DECODER = msgspec.json.Decoder(list[_Event])
@@ -96,7 +98,7 @@ def _feed_records(collector: Collector, events: list) -> None:
             if name.__class__ is str:
                 args = event.args
                 if args is None:
-                    add_op(name, event.ts, event.dur, event.tid, MISSING, MISSING)
+                    add_op(name, event.ts, event.dur, event.tid, MISSING, MISSING, event.pid)
                 else:
                     dims = args.input_dims
                     types = args.input_type
@@ -107,15 +109,26 @@ def _feed_records(collector: Collector, events: list) -> None:
                         event.tid,
                         MISSING if dims is unset else bytes(dims),
                         MISSING if types is unset else bytes(types),
+                        event.pid,
                     )
         elif cat in runtime_cats:
             name = event.name
             if name.__class__ is str:
                 args = event.args
                 if args is None:
-                    add_runtime(name, event.ts, event.tid, None, None, None, None)
+                    add_runtime(name, event.ts, event.tid, None, None, None, None, event.pid)
                 else:
-                    add_runtime(name, event.ts, event.tid, args.correlation, args.kernel, args.grid, args.block)
+                    add_runtime(
+                        name,
+                        event.ts,
+                        event.tid,
+                        args.correlation,
+                        args.kernel,
+                        args.grid,
+                        args.block,
+                        event.pid,
+                        args.stream,
+                    )
         elif cat in gpu_cats:
             name = event.name
             if name.__class__ is str:

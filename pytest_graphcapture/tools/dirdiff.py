@@ -16,7 +16,7 @@ from typing import Optional
 from ..errors import TraceFormatError, UsageError
 from ..golden.diff import compare_dicts
 from ..keys import CaptureKey, key_label
-from ..naming import MERGED_SUFFIX, is_hidden
+from ..naming import is_hidden, is_merged_trace
 from ..summary.model import Summary
 from .matrix import coarsest, load_any, render_matrix_text, require_directory
 
@@ -47,12 +47,7 @@ def describe_differences(expected: Summary, actual: Summary) -> list[str]:
 def is_input_file(path: Path) -> bool:
     """A summary JSON file or a per-key trace: ``.json``/``.json.gz``, not hidden, not a merged trace."""
     name = path.name
-    return (
-        path.is_file()
-        and name.endswith((".json", ".json.gz"))
-        and not is_hidden(path)
-        and not name.endswith((MERGED_SUFFIX, "-merged.json.gz"))
-    )
+    return path.is_file() and name.endswith((".json", ".json.gz")) and not is_hidden(path) and not is_merged_trace(path)
 
 
 def collect_tree(root: Path, batch_size: Optional[int] = None) -> dict[Ident, tuple[Path, Summary]]:

@@ -16,6 +16,7 @@ from .._io import JSONProblem, is_scratch, loads_strict
 from ..errors import TraceFormatError, UsageError
 from ..golden.store import migrate
 from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
+from ..naming import is_merged_trace
 from ..summary.files import summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
@@ -121,8 +122,13 @@ def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[di
 
 
 def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
+    """Summary and trace files under ``root``: no temp file of an atomic write, no merged multi-rank trace."""
     files = root.rglob("*") if recursive else root.iterdir()
-    return sorted(p for p in files if p.is_file() and p.name.endswith((".json", ".json.gz")) and not is_scratch(p.name))
+    return sorted(
+        p
+        for p in files
+        if p.is_file() and p.name.endswith((".json", ".json.gz")) and not is_scratch(p.name) and not is_merged_trace(p)
+    )
 
 
 def collect(root: PathLike, *, recursive: bool = True, batch_size: Optional[int] = None) -> list[tuple[str, object]]:

@@ -12,8 +12,10 @@ next to the inputs, which Perfetto and chrome://tracing open:
   ``rank * PID_STRIDE + n`` (``n`` numbers the rank's original pids in sorted
   order), and its process is named ``[TP00] <original name>`` (``[TP01] …``) by
   ``process_name`` metadata events, with ``process_sort_index`` ordering ranks;
-* flow/async ``id`` and ``bind_id`` values are made rank-unique, so a rank's
-  CPU→GPU arrows never bind to another rank's events;
+* flow/async ``id`` and ``bind_id`` values and ``args.correlation`` ids are made
+  rank-unique (they are numbered per process), so a rank's CPU→GPU arrows never
+  bind to another rank's events, and a kernel is never joined to another rank's
+  launch call (``graphcapture summarize`` of a merged trace joins by correlation);
 * timestamps are put on one time base (Kineto writes ``ts`` relative to each
   file's ``baseTimeNanoseconds``);
 * events are sorted stably by (metadata first, ts, pid, tid, name), so merging the
@@ -33,12 +35,20 @@ from typing import Any, Callable, Iterable, Optional, Union
 from .._io import write_atomic
 from ..errors import TraceFormatError
 from ..naming import RankTrace, group_rank_traces
+from ..summary.files import MERGED_CORRELATION, MERGED_FIELD
 from ..summary.tracefile import load_trace
 from .matrix import require_directory
 
 PID_STRIDE = 1000
-#: Flow/async ids of rank r are offset by r * ID_STRIDE (ints) or prefixed ``TP<r>:`` (strings).
+#: Flow/async and correlation ids of rank r are offset by r * ID_STRIDE (ints) or prefixed ``TP<r>:`` (others).
 ID_STRIDE = 1 << 40
+
+
+def _rank_id(value: Any, rank: int) -> Any:
+    """A per-process id made unique across ranks: ints offset by ``rank * ID_STRIDE``, others prefixed."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value + rank * ID_STRIDE
+    return f"TP{rank}:{value}"
 
 
 def rank_label(rank: int) -> str:
@@ -76,11 +86,10 @@ def _rank_events(trace: dict, rank: int, shift_us: float) -> list[dict]:
             event["ts"] = event["ts"] + shift_us
         for field in ("id", "bind_id"):
             if field in event:
-                value = event[field]
-                if isinstance(value, int) and not isinstance(value, bool):
-                    event[field] = value + rank * ID_STRIDE
-                else:
-                    event[field] = f"TP{rank}:{value}"
+                event[field] = _rank_id(event[field], rank)
+        args = event.get("args")
+        if isinstance(args, dict) and args.get("correlation") is not None:
+            event["args"] = dict(args, correlation=_rank_id(args["correlation"], rank))
         if event.get("ph") == "M":
             args = dict(event.get("args") or {})
             if event.get("name") == "process_name":
@@ -135,13 +144,14 @@ def merge_trace_files(paths: dict[int, Path], out_path: Union[str, Path]) -> Pat
     }
     if base is not None:
         merged["baseTimeNanoseconds"] = base
-    merged["graphcapture_merged"] = {
+    merged[MERGED_FIELD] = {
         "ranks": sorted(traces),
         "sources": {str(rank): Path(path).name for rank, path in sorted(paths.items())},
         "distributedInfo": {
             str(rank): t.get("distributedInfo") for rank, t in traces.items() if t.get("distributedInfo") is not None
         },
         "pid": f"rank * {PID_STRIDE} + index of the rank's original pid",
+        MERGED_CORRELATION: f"rank * {ID_STRIDE} + the rank's correlation id ('TP<rank>:' before one not an int)",
     }
     merged["traceEvents"] = events
     data = json.dumps(merged, separators=(",", ":"), sort_keys=False).encode("utf-8")
