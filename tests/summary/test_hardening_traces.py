@@ -46,12 +46,20 @@ REJECTED = {
     "NaN": (trace_bytes([OP]).replace(b'"ts": 1', b'"ts": NaN'), "NaN"),
     "Infinity": (trace_bytes([OP]).replace(b'"ts": 1', b'"ts": -Infinity'), "Infinity"),
     "not UTF-8": (b'{"traceEvents": [{"name": "\xff\xfe"}]}', "not UTF-8"),
+    "not UTF-8 in Input type": (trace_bytes([OP]).replace(b'"float"]', b'"fl\xc0\x80oat"]'), "not UTF-8"),
+    "not UTF-8 in Input Dims": (trace_bytes([OP]).replace(b"[3, 4]]", b'[3, "\xed\xa0\x80"]]'), "not UTF-8"),
+    "nested 985 deep": (trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 985 + b"]" * 985), "deeper"),
+    "nested 101 deep": (
+        trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 98 + b"]" * 98),
+        "arrays and objects nested deeper than 100 levels",
+    ),
 }
 
 TOLERATED = {
     "missing args": [{k: v for k, v in OP.items() if k != "args"}],
     "args not an object": [{**OP, "args": [1, 2]}],
     "Input Dims not a list": [{**OP, "args": {"Input Dims": "oops", "Input type": 7}}],
+    "nested 100 deep (the limit)": [{**OP, "x": json.loads("[" * 97 + "]" * 97)}],
     "name not a string": [{**OP, "name": 12}, OP],
     "huge name (1 MB)": [{**OP, "name": "k" * 1_000_000}],
     "ts as float and missing dur": [{**OP, "ts": 1.5}, {k: v for k, v in OP.items() if k != "dur"}],
