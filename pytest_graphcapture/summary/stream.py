@@ -19,10 +19,11 @@ text); every other field is checked as JSON and skipped without building Python 
 faster than ``json.loads``.  Without msgspec the stdlib parses the slices into dicts.
 
 Anything unusual (a parse error in the file, an event that is not an object, a
-non-object ``args``, a second ``traceEvents`` key, numbers outside the double range)
-raises :class:`Unusual`: the caller then reads the file the whole-file way
-(:func:`~.tracefile.load_trace`), which either gives the same events or the one-line
-error that names the problem.  The size cap is enforced here as well.
+non-object ``args``, a second ``traceEvents`` key, numbers outside the double range,
+an event the collector refuses) raises :class:`Unusual`: the caller then reads the
+file the whole-file way (:func:`~.tracefile.load_trace`), which either gives the same
+events or the one-line error that names the problem.  The size cap is enforced here
+as well.
 
 Checked on every slice, because the fast parser skips the fields a summary does not
 read without looking into them, and the verdict must not depend on which bytes a
@@ -41,6 +42,7 @@ import re
 import sys
 from typing import Any, Callable, Iterator, Optional, Union
 
+from ..errors import TraceEventError
 from .collect import _GPU_CATS, _RUNTIME_CATS, GRAPH_NODE_ARG, MISSING, Collector
 from .tracefile import MAX_NESTING, nesting_depth, resolve_max_bytes, trace_blocks
 
@@ -100,6 +102,8 @@ def _feed_records(collector: Collector, events: list) -> None:
     add_gpu = collector.add_gpu
     for event in events:
         cat = event.cat
+        if cat.__class__ is not str:  # a list or object is no category a summary reads
+            continue
         if cat == "cpu_op":
             name = event.name
             if name.__class__ is str:
@@ -212,6 +216,17 @@ def _check_text(data: Any, outer_levels: int) -> None:
         raise Unusual("a number with more digits than int() reads")
     if nesting_depth(raw) + outer_levels > MAX_NESTING:
         raise Unusual("nested too deep")
+
+
+def _feed_checked(feed: Callable, collector: Collector, events: list) -> None:
+    """``feed(collector, events)``; an event the collector refuses leaves the verdict to the whole-file reader.
+
+    (A later part of the file may hold a problem the whole-file reader names first.)
+    """
+    try:
+        feed(collector, events)
+    except TraceEventError:
+        raise Unusual("an event the collector refuses") from None
 
 
 class _Reader:
@@ -406,7 +421,7 @@ def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: C
             if close:
                 if events.__class__ is not list:
                     raise Unusual("the end of the events does not parse")
-                feed(collector, events)
+                _feed_checked(feed, collector, events)
                 reader.pos = start + close  # data[i] is buf[start - 1 + i]
                 return
             if events is None:
@@ -414,7 +429,7 @@ def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: C
                 if attempts >= _ATTEMPTS:
                     raise Unusual("a slice of events does not parse")
                 continue
-            feed(collector, events)
+            _feed_checked(feed, collector, events)
             del events
             if closing:
                 reader.pos = after + 1

@@ -48,6 +48,31 @@ REJECTED = {
     "not UTF-8": (b'{"traceEvents": [{"name": "\xff\xfe"}]}', "not UTF-8"),
     "not UTF-8 in Input type": (trace_bytes([OP]).replace(b'"float"]', b'"fl\xc0\x80oat"]'), "not UTF-8"),
     "not UTF-8 in Input Dims": (trace_bytes([OP]).replace(b"[3, 4]]", b'[3, "\xed\xa0\x80"]]'), "not UTF-8"),
+    "Input Dims a string": (trace_bytes([{**OP, "args": {"Input Dims": "oops"}}]), 'Input Dims is "oops"'),
+    "Input Dims with a string shape": (
+        trace_bytes([{**OP, "args": {"Input Dims": [[2, 3], "x"]}}]),
+        'cpu_op event "aten::mm" at ts 1: Input Dims is [[2, 3], "x"], expected a list with one shape',
+    ),
+    "Input Dims with a float": (
+        trace_bytes([OP]).replace(b"[3, 4]]", b"[1e999]]"),
+        "Input Dims is [[2, 3], [Infinity]]",
+    ),
+    "Input Dims with a 5000-digit integer": (
+        trace_bytes([OP]).replace(b"[3, 4]]", b"[" + b"7" * 5000 + b"]]"),
+        "Exceeds the limit (4300 digits)",
+    ),
+    "Input type not strings": (
+        trace_bytes([{**OP, "args": {"Input type": [1]}}]),
+        "Input type is [1], expected a list",
+    ),
+    "lone surrogate escape in an op name": (
+        trace_bytes([{**OP, "name": "aten::mm\ud800"}]),
+        'cpu_op event "aten::mm\\ud800" at ts 1: the name holds a lone surrogate escape',
+    ),
+    "lone surrogate escape in a kernel name": (
+        trace_bytes([{"ph": "X", "cat": "kernel", "name": "k\udfff", "ts": 5, "args": {"correlation": 1}}]),
+        "kernel event",
+    ),
     "nested 985 deep": (trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 985 + b"]" * 985), "deeper"),
     "nested 101 deep": (
         trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 98 + b"]" * 98),
@@ -58,7 +83,8 @@ REJECTED = {
 TOLERATED = {
     "missing args": [{k: v for k, v in OP.items() if k != "args"}],
     "args not an object": [{**OP, "args": [1, 2]}],
-    "Input Dims not a list": [{**OP, "args": {"Input Dims": "oops", "Input type": 7}}],
+    "Input Dims and Input type null": [{**OP, "args": {"Input Dims": None, "Input type": None}}],
+    "cat a list or an object": [{**OP, "cat": ["cpu_op"]}, {**OP, "cat": {"a": 1}}, OP],
     "nested 100 deep (the limit)": [{**OP, "x": json.loads("[" * 97 + "]" * 97)}],
     "name not a string": [{**OP, "name": 12}, OP],
     "huge name (1 MB)": [{**OP, "name": "k" * 1_000_000}],
