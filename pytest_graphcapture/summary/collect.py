@@ -276,7 +276,10 @@ class Collector:
         kind = dur.__class__
         if kind is not float and kind is not int:
             return
-        end = ts + dur
+        try:
+            end = ts + dur
+        except OverflowError:  # an integer beyond the double range plus a float: no span to attribute with
+            return
         if end.__class__ is int and not -_EXACT <= end <= _EXACT:
             self._widen()
         rkey = (normal, dims_key)
