@@ -85,6 +85,7 @@ TOLERATED = {
     "args not an object": [{**OP, "args": [1, 2]}],
     "Input Dims and Input type null": [{**OP, "args": {"Input Dims": None, "Input type": None}}],
     "cat a list or an object": [{**OP, "cat": ["cpu_op"]}, {**OP, "cat": {"a": 1}}, OP],
+    "integer ts beyond the double range and a float dur": [{**OP, "ts": 10**400, "dur": 1.5}, OP],
     "nested 100 deep (the limit)": [{**OP, "x": json.loads("[" * 97 + "]" * 97)}],
     "name not a string": [{**OP, "name": 12}, OP],
     "huge name (1 MB)": [{**OP, "name": "k" * 1_000_000}],
