@@ -93,6 +93,32 @@ TOLERATED = {
 }
 
 
+#: Header fields and annotations a summary reads but never compares, with values no golden can hold as they are.
+ODD_HEADERS = {
+    "lone surrogate in the CUDA version": (trace_bytes([OP], cuda_runtime_version="12.\ud800"), r'"12.\\ud800"'),
+    "lone surrogate in the torch version": (trace_bytes([OP], metadata={"torch_version": "\udfff"}), r'"\\udfff"'),
+    "rank beyond the double range": (
+        trace_bytes([OP], distributedInfo={"rank": "@"}).replace(b'"@"', b"1e999"),
+        '"rank": null',
+    ),
+    "batch-size annotation of 5000 digits": (
+        trace_bytes([OP, {"ph": "X", "cat": "user_annotation", "name": "bs=" + "7" * 5000, "ts": 0, "dur": 9}]),
+        '"batch_size": 0',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_HEADERS))
+def test_header_fields_no_golden_can_hold_are_made_writable(tmp_path: Path, case: str, capsys) -> None:
+    """The environment is informational: a damaged header field is written escaped or null, never a crash."""
+    data, written = ODD_HEADERS[case]
+    path = write(tmp_path, "trace.json", data)
+    assert cli_main(["summarize", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert written in out
+    out.encode("utf-8")
+
+
 def write(tmp_path: Path, name: str, data: bytes) -> Path:
     path = tmp_path / name
     path.write_bytes(data)
