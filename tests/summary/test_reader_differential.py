@@ -13,6 +13,7 @@ import gzip
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import real_traces_dir
@@ -50,11 +51,35 @@ WRONG = (
     "@@INF@@",
     "@@HUGE@@",
     "@@BIG@@",
+    "capture_bs=@@DIGITS@@_DECODE",
 )
-RAW = {'"@@INF@@"': b"1e999", '"@@HUGE@@"': b"7" * 5000, '"@@BIG@@"': b"9" * 4300, '"@@BAD@@"': b'"\xc0\x80"'}
+RAW = {
+    '"@@INF@@"': b"1e999",
+    '"@@HUGE@@"': b"7" * 5000,
+    '"@@BIG@@"': b"9" * 4300,
+    '"@@BAD@@"': b'"\xc0\x80"',
+    "@@DIGITS@@": b"7" * 5000,
+}
 #: Nesting depths of an injected value: with the event's levels and the field's own, 99 to 102, and far beyond.
 DEPTHS = (96, 97, 98, 99, 985)
 RAW.update({f'"@@DEEP{depth}@@"': b"[" * depth + b"]" * depth for depth in DEPTHS})
+
+#: Top-level fields a summary reads (platform, environment, rank), as paths into the trace.
+TOP_FIELDS = (
+    ("deviceProperties", 0, "name"),
+    ("deviceProperties", 0, "gcnArchName"),
+    ("deviceProperties", 0, "computeMajor"),
+    ("deviceProperties", 0, "computeMinor"),
+    ("deviceProperties",),
+    ("distributedInfo", "rank"),
+    ("distributedInfo", "backend"),
+    ("distributedInfo",),
+    ("cuda_runtime_version",),
+    ("hip_runtime_version",),
+    ("metadata", "torch_version"),
+    ("torch_version",),
+    ("record_shapes",),
+)
 
 #: Categories of the events a summary reads (mutations go mostly to these).
 READ_CATS = ("cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "user_annotation")
@@ -167,6 +192,22 @@ def _set(event: dict, field: tuple, value: object) -> None:
         event[field[0]] = value
 
 
+def _set_top(trace: dict, field: tuple, value: object) -> None:
+    """Set ``trace[field[0]][field[1]]...`` to ``value``, making the containers the path needs."""
+    *path, last = field
+    where: Any = trace
+    for step, following in zip(path, field[1:]):
+        fresh: Any = [{}] if isinstance(following, int) else {}
+        try:
+            inner = where[step]
+        except (KeyError, IndexError):
+            inner = None
+        if type(inner) is not type(fresh) or not inner and isinstance(fresh, list):
+            where[step] = inner = fresh
+        where = inner
+    where[last] = value
+
+
 def _encode(trace: dict, rnd: random.Random) -> bytes:
     text = json.dumps(trace, indent=rnd.choice((None, 1)), ensure_ascii=rnd.random() < 0.5)
     data = text.encode("utf-8", "surrogatepass")  # a lone surrogate stays a \ud800 escape with ensure_ascii
@@ -182,8 +223,13 @@ def _mutate(trace: dict, rnd: random.Random) -> tuple[list[str], bytes]:
     read = [i for i, event in enumerate(events) if event.get("cat") in READ_CATS]
     done = []
     for _ in range(rnd.randint(1, 3)):
-        kind = rnd.choice(("wrong type", "wrong type", "wrong type", "wrong type", "nesting", "bad UTF-8 in a field"))
-        if events:
+        kind = rnd.choice(("wrong type", "wrong type", "wrong type", "top-level", "nesting", "bad UTF-8 in a field"))
+        if kind == "top-level":
+            field = rnd.choice(TOP_FIELDS)
+            value = rnd.choice(WRONG)
+            _set_top(trace, field, value)
+            done.append(f"{kind} {field}={json.dumps(value)[:40]}")
+        elif events:
             index = rnd.choice(read) if read and rnd.random() < 0.8 else rnd.randrange(len(events))
             field = rnd.choice(FIELDS)
             if kind == "wrong type":
