@@ -369,3 +369,8 @@ def test_one_nesting_limit_for_both_readers_whatever_the_call_stack(fast, tmp_pa
         assert _verdict(path) == _legacy_error(path) == f"{path}: {too_deep()}"
     for path in (within, beyond, far):
         assert _on_a_deep_stack(500, lambda path=path: _verdict(path)) == _verdict(path)
+
+
+def test_the_documented_nesting_limit_is_the_one_the_readers_apply():
+    concepts = (REPO_ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    assert f"nested deeper than **{MAX_NESTING} levels** of arrays and objects" in concepts
