@@ -25,6 +25,7 @@ import re
 from array import array
 from typing import Any, Iterable, Optional
 
+from .._io import is_text
 from ..errors import TraceEventError
 from .normalize import normalize_op_name
 
@@ -432,19 +433,16 @@ def _event(kind: str, name: Any, ts: Any) -> str:
     label = json.dumps(name) if name.__class__ is str else "?"
     if len(label) > 80:
         label = label[:77] + '..."'
-    return f"{kind} event {label}" + (f" at ts {ts!r}" if ts.__class__ in _NUMBER_TYPES else "")
+    return f"{kind} event {label}" + (f" at ts {_short(ts)}" if ts.__class__ in _NUMBER_TYPES else "")
 
 
 def _require_text(text: str, kind: str, name: Any, ts: Any, field: str) -> None:
     """A string a summary writes must be Unicode text: a lone surrogate escape (``\\ud800``) cannot be written."""
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise TraceEventError(
-                f"{_event(kind, name, ts)}: {field} holds a lone surrogate escape, which is not text "
-                "(no profiler writes one); the summary could not be written"
-            ) from None
+    if not is_text(text):
+        raise TraceEventError(
+            f"{_event(kind, name, ts)}: {field} holds a lone surrogate escape, which is not text "
+            "(no profiler writes one) and no summary can hold"
+        )
 
 
 def _is_shape(value: Any) -> bool:

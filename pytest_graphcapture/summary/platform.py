@@ -27,6 +27,8 @@ import math
 import re
 from typing import Any, Optional
 
+from .._io import is_text
+
 CPU = "cpu"
 
 #: HIP (computeMajor, computeMinor) → gfx architecture.  HIP derives major/minor
@@ -84,7 +86,7 @@ def platform_from_trace(trace: dict) -> str:
     if device is None:
         return CPU
     arch = device.get("gcnArchName")
-    if isinstance(arch, str) and arch.strip():
+    if isinstance(arch, str) and arch.strip() and is_text(arch):  # a lone surrogate escape counts as no name
         return gfx_key(arch)
     major = device["computeMajor"]
     minor = device.get("computeMinor", 0)
@@ -172,9 +174,7 @@ def _writable(value: Any) -> Any:
     a trace's header must not stop its summary.
     """
     if isinstance(value, str):
-        if value.isascii():
-            return value
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value if is_text(value) else value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
