@@ -208,7 +208,7 @@ def nesting_depth(data: bytes, limit: int = MAX_NESTING) -> int:
 
 def too_deep(limit: int = MAX_NESTING) -> str:
     """The problem of a trace that nests deeper than ``limit``, for :class:`TraceFormatError`."""
-    return f"arrays and objects nested deeper than {limit} levels (a Kineto trace nests 7 deep); not a trace we read"
+    return f"invalid JSON: nesting too deep (more than {limit} levels of arrays and objects; a Kineto trace has 7)"
 
 
 def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trace>") -> dict:

@@ -73,10 +73,13 @@ REJECTED = {
         trace_bytes([{"ph": "X", "cat": "kernel", "name": "k\udfff", "ts": 5, "args": {"correlation": 1}}]),
         "kernel event",
     ),
-    "nested 985 deep": (trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 985 + b"]" * 985), "deeper"),
+    "nested 985 deep": (
+        trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 985 + b"]" * 985),
+        "nesting too deep",
+    ),
     "nested 101 deep": (
         trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 98 + b"]" * 98),
-        "arrays and objects nested deeper than 100 levels",
+        "invalid JSON: nesting too deep (more than 100 levels of arrays and objects",
     ),
 }
 
@@ -97,6 +100,10 @@ TOLERATED = {
 ODD_HEADERS = {
     "lone surrogate in the CUDA version": (trace_bytes([OP], cuda_runtime_version="12.\ud800"), r'"12.\\ud800"'),
     "lone surrogate in the torch version": (trace_bytes([OP], metadata={"torch_version": "\udfff"}), r'"\\udfff"'),
+    "lone surrogate as the GPU architecture": (
+        trace_bytes([OP], deviceProperties=[{"id": 0, "computeMajor": 9, "computeMinor": 4, "gcnArchName": "\ud800"}]),
+        '"cuda-sm94"',
+    ),
     "rank beyond the double range": (
         trace_bytes([OP], distributedInfo={"rank": "@"}).replace(b'"@"', b"1e999"),
         '"rank": null',
