@@ -279,6 +279,17 @@ def loads_strict(text: str, *, unique_keys: bool = False) -> Any:
         raise JSONProblem(f"invalid JSON: {exc}") from None
 
 
+def is_text(value: str) -> bool:
+    """Whether ``value`` can be written as UTF-8: JSON parsers accept a lone surrogate escape (``\\ud800``), no file can hold it."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def loads_unique(text: str, covers: Callable[[Any, int], bool]) -> Any:
     """What ``loads_strict(text, unique_keys=True)`` returns or raises, at C speed when no key can be repeated.
 

@@ -29,6 +29,15 @@ class TraceFormatError(FileError):
     """A trace file cannot be read as a Kineto/Chrome trace."""
 
 
+class TraceEventError(GraphCaptureError):
+    """An event holds a value no profiler writes (a malformed shape, a name that is not text).
+
+    The message names the event and the field; a reader that knows the file wraps it in
+    :class:`TraceFormatError`.  Such a value is refused rather than summarized, so it
+    never reaches a golden.
+    """
+
+
 class GoldenError(FileError):
     """A golden file cannot be read or written."""
 

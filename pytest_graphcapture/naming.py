@@ -141,6 +141,8 @@ def trace_stem(path: PathLike) -> str:
 _KEY_NAME = re.compile(r"^(?P<runner>.+?)_bs_(?P<bs>\d+)(?:_(?P<variant>.+?))?_rank(?P<rank>\d+)$")
 _BS_TOKEN = re.compile(r"(?:^|[^A-Za-z0-9])bs[_=](\d+)(?![0-9])")
 _BS_ANNOTATION = re.compile(r"(?:^|[^A-Za-z0-9])bs\s*[=_:]\s*(\d+)(?![0-9])|^capture_(\d+)(?:_|$)")
+#: A longer number in an annotation is no batch size (and may hold more digits than ``int()`` reads).
+_MAX_BS_DIGITS = 18
 _RANK_TOKEN = re.compile(r"(?:^|[^A-Za-z0-9])rank_?(\d+)(?![0-9])")
 
 
@@ -177,7 +179,9 @@ def key_from_trace_name(
         found = set()
         for name in annotations:
             for m in _BS_ANNOTATION.finditer(name):
-                found.add(int(m.group(1) or m.group(2)))
+                digits = m.group(1) or m.group(2)
+                if len(digits) <= _MAX_BS_DIGITS:
+                    found.add(int(digits))
         if len(found) > 1 and not unknown_ok:
             raise TraceFormatError(
                 path, f"annotations name several batch sizes {sorted(found)}; pass the key explicitly"

@@ -28,6 +28,8 @@ import re
 from array import array
 from typing import Any, Iterable, Optional
 
+from .._io import is_text
+from ..errors import TraceEventError
 from .normalize import normalize_op_name
 
 KERNEL_LAUNCH_APIS = frozenset(
@@ -216,6 +218,8 @@ class Collector:
                             MISSING,
                             event.get("pid"),
                         )
+            elif cat.__class__ is not str:  # a list or object is no category a summary reads
+                continue
             elif cat in runtime_cats or cat in gpu_cats:
                 name = event.get("name")
                 if name.__class__ is str:
@@ -258,6 +262,7 @@ class Collector:
         """
         normal = self._op_names.get(name)
         if normal is None:
+            _require_text(name, "cpu_op", name, ts, "the name")
             normal = self._op_names[name] = normalize_op_name(name)
         if dims is MISSING:
             dims_key = _NO_DIMS_TEXT
@@ -274,6 +279,7 @@ class Collector:
         gkey = (normal, dims_key, types_key)
         group = self._groups.get(gkey)
         if group is None:
+            _check_signature(name, ts, dims, types)
             group = self._groups[gkey] = len(self._group_rows)
             self._group_rows.append((normal, dims, types))
         if tid == self._last_tid and pid == self._last_pid:  # most events follow one of their own thread
@@ -294,7 +300,10 @@ class Collector:
         kind = dur.__class__
         if kind is not float and kind is not int:
             return
-        end = ts + dur
+        try:
+            end = ts + dur
+        except OverflowError:  # an integer beyond the double range plus a float: no span to attribute with
+            return
         if end.__class__ is int and not -_EXACT <= end <= _EXACT:
             self._widen()
         rkey = (normal, dims_key)
@@ -341,6 +350,8 @@ class Collector:
             dkey = (api, tag, kernel, tuple(grid) if grid else None, tuple(block) if block else None)
             desc = self._descs.get(dkey)
             if desc is None:
+                if kernel is not None:
+                    _require_text(kernel, "runtime", name, ts, "args.kernel")
                 desc = self._descs[dkey] = len(self.desc_rows)
                 self.desc_rows.append((api, tag, kernel, grid, block))
             if correlation is not None:
@@ -363,6 +374,7 @@ class Collector:
         dkey = (kind, name, tuple(grid) if grid else None, tuple(block) if block else None)
         desc = self._gpu_descs.get(dkey)
         if desc is None:
+            _require_text(name, kind, name, ts, "the name")
             desc = self._gpu_descs[dkey] = len(self.gpu_rows)
             self.gpu_rows.append((kind, name, grid, block))
         if ts.__class__ not in _NUMBER_TYPES:
@@ -470,6 +482,66 @@ def _shown(value: Any) -> Any:
 def _parsed(value: Any) -> Any:
     """An args value as the stdlib parses it (the fast reader hands some over as JSON text)."""
     return json.loads(value) if value.__class__ is bytes else value
+
+
+def _event(kind: str, name: Any, ts: Any) -> str:
+    """How a message names an event: its kind, name and time, escaped to plain ASCII."""
+    label = json.dumps(name) if name.__class__ is str else "?"
+    if len(label) > 80:
+        label = label[:77] + '..."'
+    return f"{kind} event {label}" + (f" at ts {_short(ts)}" if ts.__class__ in _NUMBER_TYPES else "")
+
+
+def _require_text(text: str, kind: str, name: Any, ts: Any, field: str) -> None:
+    """A string a summary writes must be Unicode text: a lone surrogate escape (``\\ud800``) cannot be written."""
+    if not is_text(text):
+        raise TraceEventError(
+            f"{_event(kind, name, ts)}: {field} holds a lone surrogate escape, which is not text "
+            "(no profiler writes one) and no summary can hold"
+        )
+
+
+def _is_shape(value: Any) -> bool:
+    """A list of integers, or of such lists (a tensor list): what Kineto records for one input."""
+    if value.__class__ is not list:
+        return False
+    for item in value:
+        if item.__class__ is not int and not _is_shape(item):
+            return False
+    return True
+
+
+def _check_signature(name: str, ts: Any, dims: Any, types: Any) -> None:
+    """Refuse ``Input Dims``/``Input type`` values no profiler writes, naming the event.
+
+    Absent or null means "not recorded" and is kept; otherwise ``Input Dims`` is a list
+    with one shape per input and ``Input type`` a list of strings.  Anything else (a
+    string, a number, a float dimension) is refused rather than dropped or copied into
+    a golden, where it would compare as a real shape.
+    """
+    try:
+        dims, types = _parsed(dims), _parsed(types)
+    except ValueError as exc:  # an integer with more digits than int() reads
+        raise TraceEventError(f"{_event('cpu_op', name, ts)}: Input Dims or Input type does not parse: {exc}") from None
+    if dims is not MISSING and dims is not None:
+        if dims.__class__ is not list or not all(_is_shape(shape) for shape in dims):
+            raise TraceEventError(
+                f"{_event('cpu_op', name, ts)}: Input Dims is {_short(dims)}, expected a list with one shape "
+                "(a list of integers, or of such lists) per input"
+            )
+    if types is not MISSING and types is not None:
+        if types.__class__ is not list or not all(item.__class__ is str for item in types):
+            raise TraceEventError(
+                f"{_event('cpu_op', name, ts)}: Input type is {_short(types)}, expected a list of type names (strings)"
+            )
+        for item in types:
+            _require_text(item, "cpu_op", name, ts, "Input type")
+
+
+def _short(value: Any) -> str:
+    """A value as JSON for a message, cut to a readable length."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _EMPTY_ARGS: dict = {}

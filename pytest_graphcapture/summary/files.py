@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from .._io import JSONProblem, gc_paused, loads_strict, require_regular
-from ..errors import TraceFormatError
+from ..errors import TraceEventError, TraceFormatError
 from ..keys import CaptureKey
 from ..naming import key_from_trace_name
 from .model import Summary
@@ -28,7 +28,8 @@ def collect_trace_file(path: Union[str, Path], *, max_bytes: Optional[int] = Non
     """The collected events of a trace file and its top-level fields, read in slices (bounded memory).
 
     A file the slice reader cannot take as it is (see :mod:`.stream`) is read whole,
-    which gives the same events, or the one-line error naming what is wrong with it.
+    which gives the same events, or the one-line error naming what is wrong with it
+    (an event the collector refuses included: the slice reader leaves those to it).
     """
     scan = _Scan()
     try:
@@ -36,7 +37,10 @@ def collect_trace_file(path: Union[str, Path], *, max_bytes: Optional[int] = Non
     except Unusual:
         trace = load_trace(path, max_bytes=max_bytes)
         _refuse_colliding_ranks(path, trace)
-        return _scan(trace["traceEvents"]), trace
+        try:
+            return _scan(trace["traceEvents"]), trace
+        except TraceEventError as exc:
+            raise TraceFormatError(path, str(exc)) from None
     _refuse_colliding_ranks(path, top)
     return scan, top
 

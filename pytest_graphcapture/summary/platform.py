@@ -23,8 +23,11 @@ device in :mod:`pytest_graphcapture.engine.device`: this module imports no torch
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Optional
+
+from .._io import is_text
 
 CPU = "cpu"
 
@@ -83,7 +86,7 @@ def platform_from_trace(trace: dict) -> str:
     if device is None:
         return CPU
     arch = device.get("gcnArchName")
-    if isinstance(arch, str) and arch.strip():
+    if isinstance(arch, str) and arch.strip() and is_text(arch):  # a lone surrogate escape counts as no name
         return gfx_key(arch)
     major = device["computeMajor"]
     minor = device.get("computeMinor", 0)
@@ -160,4 +163,22 @@ def environment_from_trace(trace: dict) -> dict:
     dist = trace.get("distributedInfo")
     if isinstance(dist, dict):
         env["distributed"] = {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}
-    return env
+    return _writable(env)
+
+
+def _writable(value: Any) -> Any:
+    """``value`` with what a golden's JSON cannot hold made writable: the environment is informational.
+
+    A string that is not text (a lone surrogate escape) keeps its escapes as ``\\udXXX``
+    text; a number beyond the double range (``1e999``) becomes None.  A damaged field of
+    a trace's header must not stop its summary.
+    """
+    if isinstance(value, str):
+        return value if is_text(value) else value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _writable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_writable(item) for item in value]
+    return value

@@ -19,10 +19,19 @@ text); every other field is checked as JSON and skipped without building Python 
 faster than ``json.loads``.  Without msgspec the stdlib parses the slices into dicts.
 
 Anything unusual (a parse error in the file, an event that is not an object, a
-non-object ``args``, a second ``traceEvents`` key, invalid UTF-8, numbers outside
-the double range) raises :class:`Unusual`: the caller then reads the file the
-whole-file way (:func:`~.tracefile.load_trace`), which either gives the same events
-or the one-line error that names the problem.  The size cap is enforced here as well.
+non-object ``args``, a second ``traceEvents`` key, numbers outside the double range,
+an event the collector refuses) raises :class:`Unusual`: the caller then reads the
+file the whole-file way (:func:`~.tracefile.load_trace`), which either gives the same
+events or the one-line error that names the problem.  The size cap is enforced here
+as well.
+
+Checked on every slice, because the fast parser skips the fields a summary does not
+read without looking into them, and the verdict must not depend on which bytes a
+parser looked at (or on the file's size): the slice is UTF-8 (overlong forms,
+surrogates and code points above U+10FFFF refused, as the whole-file decode does),
+holds no run of digits longer than ``int()`` reads (``sys.get_int_max_str_digits``),
+and nests no deeper than :data:`~.tracefile.MAX_NESTING`.  A slice that fails a check
+raises :class:`Unusual`, so the whole-file reader names the problem.
 """
 
 from __future__ import annotations
@@ -30,10 +39,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from typing import Any, Callable, Iterator, Optional, Union
 
+from ..errors import TraceEventError
 from .collect import _GPU_CATS, _RUNTIME_CATS, GRAPH_NODE_ARG, MISSING, Collector
-from .tracefile import resolve_max_bytes, trace_blocks
+from .tracefile import MAX_NESTING, nesting_depth, resolve_max_bytes, trace_blocks
 
 try:  # the fast parser; the stdlib does the same work more slowly without it
     import msgspec
@@ -93,6 +104,8 @@ def _feed_records(collector: Collector, events: list) -> None:
     add_gpu = collector.add_gpu
     for event in events:
         cat = event.cat
+        if cat.__class__ is not str:  # a list or object is no category a summary reads
+            continue
         if cat == "cpu_op":
             name = event.name
             if name.__class__ is str:
@@ -177,6 +190,58 @@ def _parse_slice_dicts(data: Any) -> Any:
     return events
 
 
+_DIGIT_MARKS = bytes.maketrans(b"0123456789", b"1" * 10)
+
+
+def _long_digit_run(data: bytes) -> bool:
+    """Whether ``data`` may hold an integer with more digits than ``int()`` reads (the stdlib parse refuses it).
+
+    Any run of ``2 * step`` digits holds two sample points ``step`` apart, so only the
+    stretches between neighbouring digit samples are looked at; a stretch of ``step + 1``
+    digits counts as found (such a number is no profiler's, and a false alarm only sends
+    the file to the whole-file reader).
+    """
+    digits = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    if not digits:
+        return False
+    step = (digits + 1) // 2
+    samples = data[::step].translate(_DIGIT_MARKS)
+    at = samples.find(b"11")
+    while at >= 0:
+        if data[at * step : (at + 1) * step + 1].isdigit():
+            return True
+        at = samples.find(b"11", at + 1)
+    return False
+
+
+def _check_text(data: Any, outer_levels: int) -> None:
+    """Raise :class:`Unusual` unless the JSON text ``data`` passes the checks every slice gets (module docstring).
+
+    ``outer_levels``: the arrays and objects around ``data`` in the file.
+    """
+    raw = bytes(data)
+    if not raw.isascii():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unusual("invalid UTF-8") from None
+    if _long_digit_run(raw):
+        raise Unusual("a number with more digits than int() reads")
+    if nesting_depth(raw) + outer_levels > MAX_NESTING:
+        raise Unusual("nested too deep")
+
+
+def _feed_checked(feed: Callable, collector: Collector, events: list) -> None:
+    """``feed(collector, events)``; an event the collector refuses leaves the verdict to the whole-file reader.
+
+    (A later part of the file may hold a problem the whole-file reader names first.)
+    """
+    try:
+        feed(collector, events)
+    except TraceEventError:
+        raise Unusual("an event the collector refuses") from None
+
+
 class _Reader:
     """A growing window over the blocks, with JSON token helpers for the top level."""
 
@@ -236,7 +301,9 @@ class _Reader:
             if end == len(text) and not self.eof:  # a number may go on past the window
                 size *= 4
                 continue
-            self.pos += len(text[:end].encode("utf-8"))
+            used = text[:end].encode("utf-8")
+            _check_text(used, 1)  # inside the top-level object
+            self.pos += len(used)
             return value
 
 
@@ -361,11 +428,13 @@ def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: C
             if events.__class__ is int:  # the array closed inside the slice: parse up to its "]"
                 close = _last_bracket(data, events)
                 events = parse(data[: close + 1]) if close else None
+            if events.__class__ is list:
+                _check_text(data[: close + 1] if close else data, 1)  # the array is inside the top-level object
             buf[start - 1], buf[cut + 1] = before, behind
             if close:
                 if events.__class__ is not list:
                     raise Unusual("the end of the events does not parse")
-                feed(collector, events)
+                _feed_checked(feed, collector, events)
                 reader.pos = start + close  # data[i] is buf[start - 1 + i]
                 return
             if events is None:
@@ -373,7 +442,7 @@ def _read_events(reader: _Reader, collector: Collector, parse: Callable, feed: C
                 if attempts >= _ATTEMPTS:
                     raise Unusual("a slice of events does not parse")
                 continue
-            feed(collector, events)
+            _feed_checked(feed, collector, events)
             del events
             if closing:
                 reader.pos = after + 1

@@ -21,8 +21,12 @@ Decisions, documented because callers rely on them:
 * Events that are not JSON objects are an error (naming the index of the first
   one) rather than silently skipped: a trace with such events is damaged, and
   skipping would let a damaged trace pass as a kernel regression or a clean run.
-  Wrong-typed *fields* inside an event (a non-string name, non-dict ``args``) are
-  tolerated by the summarizer, which treats them as missing.
+  Wrong-typed *fields* inside an event (a non-string name or category, non-dict
+  ``args``) are tolerated by the summarizer, which treats them as missing.
+* Arrays and objects may nest :data:`MAX_NESTING` levels deep (the top-level object
+  is level 1; Kineto writes 7 at most).  A parser's own limit moves with the depth of the
+  caller's stack (a file read from ``pytest`` failed where the CLI read it), so the
+  limit is checked on the text before parsing: every reader gives the same answer.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from ..errors import TraceFormatError, UsageError
 
 DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
 MAX_TRACE_BYTES_ENV = "GRAPH_CAPTURE_MAX_TRACE_BYTES"
+
+#: The deepest nesting of arrays and objects a trace may have (the top-level object is level 1).
+MAX_NESTING = 100
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -166,6 +173,44 @@ def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optiona
     return data
 
 
+#: ``{``/``}`` become ``[``/``]``; every byte but brackets and quotes is deleted (see :func:`nesting_depth`).
+_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+
+
+def nesting_depth(data: bytes, limit: int = MAX_NESTING) -> int:
+    """How deep the arrays and objects of the JSON text ``data`` nest, counted up to ``limit + 1``.
+
+    Exact for valid JSON, and for a valid start of it (containers still open at the
+    end count as closed there); some deterministic number for anything else.  Fast
+    because it keeps only the structure: escapes go, every byte but brackets and
+    quotes goes, string contents go (two adjacent quotes can be dropped whatever
+    they close and open: nothing lies between them), then each pass of
+    ``replace("[]", "")`` removes the innermost containers, one level a pass.
+    """
+    if b"\\" in data:  # escapes exist only inside strings: an escaped quote is no string end
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = data.translate(_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in marks:
+        marks = b"".join(marks.split(b'"')[::2])  # what lies outside strings
+    still_open = marks.count(b"[") - marks.count(b"]")
+    if still_open > 0:
+        marks += b"]" * still_open
+    depth = 0
+    while marks and depth <= limit:
+        inner = marks.replace(b"[]", b"")
+        if len(inner) == len(marks):
+            break
+        marks = inner
+        depth += 1
+    return depth
+
+
+def too_deep(limit: int = MAX_NESTING) -> str:
+    """The problem of a trace that nests deeper than ``limit``, for :class:`TraceFormatError`."""
+    return f"invalid JSON: nesting too deep (more than {limit} levels of arrays and objects; a Kineto trace has 7)"
+
+
 def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trace>") -> dict:
     """Parse decompressed trace bytes into the top-level trace object, validating its shape."""
     try:
@@ -179,6 +224,8 @@ def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trac
     first = text.lstrip()[:1]
     if first not in ("{", "["):
         raise TraceFormatError(path, "not a gzip or JSON file (content does not start with '{')")
+    if nesting_depth(data) > MAX_NESTING:
+        raise TraceFormatError(path, too_deep())
     try:
         trace = loads_strict(text)
     except JSONProblem as exc:

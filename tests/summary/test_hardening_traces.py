@@ -46,16 +46,84 @@ REJECTED = {
     "NaN": (trace_bytes([OP]).replace(b'"ts": 1', b'"ts": NaN'), "NaN"),
     "Infinity": (trace_bytes([OP]).replace(b'"ts": 1', b'"ts": -Infinity'), "Infinity"),
     "not UTF-8": (b'{"traceEvents": [{"name": "\xff\xfe"}]}', "not UTF-8"),
+    "not UTF-8 in Input type": (trace_bytes([OP]).replace(b'"float"]', b'"fl\xc0\x80oat"]'), "not UTF-8"),
+    "not UTF-8 in Input Dims": (trace_bytes([OP]).replace(b"[3, 4]]", b'[3, "\xed\xa0\x80"]]'), "not UTF-8"),
+    "Input Dims a string": (trace_bytes([{**OP, "args": {"Input Dims": "oops"}}]), 'Input Dims is "oops"'),
+    "Input Dims with a string shape": (
+        trace_bytes([{**OP, "args": {"Input Dims": [[2, 3], "x"]}}]),
+        'cpu_op event "aten::mm" at ts 1: Input Dims is [[2, 3], "x"], expected a list with one shape',
+    ),
+    "Input Dims with a float": (
+        trace_bytes([OP]).replace(b"[3, 4]]", b"[1e999]]"),
+        "Input Dims is [[2, 3], [Infinity]]",
+    ),
+    "Input Dims with a 5000-digit integer": (
+        trace_bytes([OP]).replace(b"[3, 4]]", b"[" + b"7" * 5000 + b"]]"),
+        "Exceeds the limit (4300 digits)",
+    ),
+    "Input type not strings": (
+        trace_bytes([{**OP, "args": {"Input type": [1]}}]),
+        "Input type is [1], expected a list",
+    ),
+    "lone surrogate escape in an op name": (
+        trace_bytes([{**OP, "name": "aten::mm\ud800"}]),
+        'cpu_op event "aten::mm\\ud800" at ts 1: the name holds a lone surrogate escape',
+    ),
+    "lone surrogate escape in a kernel name": (
+        trace_bytes([{"ph": "X", "cat": "kernel", "name": "k\udfff", "ts": 5, "args": {"correlation": 1}}]),
+        "kernel event",
+    ),
+    "nested 985 deep": (
+        trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 985 + b"]" * 985),
+        "nesting too deep",
+    ),
+    "nested 101 deep": (
+        trace_bytes([{**OP, "x": 1}]).replace(b'"x": 1', b'"x": ' + b"[" * 98 + b"]" * 98),
+        "invalid JSON: nesting too deep (more than 100 levels of arrays and objects",
+    ),
 }
 
 TOLERATED = {
     "missing args": [{k: v for k, v in OP.items() if k != "args"}],
     "args not an object": [{**OP, "args": [1, 2]}],
-    "Input Dims not a list": [{**OP, "args": {"Input Dims": "oops", "Input type": 7}}],
+    "Input Dims and Input type null": [{**OP, "args": {"Input Dims": None, "Input type": None}}],
+    "cat a list or an object": [{**OP, "cat": ["cpu_op"]}, {**OP, "cat": {"a": 1}}, OP],
+    "integer ts beyond the double range and a float dur": [{**OP, "ts": 10**400, "dur": 1.5}, OP],
+    "nested 100 deep (the limit)": [{**OP, "x": json.loads("[" * 97 + "]" * 97)}],
     "name not a string": [{**OP, "name": 12}, OP],
     "huge name (1 MB)": [{**OP, "name": "k" * 1_000_000}],
     "ts as float and missing dur": [{**OP, "ts": 1.5}, {k: v for k, v in OP.items() if k != "dur"}],
 }
+
+
+#: Header fields and annotations a summary reads but never compares, with values no golden can hold as they are.
+ODD_HEADERS = {
+    "lone surrogate in the CUDA version": (trace_bytes([OP], cuda_runtime_version="12.\ud800"), r'"12.\\ud800"'),
+    "lone surrogate in the torch version": (trace_bytes([OP], metadata={"torch_version": "\udfff"}), r'"\\udfff"'),
+    "lone surrogate as the GPU architecture": (
+        trace_bytes([OP], deviceProperties=[{"id": 0, "computeMajor": 9, "computeMinor": 4, "gcnArchName": "\ud800"}]),
+        '"cuda-sm94"',
+    ),
+    "rank beyond the double range": (
+        trace_bytes([OP], distributedInfo={"rank": "@"}).replace(b'"@"', b"1e999"),
+        '"rank": null',
+    ),
+    "batch-size annotation of 5000 digits": (
+        trace_bytes([OP, {"ph": "X", "cat": "user_annotation", "name": "bs=" + "7" * 5000, "ts": 0, "dur": 9}]),
+        '"batch_size": 0',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_HEADERS))
+def test_header_fields_no_golden_can_hold_are_made_writable(tmp_path: Path, case: str, capsys) -> None:
+    """The environment is informational: a damaged header field is written escaped or null, never a crash."""
+    data, written = ODD_HEADERS[case]
+    path = write(tmp_path, "trace.json", data)
+    assert cli_main(["summarize", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert written in out
+    out.encode("utf-8")
 
 
 def write(tmp_path: Path, name: str, data: bytes) -> Path:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from helpers import REPO_ROOT, real_traces_dir
@@ -17,7 +18,7 @@ from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary import stream, summarize_trace_file
 from pytest_graphcapture.summary.platform import environment_from_trace, platform_from_trace
 from pytest_graphcapture.summary.scan import _build, _Scan, summarize_events
-from pytest_graphcapture.summary.tracefile import load_trace
+from pytest_graphcapture.summary.tracefile import MAX_NESTING, load_trace, too_deep
 
 KEY = CaptureKey("Runner", 32)
 LEVELS = ("name", "exact")
@@ -285,3 +286,91 @@ def test_without_msgspec_the_stdlib_reads_the_slices(tmp_path):
     name, _, text = done.stdout.partition("\n")
     assert name == "json (stdlib)"
     assert text.strip() == _whole_file(path, "name").strip()
+
+
+#: Byte sequences Python's UTF-8 decoder refuses (the whole-file reader's check).
+BAD_UTF8 = {
+    "invalid start byte": b"\xff",
+    "overlong NUL": b"\xc0\x80",
+    "UTF-16 surrogate": b"\xed\xa0\x80",
+    "above U+10FFFF": b"\xf4\x90\x80\x80",
+}
+
+
+#: Where the bad bytes go: a field the fast parser skips, and the op shapes it keeps as unparsed JSON text.
+BAD_PLACES = {
+    "skipped field": {"ph": "i", "cat": "x", "name": "y", "note": "BAD"},
+    "Input type": {"ph": "X", "cat": "cpu_op", "name": "aten::zz", "ts": 1, "args": {"Input type": ["BAD"]}},
+    "Input Dims": {"ph": "X", "cat": "cpu_op", "name": "aten::zz", "ts": 1, "args": {"Input Dims": [[2], "BAD"]}},
+}
+
+
+@pytest.mark.parametrize("place", sorted(BAD_PLACES))
+@pytest.mark.parametrize("bad", sorted(BAD_UTF8))
+def test_invalid_utf8_is_refused_whatever_the_file_size(bad, place, tmp_path):
+    """The fast parser looks into few fields, yet the file is refused as the whole-file reader refuses it."""
+    for filler in (0, 3000):  # the bad event first, or after ~300 KiB of events
+        trace = _tricky_trace()
+        events = [
+            {"ph": "X", "cat": "python_function", "name": f"model.py({n}): forward", "ts": 1e6 + n, "dur": 1}
+            for n in range(filler)
+        ]
+        trace["traceEvents"] = events + trace["traceEvents"] + [BAD_PLACES[place]]
+        raw = json.dumps(trace).encode().replace(b"BAD", BAD_UTF8[bad])
+        for name, data in ((f"t{filler}.json", raw), (f"t{filler}.json.gz", gzip.compress(raw))):
+            path = tmp_path / name
+            path.write_bytes(data)
+            expected = _legacy_error(path)
+            assert "not UTF-8" in expected
+            with pytest.raises(TraceFormatError) as info:
+                summarize_trace_file(path, key=KEY)
+            assert str(info.value) == expected, (name, len(raw))
+
+
+def test_a_real_trace_with_one_byte_changed_in_a_skipped_field_is_refused(tmp_path):
+    source = min(_real_traces(), key=lambda path: path.stat().st_size)
+    data = gzip.decompress(source.read_bytes())
+    phase = data.rindex(b'"X"', 0, len(data) - 1000)  # the "ph" of a late event: a field no summary reads
+    assert phase > 64 * 1024
+    path = tmp_path / source.name
+    path.write_bytes(gzip.compress(data[: phase + 1] + b"\xff" + data[phase + 2 :]))
+    with pytest.raises(TraceFormatError) as info:
+        summarize_trace_file(path, key=KEY)
+    assert str(info.value) == _legacy_error(path) and "not UTF-8" in str(info.value)
+
+
+def _nested_trace(tmp_path: Path, depth: int) -> Path:
+    """A trace whose deepest value nests ``depth`` levels (top-level object 1, traceEvents 2, an event 3)."""
+    text = json.dumps(_tricky_trace()).replace('"ph": "i"', '"ph": ' + "[" * (depth - 3) + "]" * (depth - 3), 1)
+    path = tmp_path / f"deep{depth}.json"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _verdict(path: Path) -> str:
+    try:
+        return summarize_trace_file(path, key=KEY).to_json()
+    except TraceFormatError as exc:
+        return str(exc)
+
+
+def _on_a_deep_stack(frames: int, call: Callable[[], str]) -> str:
+    return call() if frames == 0 else _on_a_deep_stack(frames - 1, call)
+
+
+@pytest.mark.parametrize("fast", PARSERS, ids=["msgspec", "stdlib"])
+def test_one_nesting_limit_for_both_readers_whatever_the_call_stack(fast, tmp_path, monkeypatch):
+    monkeypatch.setattr(stream, "SLICE_BYTES", 512)
+    within, beyond, far = (_nested_trace(tmp_path, depth) for depth in (MAX_NESTING, MAX_NESTING + 1, 985))
+    assert _sliced(within, "name", fast=fast) == _whole_file(within, "name") == _verdict(within)
+    for path in (beyond, far):
+        with pytest.raises(stream.Unusual):
+            _sliced(path, "name", fast=fast)
+        assert _verdict(path) == _legacy_error(path) == f"{path}: {too_deep()}"
+    for path in (within, beyond, far):
+        assert _on_a_deep_stack(500, lambda path=path: _verdict(path)) == _verdict(path)
+
+
+def test_the_documented_nesting_limit_is_the_one_the_readers_apply():
+    concepts = (REPO_ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    assert f"nested deeper than **{MAX_NESTING} levels** of arrays and objects" in concepts

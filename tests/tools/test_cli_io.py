@@ -18,6 +18,7 @@ from helpers import REPO_ROOT, summary_dict
 from test_merge import rank_trace, write
 
 from pytest_graphcapture import __version__
+from pytest_graphcapture.summary.tracefile import too_deep
 from pytest_graphcapture.tools.cli import main
 
 
@@ -65,7 +66,7 @@ def test_diff_of_a_deeply_nested_file_is_a_one_line_error(tmp_path: Path, capsys
     deep.write_text('{"schema_version": 1, "kernels": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert main(["diff", str(deep), str(deep)]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == f"graphcapture diff: error: {deep}: invalid JSON: nesting too deep"
+    assert err.strip() == f"graphcapture diff: error: {deep}: {too_deep()}"
 
 
 def test_version(capsys: pytest.CaptureFixture) -> None:
