@@ -457,7 +457,7 @@ def test_every_call_the_readout_makes_exists_in_cuda_bindings_with_its_parameter
 
 
 def test_the_structs_enums_and_handles_the_readout_reads_are_the_real_ones(real: Any) -> None:
-    runtime, driver, version = real
+    runtime, driver, _ = real
     kernel = driver.CUDA_KERNEL_NODE_PARAMS()
     for field in ("gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY", "blockDimZ", "sharedMemBytes"):
         assert int(getattr(kernel, field)) == 0
@@ -466,7 +466,7 @@ def test_the_structs_enums_and_handles_the_readout_reads_are_the_real_ones(real:
     conditional = runtime.cudaGraphNodeParams().conditional
     assert list(conditional.phGraph_out) == [] and int(conditional.size) == 0
     real_types = {
-        m.removeprefix("cudaGraphNodeType") for m in dir(runtime.cudaGraphNodeType) if m[:17] == "cudaGraphNodeType"
+        m.removeprefix("cudaGraphNodeType") for m in dir(runtime.cudaGraphNodeType) if m.startswith("cudaGraphNodeType")
     }
     assert real_types - {"Count", "Reserved16"} <= set(NODE_TYPES), "a node type the readout does not name"
     assert {"Kernel", "Memcpy", "Graph", "Conditional"} <= real_types
