@@ -8,15 +8,19 @@ the same :class:`~pytest_graphcapture.summary.graph.CapturedGraph` the DOT reade
 (:mod:`pytest_graphcapture.summary.dot`) builds from a dump, so everything after
 the readout is shared.
 
-The calls (``cuda.bindings.runtime`` unless named): ``cudaGraphGetNodes``,
-``cudaGraphNodeGetType``, ``cudaGraphKernelNodeGetParams`` with
-``cudaFuncGetName`` — and for a kernel the runtime cannot name (one launched
-through the driver API, as Triton's are) the driver's
-``cuGraphKernelNodeGetParams`` with ``cuFuncGetName`` —,
-``cudaGraphMemcpyNodeGetParams`` (the copy's kind), ``cudaGraphChildGraphNodeGetGraph``
-(child graphs, read recursively), ``cudaGraphNodeGetParams`` (a conditional node's
-body graphs) and ``cudaGraphGetEdges``.  Each returns its error first, as
-cuda-bindings functions do.
+The calls are listed in :data:`CALLS`, spelled as cuda-bindings 12.8 to 13.5
+spell them (``cuda.bindings.runtime`` and ``cuda.bindings.driver``; the older
+``cuda.cudart`` path is a deprecated alias in 12.x and gone in 13.x).  Each
+returns its error first.  A kernel is read through the driver
+(``cuGraphKernelNodeGetParams``, then ``cuFuncGetName``, or ``cuKernelGetName``
+for a node that holds a library kernel instead of a function): the runtime's
+kernel parameters hold a function pointer that no call in cuda-bindings names
+(it has no ``cudaFuncGetName``).  The edges come from ``cudaGraphGetEdges_v2``
+on 12.x — the plain call there has no edge data and fails with
+``cudaErrorLossyQuery`` on a graph with programmatic edges — which 13.x renamed
+``cudaGraphGetEdges``.  A conditional node's body graphs need
+``cudaGraphNodeGetParams``, new in CUDA 13.2; with older bindings the readout of
+such a graph fails with one error that says so.
 
 cuda-bindings is an optional extra (``pip install pytest-graphcapture[cuda]``).
 Without it :func:`read_captured_graph` says so once (a :class:`GraphReadoutWarning`)
@@ -47,7 +51,24 @@ NODE_TYPES = {
     "MemAlloc": "mem_alloc",
     "MemFree": "mem_free",
     "Conditional": "conditional",
+    "MemcpyBatch": "memcpy_batch",
+    "ExternalEngine": "external_engine",
 }
+#: Every call the readout makes: its module, its parameters and the results after the error.
+CALLS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "cudaGraphGetNodes": ("runtime", ("graph", "numNodes"), ("nodes", "numNodes")),
+    "cudaGraphGetEdges_v2": ("runtime", ("graph", "numEdges"), ("from", "to", "edgeData", "numEdges")),
+    "cudaGraphGetEdges": ("runtime", ("graph", "numEdges"), ("from", "to", "edgeData", "numEdges")),
+    "cudaGraphNodeGetType": ("runtime", ("node",), ("pType",)),
+    "cudaGraphMemcpyNodeGetParams": ("runtime", ("node",), ("pNodeParams",)),
+    "cudaGraphChildGraphNodeGetGraph": ("runtime", ("node",), ("pGraph",)),
+    "cudaGraphNodeGetParams": ("runtime", ("node",), ("nodeParams",)),
+    "cuGraphKernelNodeGetParams": ("driver", ("hNode",), ("nodeParams",)),
+    "cuFuncGetName": ("driver", ("hfunc",), ("name",)),
+    "cuKernelGetName": ("driver", ("hfunc",), ("name",)),
+}
+#: The cuda-bindings release that first has ``cudaGraphNodeGetParams`` (a conditional node's bodies).
+CONDITIONAL_BODIES_SINCE = "13.2"
 MISSING_BINDINGS = (
     "cuda-bindings is not installed, so kernels are not read from the captured graph itself; "
     "pip install 'pytest-graphcapture[cuda]' to read them"
@@ -59,12 +80,15 @@ class GraphReadoutWarning(UserWarning):
 
 
 class GraphReadoutError(GraphCaptureError):
-    """A call of the readout failed: ``call`` names it and ``error`` is the error the runtime returned."""
+    """A call of the readout failed: ``call`` names it and ``error`` is the error the runtime returned.
 
-    def __init__(self, call: str, error: object) -> None:
+    ``problem`` replaces "failed with <error>" where the call could not be made at all.
+    """
+
+    def __init__(self, call: str, error: object, problem: Optional[str] = None) -> None:
         self.call = call
         self.error = error
-        super().__init__(f"reading the captured graph: {call} failed with {_error_name(error)}")
+        super().__init__(f"reading the captured graph: {call} {problem or f'failed with {_error_name(error)}'}")
 
 
 _said_missing = False
@@ -110,6 +134,11 @@ def _ok(error: object) -> bool:
     return int(error) == 0  # type: ignore[call-overload]
 
 
+def edges_call(runtime: Any) -> str:
+    """The runtime's call for a graph's edges with their data: ``cudaGraphGetEdges_v2`` (12.x), else 13.x's name."""
+    return "cudaGraphGetEdges_v2" if hasattr(runtime, "cudaGraphGetEdges_v2") else "cudaGraphGetEdges"
+
+
 class _Reader:
     """One readout: the bindings and the calls, each checked."""
 
@@ -118,27 +147,39 @@ class _Reader:
         self.driver = driver
 
     def call(self, name: str, *args: Any) -> tuple:
-        """``runtime.<name>(*args)`` (``cu…`` names: the driver's), its error checked; the results after it."""
-        module = self.driver if name.startswith("cu") and not name.startswith("cuda") else self.runtime
-        function: Callable = getattr(module, name)
+        """``<module>.<name>(*args)`` as :data:`CALLS` places it, its error checked; the results after it."""
+        where, _, results = CALLS[name]
+        function: Optional[Callable] = getattr(self.driver if where == "driver" else self.runtime, name, None)
+        if function is None:
+            raise GraphReadoutError(
+                name, None, "is missing from the installed cuda-bindings; pip install -U 'pytest-graphcapture[cuda]'"
+            )
         result = function(*args)
         if not _ok(result[0]):
             raise GraphReadoutError(name, result[0])
+        if len(result) != 1 + len(results):
+            shape = ", ".join(("error", *results))
+            raise GraphReadoutError(
+                name, None, f"returned {len(result)} values where the readout expects {1 + len(results)} ({shape})"
+            )
         return tuple(result[1:])
 
     def graph(self, graph: Any, ident: str) -> CapturedGraph:
         """Nodes in the runtime's order, then the edges between them."""
         count = self.call("cudaGraphGetNodes", graph, 0)[-1]
-        handles = list(self.call("cudaGraphGetNodes", graph, count)[0] or []) if count else []
+        handles, count = self.call("cudaGraphGetNodes", graph, count) if count else ([], 0)
         model = CapturedGraph(ident=ident)
         position = {}
-        for i, handle in enumerate(handles):
+        for i, handle in enumerate(handles[:count]):
             position[int(handle)] = i
             model.nodes.append(self.node(handle, f"{ident}.{i}"))
-        edge_count = self.call("cudaGraphGetEdges", graph, 0)[-1]
+        # Edge data (ports, programmatic edges) is not read: the bindings hand it back as views
+        # into a buffer they have already freed.
+        edges = edges_call(self.runtime)
+        edge_count = self.call(edges, graph, 0)[-1]
         if edge_count:
-            result = self.call("cudaGraphGetEdges", graph, edge_count)
-            for source, target in zip(result[0], result[1]):
+            sources, targets, _, edge_count = self.call(edges, graph, edge_count)
+            for source, target in zip(sources[:edge_count], targets[:edge_count]):
                 model.edges.append((position[int(source)], position[int(target)]))
         return model
 
@@ -156,34 +197,32 @@ class _Reader:
             child = self.call("cudaGraphChildGraphNodeGetGraph", handle)[0]
             node.children.append(self.graph(child, f"{ident}/graph"))
         elif node.type == "conditional":
-            params = self.call("cudaGraphNodeGetParams", handle)[0].conditional
-            bodies = list(params.phGraph_out)[: int(params.size)]
+            if not hasattr(self.runtime, "cudaGraphNodeGetParams"):
+                raise GraphReadoutError(
+                    "cudaGraphNodeGetParams",
+                    None,
+                    "is missing from the installed cuda-bindings, so a conditional node's body graphs cannot be "
+                    f"read; pip install 'cuda-bindings>={CONDITIONAL_BODIES_SINCE}' (with a driver for CUDA "
+                    f"{CONDITIONAL_BODIES_SINCE} or newer)",
+                )
+            # The conditional parameters are a view into this struct: it must outlive their use.
+            params = self.call("cudaGraphNodeGetParams", handle)[0]
+            conditional = params.conditional
+            bodies = list(conditional.phGraph_out)[: int(conditional.size)]
             node.children += [self.graph(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
         return node
 
     def kernel(self, handle: Any) -> tuple[str, Launch]:
-        """The kernel's name and launch shape: through the runtime, else through the driver."""
-        result = self.runtime.cudaGraphKernelNodeGetParams(handle)
-        if _ok(result[0]):
-            params = result[1]
-            launch = Launch(_dim3(params.gridDim), _dim3(params.blockDim), int(params.sharedMemBytes))
-            named = self.runtime.cudaFuncGetName(params.func)
-            if _ok(named[0]) and named[1]:
-                return _text(named[1]), launch
-        else:
-            launch = None
-        params = self.call("cuGraphKernelNodeGetParams", self.driver.CUgraphNode(init_value=int(handle)))[0]
-        if launch is None:
-            launch = Launch(
-                (int(params.gridDimX), int(params.gridDimY), int(params.gridDimZ)),
-                (int(params.blockDimX), int(params.blockDimY), int(params.blockDimZ)),
-                int(params.sharedMemBytes),
-            )
-        return _text(self.call("cuFuncGetName", params.func)[0]), launch
-
-
-def _dim3(dims: Any) -> tuple[int, int, int]:
-    return int(dims.x), int(dims.y), int(dims.z)
+        """The kernel's name and launch shape, through the driver: its function, else its library kernel."""
+        params = self.call("cuGraphKernelNodeGetParams", handle)[0]
+        launch = Launch(
+            (int(params.gridDimX), int(params.gridDimY), int(params.gridDimZ)),
+            (int(params.blockDimX), int(params.blockDimY), int(params.blockDimZ)),
+            int(params.sharedMemBytes),
+        )
+        if int(params.func):
+            return _text(self.call("cuFuncGetName", params.func)[0]), launch
+        return _text(self.call("cuKernelGetName", params.kern)[0]), launch
 
 
 def _text(name: Any) -> str:

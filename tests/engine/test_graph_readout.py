@@ -2,23 +2,37 @@
 
 The fake implements the calls the readout makes the way cuda-bindings spells them
 (each returns its error first; handles convert with ``int``; enums have ``name``),
-over graphs described here: the same graphs as two of the DOT fixtures, so the
-readout must summarize exactly as the dumps do.
+in the two shapes the releases have: 12.x (``cudaGraphGetEdges_v2`` beside an
+edge call without edge data; no ``cudaGraphNodeGetParams``) and 13.2 on.  It
+reads graphs described here: the same graphs as two of the DOT fixtures, so the
+readout must summarize exactly as the dumps do.  Where cuda-bindings is
+installed, the last tests check the readout's calls and the fake's signatures
+against the real package.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
+import re
 import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
 from pytest_graphcapture.engine import graph_readout
-from pytest_graphcapture.engine.graph_readout import GraphReadoutError, GraphReadoutWarning, read_captured_graph
+from pytest_graphcapture.engine.graph_readout import (
+    CALLS,
+    CONDITIONAL_BODIES_SINCE,
+    NODE_TYPES,
+    GraphReadoutError,
+    GraphReadoutWarning,
+    edges_call,
+    read_captured_graph,
+)
 from pytest_graphcapture.summary.dot import summarize_dot_file
 
 DUMPS = Path(__file__).resolve().parents[1] / "data" / "graph_dumps"
@@ -35,9 +49,19 @@ FILL = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt
 
 
 class Error(enum.IntEnum):
+    """cudaError_t, the runtime's errors (the values are the real ones)."""
+
     cudaSuccess = 0
     cudaErrorInvalidValue = 1
     cudaErrorInvalidDeviceFunction = 98
+    cudaErrorLossyQuery = 402
+
+
+class Result(enum.IntEnum):
+    """CUresult, the driver's errors."""
+
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_INVALID_VALUE = 1
 
 
 class NodeType(enum.IntEnum):
@@ -69,112 +93,123 @@ class Handle:
 
 
 class FakeCuda:
-    """Graphs by address: ``graphs[address] = (nodes, edges)``; a node is a dict of what the calls return."""
+    """What every cuda.bindings.runtime release offers the readout, over graphs by address.
+
+    ``graphs[address] = (nodes, edges)``; a node is a dict of what the calls return; an edge is
+    ``(from, to, data)`` with data 0 for a plain dependency, else e.g. a programmatic one.
+    """
 
     def __init__(self) -> None:
-        self.graphs: dict[int, tuple[list[int], list[tuple[int, int]]]] = {}
+        self.graphs: dict[int, tuple[list[int], list[tuple[int, int, int]]]] = {}
         self.nodes: dict[int, dict] = {}
-        self.functions: dict[int, Optional[str]] = {}  # runtime function handle -> name (None: runtime cannot name it)
-        self.driver_functions: dict[int, str] = {}
+        self.functions: dict[int, str] = {}  # driver function or library kernel handle -> name
         self.calls: list[str] = []
-        self.fail: dict[str, Error] = {}
+        self.fail: dict[str, Any] = {}
         self._next = 0x1000
 
     def address(self) -> int:
         self._next += 0x10
         return self._next
 
-    def graph(self, nodes: list[dict], edges: list[tuple[int, int]]) -> int:
-        """A graph of ``nodes`` (in order) with edges between their indices; returns its address."""
+    def graph(self, nodes: list[dict], edges: list[tuple]) -> int:
+        """A graph of ``nodes`` (in order) with edges ``(a, b[, data])`` between their indices; its address."""
         addresses = []
         for node in nodes:
             address = self.address()
             self.nodes[address] = node
             addresses.append(address)
         graph = self.address()
-        self.graphs[graph] = (addresses, [(addresses[a], addresses[b]) for a, b in edges])
+        self.graphs[graph] = (addresses, [(addresses[e[0]], addresses[e[1]], (*e, 0)[2]) for e in edges])
         return graph
 
-    def kernel(self, name: str, grid: tuple, block: tuple, smem: int, *, runtime_names_it: bool = True) -> dict:
+    def kernel(self, name: str, grid: tuple, block: tuple, smem: int, *, library: bool = False) -> dict:
+        """A kernel node; ``library``: it holds a library kernel (CUkernel) and no function, as the driver allows."""
         function = self.address()
-        self.functions[function] = name if runtime_names_it else None
-        self.driver_functions[function] = name
+        self.functions[function] = name
         return {
             "type": NodeType.cudaGraphNodeTypeKernel,
-            "function": function,
+            "function": 0 if library else function,
+            "kernel": function if library else 0,
             "grid": grid,
             "block": block,
             "smem": smem,
         }
 
-    # ---- what cuda.bindings.runtime offers
     def _result(self, name: str, *values: Any) -> tuple:
         self.calls.append(name)
         if name in self.fail:
             return (self.fail[name], *([None] * len(values)))
         return (Error.cudaSuccess, *values)
 
-    def cudaGraphGetNodes(self, graph: Handle, count: int = 0) -> tuple:
+    def cudaGraphGetNodes(self, graph: Any, numNodes: int = 0) -> tuple:
         nodes = self.graphs[int(graph)][0]
-        listed = [Handle(a) for a in nodes[:count]] if count else None
-        return self._result("cudaGraphGetNodes", listed, len(nodes))
+        return self._result("cudaGraphGetNodes", [Handle(a) for a in nodes[:numNodes]], len(nodes))
 
-    def cudaGraphGetEdges(self, graph: Handle, count: int = 0) -> tuple:
+    def _edges(self, name: str, graph: Any, count: int, *, with_data: bool) -> tuple:
         edges = self.graphs[int(graph)][1]
-        if not count:
-            return self._result("cudaGraphGetEdges", None, None, len(edges))
-        return self._result(
-            "cudaGraphGetEdges",
-            [Handle(a) for a, _ in edges[:count]],
-            [Handle(b) for _, b in edges[:count]],
-            len(edges),
-        )
+        if count and not with_data and any(data for _, _, data in edges):
+            self.calls.append(name)
+            return (Error.cudaErrorLossyQuery, [], [], count)
+        sources = [Handle(a) for a, _, _ in edges[:count]]
+        targets = [Handle(b) for _, b, _ in edges[:count]]
+        data = [SimpleNamespace(type=d) for _, _, d in edges[:count]]
+        return self._result(name, sources, targets, *([data] if with_data else []), len(edges))
 
-    def cudaGraphNodeGetType(self, node: Handle) -> tuple:
+    def cudaGraphNodeGetType(self, node: Any) -> tuple:
         return self._result("cudaGraphNodeGetType", self.nodes[int(node)]["type"])
 
-    def cudaGraphKernelNodeGetParams(self, node: Handle) -> tuple:
-        n = self.nodes[int(node)]
-        dim = lambda d: SimpleNamespace(x=d[0], y=d[1], z=d[2])  # noqa: E731
-        params = SimpleNamespace(
-            func=n["function"], gridDim=dim(n["grid"]), blockDim=dim(n["block"]), sharedMemBytes=n["smem"]
-        )
-        return self._result("cudaGraphKernelNodeGetParams", params)
-
-    def cudaFuncGetName(self, function: int) -> tuple:
-        name = self.functions[function]
-        if name is None:
-            self.calls.append("cudaFuncGetName")
-            return (Error.cudaErrorInvalidDeviceFunction, None)
-        return self._result("cudaFuncGetName", name.encode())
-
-    def cudaGraphMemcpyNodeGetParams(self, node: Handle) -> tuple:
+    def cudaGraphMemcpyNodeGetParams(self, node: Any) -> tuple:
         return self._result("cudaGraphMemcpyNodeGetParams", SimpleNamespace(kind=self.nodes[int(node)]["kind"]))
 
-    def cudaGraphChildGraphNodeGetGraph(self, node: Handle) -> tuple:
+    def cudaGraphChildGraphNodeGetGraph(self, node: Any) -> tuple:
         return self._result("cudaGraphChildGraphNodeGetGraph", Handle(self.nodes[int(node)]["child"]))
-
-    def cudaGraphNodeGetParams(self, node: Handle) -> tuple:
-        bodies = self.nodes[int(node)]["bodies"]
-        conditional = SimpleNamespace(phGraph_out=[Handle(b) for b in bodies], size=len(bodies))
-        return self._result("cudaGraphNodeGetParams", SimpleNamespace(conditional=conditional))
 
     cudaGraph_t = Handle
 
 
+class FakeRuntime12(FakeCuda):
+    """cuda.bindings.runtime 12.x: the plain edge call has no edge data; ``_v2`` has it."""
+
+    def cudaGraphGetEdges(self, graph: Any, numEdges: int = 0) -> tuple:
+        return self._edges("cudaGraphGetEdges", graph, numEdges, with_data=False)
+
+    def cudaGraphGetEdges_v2(self, graph: Any, numEdges: int = 0) -> tuple:
+        return self._edges("cudaGraphGetEdges_v2", graph, numEdges, with_data=True)
+
+
+class FakeRuntime13(FakeCuda):
+    """cuda.bindings.runtime 13.2 on: the edge call returns edge data; node parameters of any type."""
+
+    def cudaGraphGetEdges(self, graph: Any, numEdges: int = 0) -> tuple:
+        return self._edges("cudaGraphGetEdges", graph, numEdges, with_data=True)
+
+    def cudaGraphNodeGetParams(self, node: Any) -> tuple:
+        bodies = self.nodes[int(node)]["bodies"]
+        conditional = SimpleNamespace(phGraph_out=[Handle(b) for b in bodies], size=len(bodies))
+        return self._result("cudaGraphNodeGetParams", SimpleNamespace(conditional=conditional))
+
+
+RUNTIMES = [FakeRuntime12, FakeRuntime13]
+
+
 class FakeDriver:
-    """What cuda.bindings.driver offers the readout: kernel params and function names through the driver."""
+    """What cuda.bindings.driver offers the readout: a kernel node's parameters and its function's name."""
 
     def __init__(self, cuda: FakeCuda) -> None:
         self.cuda = cuda
 
-    CUgraphNode = Handle
+    def _result(self, name: str, *values: Any) -> tuple:
+        self.cuda.calls.append(name)
+        if name in self.cuda.fail:
+            return (self.cuda.fail[name], *([None] * len(values)))
+        return (Result.CUDA_SUCCESS, *values)
 
-    def cuGraphKernelNodeGetParams(self, node: Handle) -> tuple:
-        n = self.cuda.nodes[int(node)]
+    def cuGraphKernelNodeGetParams(self, hNode: Any) -> tuple:
+        n = self.cuda.nodes[int(hNode)]
         (gx, gy, gz), (bx, by, bz) = n["grid"], n["block"]
         params = SimpleNamespace(
-            func=n["function"],
+            func=Handle(n["function"]),
+            kern=Handle(n["kernel"]),
             gridDimX=gx,
             gridDimY=gy,
             gridDimZ=gz,
@@ -183,25 +218,45 @@ class FakeDriver:
             blockDimZ=bz,
             sharedMemBytes=n["smem"],
         )
-        return self.cuda._result("cuGraphKernelNodeGetParams", params)
+        return self._result("cuGraphKernelNodeGetParams", params)
 
-    def cuFuncGetName(self, function: int) -> tuple:
-        return self.cuda._result("cuFuncGetName", self.cuda.driver_functions[function].encode())
+    def _name(self, call: str, handle: Any) -> tuple:
+        if not int(handle):
+            self.cuda.calls.append(call)
+            return (Result.CUDA_ERROR_INVALID_VALUE, None)
+        return self._result(call, self.cuda.functions[int(handle)].encode())
+
+    def cuFuncGetName(self, hfunc: Any) -> tuple:
+        return self._name("cuFuncGetName", hfunc)
+
+    def cuKernelGetName(self, hfunc: Any) -> tuple:
+        return self._name("cuKernelGetName", hfunc)
 
 
-def _two_branch(cuda: FakeCuda, *, driver_named: bool = False) -> int:
-    """The graph of tests/data/graph_dumps/cuda_verbose_two_branch.dot."""
+def _read(cuda: FakeCuda, graph: Any) -> Any:
+    return read_captured_graph(graph, runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
+
+
+PROGRAMMATIC = 1  # cudaGraphDependencyTypeProgrammatic: the edge data of a programmatic dependent launch
+
+
+def _two_branch(cuda: FakeCuda, *, library: bool = False, programmatic: bool = False) -> int:
+    """The graph of tests/data/graph_dumps/cuda_verbose_two_branch.dot.
+
+    ``library``: the dropout kernel is held as a library kernel; ``programmatic``: its edge into the
+    reduction is a programmatic one (edge data the plain 12.x edge call cannot return).
+    """
     return cuda.graph(
         [
             {"type": NodeType.cudaGraphNodeTypeMemset},
             cuda.kernel("ampere_sgemm_128x64_tn", (16, 10, 2), (128, 1, 1), 0),
-            cuda.kernel(DROPOUT, (432, 1, 1), (256, 1, 1), 0, runtime_names_it=not driver_named),
+            cuda.kernel(DROPOUT, (432, 1, 1), (256, 1, 1), 0, library=library),
             cuda.kernel("ampere_sgemm_128x64_nn", (16, 10, 4), (128, 1, 1), 0),
             cuda.kernel(CUTLASS, (64, 1, 1), (256, 1, 1), 49152),
             cuda.kernel(REDUCE, (8, 1, 1), (32, 4, 1), 2048),
             {"type": NodeType.cudaGraphNodeTypeMemcpy, "kind": MemcpyKind.cudaMemcpyDeviceToDevice},
         ],
-        [(0, 1), (1, 2), (0, 3), (3, 4), (2, 5), (4, 5), (5, 6)],
+        [(0, 1), (1, 2), (0, 3), (3, 4), (2, 5, PROGRAMMATIC if programmatic else 0), (4, 5), (5, 6)],
     )
 
 
@@ -231,19 +286,26 @@ def _with_child(cuda: FakeCuda) -> int:
 
 
 @pytest.mark.parametrize(
-    "build, dump", [(_two_branch, "cuda_verbose_two_branch.dot"), (_with_child, "cuda_child_graph.dot")]
+    "runtime, build, dump",
+    [
+        (FakeRuntime12, _two_branch, "cuda_verbose_two_branch.dot"),
+        (FakeRuntime13, _two_branch, "cuda_verbose_two_branch.dot"),
+        (FakeRuntime13, _with_child, "cuda_child_graph.dot"),
+    ],
 )
 @pytest.mark.parametrize("level", ["exact", "family"])
-def test_readout_summarizes_exactly_as_the_dump_of_the_same_graph(build: Any, dump: str, level: str) -> None:
-    cuda = FakeCuda()
-    graph = read_captured_graph(build(cuda), runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
+def test_readout_summarizes_exactly_as_the_dump_of_the_same_graph(
+    runtime: type, build: Any, dump: str, level: str
+) -> None:
+    cuda = runtime()
+    graph = _read(cuda, build(cuda))
     assert graph is not None
     assert graph.summary(level, source="graph") == {**summarize_dot_file(DUMPS / dump, level=level), "source": "graph"}
 
 
 def test_readout_keeps_the_runtimes_node_order_and_edges_and_reads_children_recursively() -> None:
-    cuda = FakeCuda()
-    graph = read_captured_graph(_with_child(cuda), runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
+    cuda = FakeRuntime13()
+    graph = _read(cuda, _with_child(cuda))
     assert graph is not None
     assert [n.type for n in graph.nodes] == ["kernel", "event_record", "graph", "host", "empty", "kernel"]
     assert graph.edges == [(0, 1), (0, 2), (2, 4), (1, 3), (3, 4), (4, 5)]
@@ -253,33 +315,78 @@ def test_readout_keeps_the_runtimes_node_order_and_edges_and_reads_children_recu
     assert graph.topology()["branches"] == 3
 
 
-def test_a_kernel_the_runtime_cannot_name_is_named_through_the_driver() -> None:
-    cuda = FakeCuda()
-    graph = read_captured_graph(_two_branch(cuda, driver_named=True), runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
-    assert graph is not None and graph.nodes[2].name == DROPOUT
-    assert cuda.calls.count("cuFuncGetName") == 1
-
-
-def test_kernel_params_the_runtime_refuses_come_from_the_driver() -> None:
-    cuda = FakeCuda()
-    cuda.fail["cudaGraphKernelNodeGetParams"] = Error.cudaErrorInvalidDeviceFunction
-    graph = read_captured_graph(_two_branch(cuda), runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kernels_are_named_and_shaped_through_the_driver(runtime: type) -> None:
+    cuda = runtime()
+    graph = _read(cuda, _two_branch(cuda))
     assert graph is not None
-    assert [(n.name, str(n.launch)) for n in graph.nodes if n.type == "kernel"][-1] == (REDUCE, "<<<8,{32,4},2048>>>")
+    kernels = [(n.name, str(n.launch)) for n in graph.nodes if n.type == "kernel"]
+    assert kernels[-1] == (REDUCE, "<<<8,{32,4},2048>>>")
+    assert cuda.calls.count("cuGraphKernelNodeGetParams") == cuda.calls.count("cuFuncGetName") == 5
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_node_holding_a_library_kernel_is_named_through_the_kernel(runtime: type) -> None:
+    cuda = runtime()
+    graph = _read(cuda, _two_branch(cuda, library=True))
+    assert graph is not None and graph.nodes[2].name == DROPOUT
+    assert cuda.calls.count("cuKernelGetName") == 1 and cuda.calls.count("cuFuncGetName") == 4
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_graph_with_programmatic_edges_is_read_with_its_edge_data(runtime: type) -> None:
+    cuda = runtime()
+    graph = _read(cuda, _two_branch(cuda, programmatic=True))
+    assert graph is not None
+    assert graph.edges == [(0, 1), (1, 2), (0, 3), (3, 4), (2, 5), (4, 5), (5, 6)]
+    expected = "cudaGraphGetEdges_v2" if runtime is FakeRuntime12 else "cudaGraphGetEdges"
+    assert {call for call in cuda.calls if call.startswith("cudaGraphGetEdges")} == {expected}
+
+
+def test_with_12x_bindings_a_conditional_node_is_one_error_naming_the_release_that_reads_it() -> None:
+    cuda = FakeRuntime12()
+    with pytest.raises(GraphReadoutError) as caught:
+        _read(cuda, _with_child(cuda))
+    assert str(caught.value) == (
+        "reading the captured graph: cudaGraphNodeGetParams is missing from the installed cuda-bindings, so a "
+        "conditional node's body graphs cannot be read; pip install 'cuda-bindings>=13.2' (with a driver for "
+        "CUDA 13.2 or newer)"
+    )
 
 
 def test_a_failing_call_is_one_error_naming_the_call_and_the_runtimes_error() -> None:
-    cuda = FakeCuda()
+    cuda = FakeRuntime13()
     cuda.fail["cudaGraphGetEdges"] = Error.cudaErrorInvalidValue
     with pytest.raises(GraphReadoutError) as caught:
-        read_captured_graph(_two_branch(cuda), runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
+        _read(cuda, _two_branch(cuda))
     assert str(caught.value) == "reading the captured graph: cudaGraphGetEdges failed with cudaErrorInvalidValue (1)"
 
 
+def test_a_failing_driver_call_names_the_drivers_error() -> None:
+    cuda = FakeRuntime12()
+    cuda.fail["cuGraphKernelNodeGetParams"] = Result.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(GraphReadoutError) as caught:
+        _read(cuda, _two_branch(cuda))
+    assert str(caught.value) == (
+        "reading the captured graph: cuGraphKernelNodeGetParams failed with CUDA_ERROR_INVALID_VALUE (1)"
+    )
+
+
+def test_a_call_returning_another_shape_than_the_readout_knows_is_one_error_not_a_misread() -> None:
+    cuda = FakeRuntime13()
+    real = cuda.cudaGraphNodeGetType
+    cuda.cudaGraphNodeGetType = lambda node: (*real(node), "extra")  # type: ignore[method-assign]
+    with pytest.raises(GraphReadoutError) as caught:
+        _read(cuda, _two_branch(cuda))
+    assert str(caught.value) == (
+        "reading the captured graph: cudaGraphNodeGetType returned 3 values where the readout expects 2 (error, pType)"
+    )
+
+
 def test_an_address_is_taken_as_the_graph_handle() -> None:
-    cuda = FakeCuda()
+    cuda = FakeRuntime13()
     address = _two_branch(cuda)
-    graph = read_captured_graph(address, runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
+    graph = _read(cuda, address)
     assert graph is not None and len(graph.nodes) == 7
 
 
@@ -294,3 +401,91 @@ def test_without_cuda_bindings_it_says_so_once_and_returns_none(monkeypatch: pyt
     messages = [str(w.message) for w in caught if issubclass(w.category, GraphReadoutWarning)]
     assert messages == [graph_readout.MISSING_BINDINGS]
     assert "pytest-graphcapture[cuda]" in messages[0]
+
+
+# ---- against the real cuda-bindings, where it is installed (no GPU needed: nothing here reaches the driver)
+
+NOT_INSTALLED = "cuda-bindings not installed: pip install pytest-graphcapture[cuda]"
+
+
+@pytest.fixture
+def real() -> tuple[Any, Any, tuple[int, ...]]:
+    """``(runtime, driver, version)`` of the installed cuda-bindings."""
+    try:
+        import cuda.bindings
+        from cuda.bindings import driver, runtime
+    except ImportError:
+        pytest.skip(NOT_INSTALLED)
+    version = tuple(int(part) for part in re.findall(r"\d+", cuda.bindings.__version__)[:2])
+    return runtime, driver, version
+
+
+def _returns(function: Any) -> list[str]:
+    """The results a cuda-bindings function's docstring lists: its error type, then each result's name."""
+    lines = (function.__doc__ or "").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Returns") + 2
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    results = []
+    for line in lines[start:]:
+        if line.strip() in ("See Also", "Notes", "Examples"):
+            break
+        if line.strip() and len(line) - len(line.lstrip()) == indent:
+            results.append(line.strip().split(" : ")[0])
+    return results
+
+
+def _needed(name: str, runtime: Any, version: tuple[int, ...]) -> bool:
+    """Whether the readout calls ``name`` with this release: one of the two edge calls; node params from 13.2."""
+    if name.startswith("cudaGraphGetEdges"):
+        return name == edges_call(runtime)
+    if name == "cudaGraphNodeGetParams":
+        return version >= tuple(int(part) for part in CONDITIONAL_BODIES_SINCE.split("."))
+    return True
+
+
+def test_every_call_the_readout_makes_exists_in_cuda_bindings_with_its_parameters_and_results(real: Any) -> None:
+    runtime, driver, version = real
+    for name, (where, parameters, results) in CALLS.items():
+        function = getattr(driver if where == "driver" else runtime, name, None)
+        if not _needed(name, runtime, version):
+            if name == "cudaGraphNodeGetParams":
+                assert function is None, f"{name} exists before {CONDITIONAL_BODIES_SINCE}: lower the release named"
+            continue
+        assert function is not None, f"{where}.{name} is missing from cuda-bindings {version}"
+        assert tuple(inspect.signature(function).parameters) == parameters, name
+        assert _returns(function) == ["CUresult" if where == "driver" else "cudaError_t", *results], name
+
+
+def test_the_structs_enums_and_handles_the_readout_reads_are_the_real_ones(real: Any) -> None:
+    runtime, driver, _ = real
+    kernel = driver.CUDA_KERNEL_NODE_PARAMS()
+    for field in ("gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY", "blockDimZ", "sharedMemBytes"):
+        assert int(getattr(kernel, field)) == 0
+    assert int(kernel.func) == 0 and int(kernel.kern) == 0
+    assert runtime.cudaMemcpy3DParms().kind.name.startswith("cudaMemcpy")
+    conditional = runtime.cudaGraphNodeParams().conditional
+    assert list(conditional.phGraph_out) == [] and int(conditional.size) == 0
+    real_types = {
+        m.removeprefix("cudaGraphNodeType") for m in dir(runtime.cudaGraphNodeType) if m.startswith("cudaGraphNodeType")
+    }
+    assert real_types - {"Count", "Reserved16"} <= set(NODE_TYPES), "a node type the readout does not name"
+    assert {"Kernel", "Memcpy", "Graph", "Conditional"} <= real_types
+    assert int(runtime.cudaGraph_t(init_value=0x1230)) == 0x1230
+    assert int(driver.CUgraphNode(runtime.cudaGraphNode_t(init_value=0x40))) == 0x40
+    error = GraphReadoutError("cudaGraphGetNodes", runtime.cudaError_t.cudaErrorInvalidValue)
+    assert str(error) == "reading the captured graph: cudaGraphGetNodes failed with cudaErrorInvalidValue (1)"
+    error = GraphReadoutError("cuFuncGetName", driver.CUresult.CUDA_ERROR_INVALID_VALUE)
+    assert str(error) == "reading the captured graph: cuFuncGetName failed with CUDA_ERROR_INVALID_VALUE (1)"
+
+
+def test_the_fake_has_the_real_signatures(real: Any) -> None:
+    runtime, driver, version = real
+    fake_runtime = {**vars(FakeCuda), **vars(FakeRuntime12 if version < (13, 0) else FakeRuntime13)}
+    for methods, module in ((fake_runtime, runtime), (vars(FakeDriver), driver)):
+        for name, method in methods.items():
+            if not re.fullmatch(r"cu(da)?[A-Z]\w*", name) or not inspect.isfunction(method):
+                continue
+            if not hasattr(module, name) and not _needed(name, runtime, version):
+                continue  # a call of another release, which the readout does not make with this one
+            real_parameters = tuple(inspect.signature(getattr(module, name)).parameters)
+            assert tuple(inspect.signature(method).parameters)[1:] == real_parameters, name
