@@ -35,19 +35,21 @@ CONTAINERS = frozenset({"graph", "conditional"})
 
 
 _COPY_KIND = re.compile(
-    r"(?:cuda|hip)?Memcpy(Host|Device|Array|Default)To(Host|Device|Array)|^(Host|Device|Array)To(Host|Device|Array)$"
+    r"(?:cuda|hip)?Memcpy(Host|Device|Array)To(Host|Device|Array)|^(Host|Device|Array)To(Host|Device|Array)$"
 )
+# cudaMemcpyDefault / hipMemcpyDefault: the runtime infers the direction from the pointers.
+_COPY_DEFAULT = re.compile(r"^(?:(?:cuda|hip)?Memcpy)?Default$")
 
 
 def copy_direction(kind: str) -> str:
     """A copy's direction as ``HtoD``/``DtoD``/``DtoH``/``HtoH`` (``A`` for arrays), ``default`` when the
     runtime infers it; a spelling this does not know (HIP's ``DtoD`` already is one) is kept."""
+    if _COPY_DEFAULT.search(kind):
+        return "default"
     match = _COPY_KIND.search(kind)
     if not match:
         return kind
     src, dst = (g for g in match.groups() if g)
-    if src == "Default":
-        return "default"
     return f"{src[0]}to{dst[0]}"
 
 

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from pytest_graphcapture.errors import FileError
 from pytest_graphcapture.summary.dot import parse_dot, read_dot_file, summarize_dot_file
-from pytest_graphcapture.summary.graph import CapturedGraph, CycleError, GraphNode, Launch, max_antichain
+from pytest_graphcapture.summary.graph import (
+    CapturedGraph,
+    CycleError,
+    GraphNode,
+    Launch,
+    copy_direction,
+    max_antichain,
+)
 from pytest_graphcapture.tools.cli import main
 
 DUMPS = Path(__file__).resolve().parents[1] / "data" / "graph_dumps"
@@ -353,3 +360,19 @@ def test_cli_summarize_a_dump_beside_a_trace_prints_a_list(tmp_path: Path) -> No
     dump, summary = json.loads(out.read_text(encoding="utf-8"))
     assert dump["source"] == "dot" and dump["topology"]["nodes"]["kernel"] == 3
     assert summary["key"]["runner"] == "TinyDecodeRunner"
+
+
+@pytest.mark.parametrize(
+    "kind, direction",
+    [
+        ("cudaMemcpyDefault", "default"),
+        ("hipMemcpyDefault", "default"),
+        ("Default", "default"),
+        ("cudaMemcpyHostToDevice", "HtoD"),
+        ("cudaMemcpyDeviceToDevice", "DtoD"),
+        ("DeviceToHost", "DtoH"),
+        ("DtoD", "DtoD"),
+    ],
+)
+def test_copy_kinds_read_as_directions(kind: str, direction: str) -> None:
+    assert copy_direction(kind) == direction
