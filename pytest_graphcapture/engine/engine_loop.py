@@ -505,6 +505,7 @@ def capture_engine_loop(
             else:
                 fn()
         loop.contract.finish()
+        _keep_selected_sizes(result, settings)
         if profiler is not None:
             loop.progress.key = None
             loop.progress.enter("trace export")
@@ -524,6 +525,26 @@ def capture_engine_loop(
         _stop_quietly(profiler)
         raise CaptureError(loop.progress.key or runner_name, loop.progress.stage, exc, partial=result) from exc
     return result
+
+
+def _keep_selected_sizes(result: CaptureResult, settings: CaptureSettings) -> None:
+    """Cut the result to ``settings.batch_sizes`` (the engine's loop captured them all); UsageError for a size it lacks.
+
+    The batch-size setting applies to an engine's loop as to every runner: the result
+    holds only the sizes asked for, and a size the loop did not capture is an error
+    naming the setting, never silently skipped.
+    """
+    if settings.batch_sizes is None:
+        return
+    captured = sorted({k.batch_size for k in result.keys})
+    lacking = [bs for bs in settings.batch_sizes if bs not in captured]
+    if lacking:
+        raise UsageError(
+            f"{settings.batch_sizes_origin} asks for batch size {', '.join(map(str, lacking))}, which the capture "
+            f"loop of {result.runner_name} did not capture (it captured {', '.join(map(str, captured))})"
+        )
+    for key in [k for k in result.keys if k.batch_size not in settings.batch_sizes]:
+        del result.keys[key]
 
 
 def _forward_target(forward: Any) -> tuple[Any, str]:

@@ -223,3 +223,30 @@ def test_a_library_graph_inside_the_forward_is_not_a_key(graph_capture):
 def test_adapter_engine_stepped_and_plugin_stepped_captures_agree_key_for_key(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_same=SAME)
     run(pytester).assert_outcomes(passed=2)
+
+
+SIZES = (
+    ENGINE
+    + """
+
+def test_sizes(graph_capture):
+    engine = Engine()
+    result = graph_capture.engine(engine.capture, forward=(engine, "forward"), key=lambda bs, mode: bs)
+    print("captured:", [k.batch_size for k in result.keys])
+"""
+)
+
+
+def test_the_batch_size_option_cuts_an_engine_loop_and_names_a_size_it_does_not_capture(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_sizes=SIZES)
+    run(pytester, "-s", "--graph-capture-batch-sizes=2,4").stdout.fnmatch_lines(["*captured: [[]4, 2[]]"])
+    result = run(pytester, "--graph-capture-batch-sizes=3")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*UsageError: --graph-capture-batch-sizes asks for batch size 3, which the capture loop of Engine did not "
+            "capture (it captured 1, 2, 4)"
+        ]
+    )
