@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import inspect
 import time
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, NoReturn, Optional, Union
 
 import torch
 
@@ -136,7 +136,7 @@ class StepContract:
             if self.key is not None and self.position != len(self.expected):
                 self.fail(
                     self.key,
-                    f"{self.stage}: the loop moved on to {_short(key)} before this key was captured; {self._rule()}",
+                    f"{self.stage}: the loop moved on to {key_label(key)} before this key was captured; {self._rule()}",
                 )
             self._begin(key)
         if self.key is None:
@@ -169,7 +169,7 @@ class StepContract:
         if self.done and key.batch_size > self.done[-1].batch_size:
             self.fail(
                 key,
-                f"warmup 1: captured after {_short(self.done[-1])}; keys must be captured largest "
+                f"warmup 1: captured after {key_label(self.done[-1])}; keys must be captured largest "
                 f"batch size first (smaller graphs reuse the larger ones' memory pool)",
             )
         self.key, self.position = key, 0
@@ -182,13 +182,10 @@ class StepContract:
         )
 
     @staticmethod
-    def fail(key: Optional[CaptureKey], problem: str) -> None:
+    def fail(key: Optional[CaptureKey], problem: str) -> NoReturn:
+        """Raise the one-line :class:`CaptureContractError` for ``key`` (None: before any key)."""
         where = f"{key.runner} {key_label(key)}: " if key is not None else ""
         raise CaptureContractError(f"graph_capture.engine: {where}{problem}")
-
-
-def _short(key: CaptureKey) -> str:
-    return key_label(key)
 
 
 # ---------------------------------------------------------------------- eager stand-ins (no CUDA device)
@@ -296,8 +293,9 @@ class _EngineLoop:
         result: CaptureResult,
         plugin_steps: bool,
         warmups: int,
+        method: str,
     ) -> None:
-        self.key_of = key
+        self.key_of, self.method = key, method
         self.runner_name, self.rank = runner_name, rank
         self.backend, self.profiler, self.settings, self.result = backend, profiler, settings, result
         self.plugin_steps = plugin_steps
@@ -334,7 +332,14 @@ class _EngineLoop:
     def forward(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.depth:  # the forward called from within itself: one forward
             return original(*args, **kwargs)
-        key = as_key(self.key_of(*args, **kwargs), self.runner_name, self.rank)
+        try:
+            key = as_key(self.key_of(*args, **kwargs), self.runner_name, self.rank)
+        except Exception as exc:
+            shown = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
+            raise UsageError(
+                f"graph_capture.engine: key= could not tell the key of a call {self.method}({shown}): "
+                f"{type(exc).__name__}: {exc}; it must return a CaptureKey, a batch size or (batch size, variant)"
+            ) from None
         if self.graph is not None:
             if self.graph.key is None:
                 self.graph.key = key
@@ -345,7 +350,7 @@ class _EngineLoop:
             elif self.graph.key != key:
                 self.contract.fail(
                     self.graph.key,
-                    f"capture: one graph ran forwards of two keys ({_short(self.graph.key)} and {_short(key)}), "
+                    f"capture: one graph ran forwards of two keys ({key_label(self.graph.key)} and {key_label(key)}), "
                     f"so its key cannot be told; capture one key per graph",
                 )
             else:
@@ -380,7 +385,7 @@ class _EngineLoop:
         if entered is None:
             return
         if entered.key is None:
-            after = f" after {_short(self.contract.done[-1])}" if self.contract.done else ""
+            after = f" after {key_label(self.contract.done[-1])}" if self.contract.done else ""
             where = self.contract.key if self.contract.key not in self.contract.done else None
             self.contract.fail(
                 where,
@@ -495,6 +500,7 @@ def capture_engine_loop(
         result=result,
         plugin_steps=not with_profiler,
         warmups=warmups,
+        method=f"{_owner_name(owner)}.{name}",
     )
     try:
         if profiler is not None:

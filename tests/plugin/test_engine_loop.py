@@ -250,3 +250,43 @@ def test_the_batch_size_option_cuts_an_engine_loop_and_names_a_size_it_does_not_
             "capture (it captured 1, 2, 4)"
         ]
     )
+
+
+MISUSE = (
+    ENGINE
+    + """
+
+ORIGINAL = (torch.cuda.CUDAGraph, torch.cuda.CUDAGraph.capture_begin, torch.cuda.synchronize)
+ENGINES = []
+
+
+def test_bad_key(graph_capture):
+    engine = Engine()
+    ENGINES.append(engine)
+    graph_capture.engine(engine.capture, forward=(engine, "forward"), key=lambda bs, mode: "four")
+
+
+def test_bad_forward(graph_capture):
+    engine = Engine()
+    graph_capture.engine(engine.capture, forward=(engine, "forward_decode"), key=lambda bs, mode: bs)
+
+
+def test_zz_nothing_left_patched():
+    assert (torch.cuda.CUDAGraph, torch.cuda.CUDAGraph.capture_begin, torch.cuda.synchronize) == ORIGINAL
+    assert "forward" not in vars(ENGINES[0])
+"""
+)
+
+
+def test_a_key_function_or_forward_that_does_not_fit_is_one_line_naming_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_misuse=MISUSE)
+    result = run(pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "UsageError: graph_capture.engine: key= could not tell the key of a call Engine.forward(int, NoneType): "
+            "ValueError: invalid literal for int() with base 10: 'four'; it must return a CaptureKey, a batch size "
+            "or (batch size, variant)",
+            "UsageError: graph_capture.engine: forward=: Engine has no method 'forward_decode'",
+        ]
+    )
