@@ -13,13 +13,14 @@ size and variant, created with ``cd examples && pytest engine_loop --update-gold
 import torch
 
 
-def gate(graph_capture, engine):
+def gate(graph_capture, engine, **options):
     return graph_capture.engine(
         # use_graphs=True: the engine's CUDA-graph path, also on CPU (where the gate stands in for CUDA).
         lambda profiler: engine.capture(use_graphs=True, profiler=profiler),
         forward=(engine, "forward_decode"),  # the body every graph holds
         key=lambda bs, variant: (bs, variant),  # the key of one call of it
         runner_name="MiniEngine",
+        **options,  # trace="off": no trace files (the checks below need none)
     )
 
 
@@ -33,8 +34,8 @@ def test_adapter_and_engine_loop_capture_the_same_graphs(graph_capture, engine):
     from adapter import EngineAdapter
     from mini_engine import MiniEngineGraphRunner
 
-    adapted = graph_capture(EngineAdapter(MiniEngineGraphRunner(device=engine.device)))
-    own_loop = gate(graph_capture, engine)
+    adapted = graph_capture(EngineAdapter(MiniEngineGraphRunner(device=engine.device)), trace="off")
+    own_loop = gate(graph_capture, engine, trace="off")
     assert list(own_loop.keys) == list(adapted.keys)
     for key in adapted.keys:
         assert own_loop.keys[key].summary == adapted.keys[key].summary, f"{key} differs"
@@ -45,7 +46,7 @@ def test_the_engine_serves_decode_from_the_graphs_its_loop_captured(graph_captur
     ids = torch.randint(0, engine.config.vocab_size, (3,), generator=generator).to(engine.device)
     lens = torch.randint(1, engine.config.max_seq_len + 1, (3,), generator=generator).to(engine.device)
     snapshot = engine.k_cache.clone(), engine.v_cache.clone()
-    gate(graph_capture, engine)
+    gate(graph_capture, engine, trace="off", summarize=False)
     engine.k_cache.copy_(snapshot[0])
     engine.v_cache.copy_(snapshot[1])
     got = engine.decode(ids, lens, "logprobs")  # bs=3 replays the bs=4 graph the loop captured
