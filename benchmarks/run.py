@@ -3,7 +3,8 @@
 B1 capture cost of the embedded runner against bare loops; B2 trace summarize
 time against the parse floor, and peak memory; B3 our trace load against
 Holistic Trace Analysis; B4 the golden check of 36 batch sizes against reading
-the files; B5 reading a 5,000-node graph dump (DOT).  Every benchmark interleaves its variants round by round and reports
+the files; B5 reading a 5,000-node graph dump (DOT); B6 gating an engine's own
+capture loop against gating it through an adapter.  Every benchmark interleaves its variants round by round and reports
 medians; the run ends with one table, also written as Markdown (``--out``).
 See docs/benchmarks.md for what each row means and the measured figures.
 """
@@ -23,7 +24,7 @@ sys.path.insert(1, str(HERE.parent))  # run from a checkout without installing
 
 from common import REPO, Row, Section, machine_description, markdown_table, progress, real_traces_dir, text_table  # noqa: E402
 
-BENCHES = ("B1", "B2", "B3", "B4", "B5")
+BENCHES = ("B1", "B2", "B3", "B4", "B5", "B6")
 LARGE_SOURCE = "hta_negative_queue_length_values_check__rank0.json.gz"
 QUICK_TRACE = "tracelens_sglang_decode__sglang_Qwen3-8B_decode.json.gz"
 #: B1 at the realistic model size (benchmarks/b1_capture.py MODELS): batch sizes and rounds, sized to
@@ -46,7 +47,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         default=",".join(BENCHES),
         metavar="LIST",
-        help="comma-separated subset of B1,B2,B3,B4,B5 (default: all)",
+        help="comma-separated subset of B1,B2,B3,B4,B5,B6 (default: all)",
     )
     parser.add_argument(
         "--out",
@@ -85,7 +86,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--threads",
         type=int,
         default=None,
-        help="torch.set_num_threads for B1 (default: 1 on CPU, torch's default on a GPU)",
+        help="torch.set_num_threads for B1 and B6 (default: 1 on CPU, torch's default on a GPU)",
     )
     parser.add_argument(
         "--large-mb",
@@ -250,6 +251,16 @@ def run_b5(args: argparse.Namespace) -> Section:
     return b5_graph_dump.run(rounds=3 if args.quick else 21, work_dir=args.work_dir)
 
 
+def run_b6(args: argparse.Namespace, device: str) -> Section:
+    import b6_engine_loop
+
+    sizes = (1, 2, 4) if args.quick else (1, 2, 4, 8)
+    threads = args.threads or (1 if device == "cpu" else None)
+    return b6_engine_loop.run(
+        rounds=1 if args.quick else 15, batch_sizes=sizes, device=device, work_dir=args.work_dir, threads=threads
+    )
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -265,6 +276,8 @@ def main(argv: list[str]) -> int:
         sections.append(run_b4(args))
     if "B5" in args.only:
         sections.append(run_b5(args))
+    if "B6" in args.only:
+        sections.append(run_b6(args, device))
     rows: list[Row] = [row for s in sections for row in s.rows]
     notes = [note for s in sections for note in s.notes]
     notes.append(

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
 from .engine.capture import CaptureSettings, capture_runner
+from .engine.engine_loop import KeyLike, as_key, eager_cuda_calls, patched, user_key_sequence
 from .engine.result import CaptureResult
 from .engine.runner import GraphRunner
-from .keys import CaptureKey, capture_order
+from .keys import capture_order
 from .naming import trace_dir, trace_file_name
 from .testing import (
     FORWARD,
@@ -47,12 +48,6 @@ from .testing import (
 
 #: What the contract of user capture code looks at: forwards, graph enter/exit and profiler steps.
 CONTRACT_CALLS = (FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT)
-KeyLike = Union[CaptureKey, int, tuple]
-
-
-def user_key_sequence(warmups: int = 2) -> list[str]:
-    """The calls of one key in user capture code: each warmup forward then a step; the capture; a step."""
-    return [FORWARD, STEP] * warmups + [GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP]
 
 
 class RecordingCUDAGraph:
@@ -69,17 +64,6 @@ class RecordingCUDAGraph:
 
     def pool(self) -> object:
         return object()
-
-
-class _RecordingStream:
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def wait_stream(self, *args: Any) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
 
 
 class CaptureContract:
@@ -132,11 +116,11 @@ class CaptureContract:
         original = getattr(owner, name)
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            self.log.current_key = self._key(key(*args, **kwargs), runner or "capture")
+            self.log.current_key = as_key(key(*args, **kwargs), runner or "capture")
             self.log.record(FORWARD)
             return original(*args, **kwargs)
 
-        with self._fake_cuda_graphs(), _patched(owner, name, recorded):
+        with self._fake_cuda_graphs(), patched(owner, name, recorded):
             capture(self.profiler)
         actual = [call for call in self.log.calls if call.name in CONTRACT_CALLS]
         keys = capture_order(dict.fromkeys(c.key for c in actual if c.key is not None))
@@ -144,14 +128,6 @@ class CaptureContract:
         label = runner or ", ".join(sorted({k.runner for k in keys})) or "the capture function"
         assert_call_sequence(actual, expected, what=f"capture calls of {label} (largest batch size first)")
         return self.log
-
-    @staticmethod
-    def _key(value: KeyLike, runner: str) -> CaptureKey:
-        if isinstance(value, CaptureKey):
-            return value
-        if isinstance(value, tuple):
-            return CaptureKey(runner, int(value[0]), value[1] if len(value) > 1 else None)
-        return CaptureKey(runner, int(value))
 
     @contextlib.contextmanager
     def _fake_cuda_graphs(self) -> Iterator[None]:
@@ -166,33 +142,14 @@ class CaptureContract:
                 log.record(GRAPH_EXIT)
 
         fakes = {
+            **eager_cuda_calls(synchronize=lambda *args, **kwargs: log.record(SYNCHRONIZE)),
             "CUDAGraph": RecordingCUDAGraph,
             "graph": graph,
-            "synchronize": lambda *args, **kwargs: log.record(SYNCHRONIZE),
-            "graph_pool_handle": lambda: object(),
-            "Stream": _RecordingStream,
-            "stream": lambda *args, **kwargs: contextlib.nullcontext(),
-            "current_stream": lambda *args, **kwargs: _RecordingStream(),
         }
         with contextlib.ExitStack() as stack:
             for attr, fake in fakes.items():
-                stack.enter_context(_patched(torch.cuda, attr, fake))
+                stack.enter_context(patched(torch.cuda, attr, fake))
             yield
-
-
-@contextlib.contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """``owner.name = value`` for the block; the previous attribute (or its absence) restored after."""
-    missing = object()
-    before = owner.__dict__.get(name, missing) if hasattr(owner, "__dict__") else getattr(owner, name, missing)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if before is missing:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, before)
 
 
 __all__ = ["CONTRACT_CALLS", "CaptureContract", "RecordingCUDAGraph", "user_key_sequence"]

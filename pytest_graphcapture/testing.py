@@ -21,19 +21,12 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from .engine.backend import Backend, CaptureProgress, Forward, Steppable
+from .engine.engine_loop import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP
 from .engine.runner import GraphRunner
 from .keys import CaptureKey
 
-SYNCHRONIZE, BARRIER, FORWARD, STEP, HOOK, GRAPH_ENTER, GRAPH_EXIT, REPLAY = (
-    "synchronize",
-    "barrier",
-    "forward",
-    "profiler.step",
-    "hook",
-    "graph.enter",
-    "graph.exit",
-    "replay",
-)
+# The step contract's calls (forward, step, graph enter/exit) are named where the engine-loop gate checks them.
+SYNCHRONIZE, BARRIER, HOOK, REPLAY = "synchronize", "barrier", "hook", "replay"
 
 
 @dataclass(frozen=True)

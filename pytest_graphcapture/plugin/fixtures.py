@@ -135,6 +135,38 @@ class GraphCapture:
             self._write(f"graph-capture: {result.runner_name}: {len(result.keys)} keys captured in {seconds:.1f}s")
         return result
 
+    def engine(
+        self,
+        fn: Callable[..., Any],
+        *,
+        forward: tuple[Any, str],
+        key: Callable[..., Any],
+        runner_name: Optional[str] = None,
+        trace: Optional[str] = None,
+        summarize: bool = True,
+    ) -> Any:
+        """Gate the engine's own capture loop: run ``fn`` for real and return the usual CaptureResult.
+
+        ``fn(profiler)`` steps the plugin's per-batch-size profiler where the engine steps
+        its own; ``fn()`` (no parameter) has it stepped on the observed forwards and graph
+        captures.  ``forward=(obj, "method")`` is the body each graph holds and
+        ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size,
+        variant)`` of ``runner_name``).  See :mod:`pytest_graphcapture.engine.engine_loop`.
+        """
+        from ..engine.engine_loop import capture_engine_loop
+
+        owner = forward[0] if isinstance(forward, tuple) and forward else None
+        try:
+            device = getattr(owner, "device", None) or self._state.device
+        except UsageError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        capture_settings = self._state.capture_settings(
+            trace=trace, summarize=summarize, progress=self._progress(), trace_group=self._trace_group()
+        )
+        return capture_engine_loop(
+            fn, forward=forward, key=key, runner_name=runner_name, device=device, settings=capture_settings
+        )
+
     def _capture_on_ranks(
         self, factory: Any, ranks: Any, *, trace: Optional[str], summarize: bool, timeout: Optional[float], what: str
     ) -> Any:

@@ -57,7 +57,8 @@ def test_quick_run_prints_and_writes_the_table(tmp_path: Path) -> None:
     assert "| bench | measurement | median |" in markdown
     assert "Machine:" in markdown and "torch:" in markdown
     # The table is the last thing printed.
-    assert done.stdout.rstrip().splitlines()[-1].startswith("B5")
+    assert "engine's own loop, summary-only, 6 keys" in table  # B6 at the quick sizes 1,2,4
+    assert done.stdout.rstrip().splitlines()[-1].startswith("B6")
 
 
 def test_unknown_b1_model_is_a_one_line_usage_error(tmp_path: Path) -> None:
