@@ -256,9 +256,11 @@ class CudaGraphBackend(Backend):
         started = time.perf_counter()
         try:
             readout = read_captured_graph(graph.raw_cuda_graph(), runtime=runtime, driver=driver)
-        except GraphReadoutError as exc:
+        except (GraphReadoutError, RuntimeError) as exc:
+            # RuntimeError: cuda-bindings raises it for a call the installed driver does not offer.
+            problem = exc if isinstance(exc, GraphReadoutError) else f"reading the captured graph: {exc}"
             warnings.warn(
-                f"graph capture {key}: {exc}; its kernels come from the profiler replay",
+                f"graph capture {key}: {problem}; its kernels come from the profiler replay",
                 GraphReadoutWarning,
                 stacklevel=2,
             )

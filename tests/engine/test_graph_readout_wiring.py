@@ -115,6 +115,19 @@ def test_a_failed_read_is_said_and_the_graph_still_instantiated(cuda: FakeRuntim
     assert KEY not in backend.graph_readouts
 
 
+def test_a_driver_without_the_call_is_said_and_the_graph_still_instantiated(
+    cuda: FakeRuntime13, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing(*args: object) -> None:
+        raise RuntimeError('Function "cuGraphKernelNodeGetParams" not found')
+
+    backend = CudaGraphBackend("cuda")
+    monkeypatch.setattr(FakeDriver, "cuGraphKernelNodeGetParams", missing)
+    with pytest.warns(GraphReadoutWarning, match=r'reading the captured graph: Function "cuGraphKernelNodeGetParams"'):
+        backend.capture_one(KEY, lambda: None)
+    assert FakeTorchGraph.events[-1] == "instantiate" and KEY not in backend.graph_readouts
+
+
 def test_without_cuda_bindings_graphs_are_captured_as_before(
     cuda: FakeRuntime13, monkeypatch: pytest.MonkeyPatch
 ) -> None:
