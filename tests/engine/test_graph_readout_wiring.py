@@ -205,3 +205,17 @@ def test_without_a_replay_kernels_come_from_the_graph_alone(cuda: FakeRuntime13)
     assert summary.complete and summary.unattributed is None and summary.kernel_source == "graph"
     assert sum(k["count"] for k in summary.kernels) == 7
     assert FakeTorchGraph.events.count("replay") == 0
+
+
+def test_a_replay_that_lost_every_record_leaves_the_key_incomplete_not_failed(
+    cuda: FakeRuntime13, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a readout an empty replay is a profiler fault that fails the capture; with one, the graph stands."""
+    backend = CudaGraphBackend("cuda")
+    result = _captured(backend)
+    monkeypatch.setattr(capture_module, "replay_kernels_from_profile", lambda prof: [])
+    with pytest.warns(Warning, match="kernel evidence incomplete"):
+        capture_module._attach_replay_kernels(result, backend, backend_module.CaptureProgress(), None)
+    summary = result.keys[KEY].summary
+    assert not summary.complete and "missing from the replay" in summary.incomplete_reason
+    assert sum(k["count"] for k in summary.kernels) == 7
