@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import FAKE_CONFTEST, fake_project, run
 
 from pytest_graphcapture._io import dumps_entries
 from pytest_graphcapture.errors import GoldenError
@@ -21,6 +22,17 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_GOLDENS = sorted((ROOT / "examples" / "goldens").rglob("*.json"))
 MM = {"name": "aten::mm", "input_dims": [[8, 256], [256, 256]]}
 SGEMM = "sgemm_128x64_nn"
+
+
+TEST_DECODE = """
+def test_decode(fake_capture, golden):
+    golden.check(fake_capture())
+"""
+
+
+@pytest.fixture
+def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    return fake_project(pytester, monkeypatch, TEST_DECODE)
 
 
 def graph_summary(kernels: list, *, branches: int = 2, source: str = "graph") -> Summary:
@@ -167,3 +179,46 @@ def test_bad_new_fields_in_a_golden_name_the_file_and_field(
         store.summary_from_dict(store.load_golden_dict(path), path)
     assert str(path) in str(info.value) and problem in str(info.value)
     assert "\n" not in str(info.value)
+
+
+GRAPH_SUMMARIES = """
+_plain = make_summary
+def make_summary(bs, runner, platform):
+    # The same kernels, now read from the graph: each with its launch shape, plus the topology.
+    s = _plain(bs, runner, platform)
+    for kernel in s.kernels:
+        kernel["launch"] = "<<<GRID,128,0>>>"
+    s.kernel_source = "graph"
+    s.topology = {"nodes": {"kernel": s.kernel_count()}, "branches": BRANCHES}
+    return s
+"""
+
+
+def _graph_conftest(grid: str = "{16,10,2}", branches: int = 1) -> str:
+    return FAKE_CONFTEST + GRAPH_SUMMARIES.replace("GRID", grid).replace("BRANCHES", str(branches))
+
+
+def test_an_older_golden_passes_a_graph_capture_until_update_rewrites_it(gate: pytest.Pytester) -> None:
+    """As users run it: goldens written before launch shapes pass; --update-golden adds them; then they count."""
+    run(gate, "--update-golden").assert_outcomes(passed=1)
+    paths = sorted((gate.path / "goldens").rglob("*.json"))
+    before = {p: p.read_text() for p in paths}
+    assert paths and not any('"launch"' in text or '"topology"' in text for text in before.values())
+    gate.makeconftest(_graph_conftest())
+    run(gate).assert_outcomes(passed=1)
+    assert {p: p.read_text() for p in paths} == before  # a check never writes
+    run(gate, "--update-golden").assert_outcomes(passed=1)
+    after = {p: p.read_text() for p in paths}
+    for text in after.values():
+        assert '"launch": "<<<{16,10,2},128,0>>>"' in text and '"topology": {"branches": 1, ' in text
+        assert '"kernel_source": "graph",' in text
+    run(gate).assert_outcomes(passed=1)
+    gate.makeconftest(_graph_conftest(grid="{32,10,2}", branches=1))
+    result = run(gate)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*~ gemv_kernel <<<{16,10,2},128,0>>> → <<<{32,10,2},128,0>>> (×2)*"])
+    gate.makeconftest(_graph_conftest(branches=0))
+    result = run(gate)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*~ graph branches (nodes that can run at once) 1 → 0*"])
+    assert {p: p.read_text() for p in paths} == after
