@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping, Optional, Sequence
 
+from ..errors import UsageError
 from .attribute import (
     GRAPH_NO_CAPTURE,
     GRAPH_NODES_DIFFER,
@@ -208,6 +209,8 @@ def with_graph(
     (kernels not compared, never a false regression) and a
     :class:`KernelEvidenceWarning` naming the key is emitted.
     """
+    if source not in ("graph", "dot"):
+        raise UsageError(f"with_graph(source={source!r}): a graph is read in process ('graph') or from a dump ('dot')")
     records, unattributed = _by_graph_node(summary.launch_ops, graph_node_records(graph), _GRAPH_REASONS)
     kernels = _entries(records, summary.level)
     result = Summary(

@@ -18,6 +18,7 @@ from typing import Optional
 import pytest
 from helpers import REPO_ROOT
 
+from pytest_graphcapture.errors import UsageError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary import KernelEvidenceWarning, Summary, summarize_trace_file, with_graph
 from pytest_graphcapture.summary.attribute import GRAPH_NO_CAPTURE, GRAPH_NODES_DIFFER, attributed_share
@@ -151,3 +152,10 @@ def test_replay_that_lost_records_marks_the_key_incomplete_naming_them(h200: Sum
         "kernel_2 x1)"
     )
     assert result.kernels == with_graph(h200, graph).kernels  # the graph's kernels stand
+
+
+def test_a_graph_comes_from_the_process_or_a_dump_only(h200: Summary) -> None:
+    graph = graph_for([kind for kind, _ in h200.launch_ops])
+    assert with_graph(h200, graph, source="dot").kernel_source == "dot"
+    with pytest.raises(UsageError, match=r"with_graph\(source='replay'\): a graph is read in process"):
+        with_graph(h200, graph, source="replay")
