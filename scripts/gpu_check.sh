@@ -11,7 +11,10 @@
 # 4. capture timings with profiling off / summary-only / per-bs export (median of 3), their ratios and
 #    the per-key metrics (warmup/capture/replay time, graph memory) -> DIR/timings.json;
 #    then whether the harvested (live) summaries agree with the per-bs trace files -> DIR/agree.json;
-# 5. the 3 smallest per-bs traces of the examples copied to DIR/traces/.
+# 5. the graph readout (scripts/gpu_probe.py graph): per example key, the graph read in process vs the
+#    profiled replay (equal kernel multisets), the share of kernels named with their op, the readout's
+#    time per key -> DIR/graph.json (needs cuda-bindings: pip install 'pytest-graphcapture[cuda]');
+# 6. the 3 smallest per-bs traces of the examples copied to DIR/traces/.
 # DIR/summary.md lists each step, its exit code and the torch/CUDA/driver versions.
 #
 # --dry-run runs the same steps on CPU (small sizes, one repetition) to check this script's plumbing;
@@ -25,7 +28,7 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --out=*) out="${1#--out=}"; shift ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -35,7 +38,7 @@ out="$(cd "$out" && pwd)"
 if [ $dry = 1 ]; then
     device=cpu; repeat=1; sizes=1,2; step_limit=420
 else
-    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=90  # 5 steps x 90 s < 8 minutes
+    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=75  # 6 steps x 75 s < 8 minutes
     if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
         echo "gpu_check.sh: torch sees no GPU here; run it on a GPU machine, or pass --dry-run" >&2
         exit 2
@@ -76,6 +79,7 @@ step timings "$python" scripts/gpu_probe.py timings "$out/timings.json" --device
     --repeat "$repeat" --batch-sizes "$sizes"
 step agree "$python" scripts/gpu_probe.py agree "$out/agree.json" --goldens "$out/goldens" \
     --traces "$out/examples/graph_capture_profile"
+step graph "$python" scripts/gpu_probe.py graph "$out/graph.json" --device "$device" --batch-sizes "$sizes"
 
 mkdir -p "$out/traces"
 find "$out/examples/graph_capture_profile" -name '*_bs_*.json.gz' -printf '%s %p\n' 2>/dev/null \

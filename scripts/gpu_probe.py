@@ -3,6 +3,7 @@
     python scripts/gpu_probe.py probe   OUT.json [--device cuda|cpu]
     python scripts/gpu_probe.py timings OUT.json [--device cuda|cpu] [--repeat 3] [--batch-sizes 1,2,4]
     python scripts/gpu_probe.py agree   OUT.json --goldens DIR --traces DIR
+    python scripts/gpu_probe.py graph   OUT.json [--device cuda|cpu] [--batch-sizes 1,2,4]
 
 ``probe`` captures a small graph (a GEMM, an elementwise op and a memset) and
 replays it under the profiler, twice in the same process, and answers: are there
@@ -17,6 +18,11 @@ captures' per-bs trace files (ops and launches): they must be equal.
 ``timings`` captures the embedded decoder with profiling off, summary only and
 per-bs trace export (median of ``--repeat`` runs each), gives the ratios, and the
 per-key metrics (warmup/capture/replay time, graph memory) of one summarized run.
+
+``graph`` captures the examples' runners (the embedded decoder; on a GPU also its compiled
+variant) with summaries and the profiled replay, reading each captured graph in process
+(cuda-bindings): per key, whether the readout and the replay's kernel multisets are equal,
+the share of kernels named with their op, and the readout's time.
 
 On CPU (``scripts/gpu_check.sh --dry-run``) both run the same code on the eager
 stand-in, and the GPU-only answers say "no GPU".  Used by scripts/gpu_check.sh.
@@ -199,9 +205,70 @@ def agree(goldens: Path, traces: Path) -> dict:
     return {"answers": {"agree": sum(v == "agree" for v in keys.values()), "keys": len(keys)}, "per_key": keys}
 
 
+def _example_runners(device: torch.device, batch_sizes: list[int]) -> list[Any]:
+    """The examples' runners: the embedded decoder, and on a GPU its compiled variant (examples/)."""
+    runners = [TinyDecodeRunner(batch_sizes, device=device)]
+    if device.type == "cuda":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+        from test_compiled_decode import CompiledDecodeRunner  # the examples' own runner
+
+        from pytest_graphcapture.engine.decode_model import DecoderConfig
+
+        runners.append(CompiledDecodeRunner([1, 2], device=device, config=DecoderConfig(num_layers=1)))
+    return runners
+
+
+def graph(device: torch.device, batch_sizes: list[int]) -> dict:
+    """Graph readout against the profiled replay, per example key: equal kernel multisets, attribution, time."""
+    from pytest_graphcapture.summary.attribute import attributed_share
+
+    platform = detect_platform(device)
+    keys: dict = {}
+    named = total = 0
+    with tempfile.TemporaryDirectory() as folder:
+        for runner in _example_runners(device, batch_sizes):
+            backend = make_backend(device)
+            try:
+                result = capture_runner(runner, backend, CaptureSettings(out_dir=folder, platform=platform))
+            finally:
+                backend.release()
+            for key_result in result:
+                summary, key = key_result.summary, key_result.key
+                readout = backend.graph_readouts.get(key)
+                if readout is None:
+                    keys[str(key)] = {"read": False, "kernel_source": summary.kernel_source}
+                    continue
+                kernel_named, kernel_total = attributed_share(k for k in summary.kernels if k["kind"] == "kernel")
+                named, total = named + kernel_named, total + kernel_total
+                keys[str(key)] = {
+                    "read": True,
+                    "graph_nodes": sum(readout.node_counts().values()),
+                    "topology": summary.topology,
+                    "replay_equal": summary.complete,
+                    "incomplete_reason": summary.incomplete_reason,
+                    "attributed": f"{kernel_named}/{kernel_total}",
+                    "unattributed": summary.unattributed,
+                    "readout_ms": round(backend.readout_seconds[key] * 1e3, 3),
+                }
+    read = [v for v in keys.values() if v["read"]]
+    if device.type != "cuda":
+        answers: dict = {"readout": "no GPU (dry run)", "keys": len(keys)}
+    elif not read:
+        answers = {"readout": "no key was read (cuda-bindings missing or torch < 2.8: see the warnings)"}
+    else:
+        answers = {
+            "keys": len(keys),
+            "read": len(read),
+            "replay_equal": sum(1 for v in read if v["replay_equal"]),
+            "attribution_share": round(named / total, 4) if total else None,
+            "readout_ms_max": max(v["readout_ms"] for v in read),
+        }
+    return {"device": str(device), "platform": platform, "answers": answers, "per_key": keys}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("probe", "timings", "agree"))
+    parser.add_argument("what", choices=("probe", "timings", "agree", "graph"))
     parser.add_argument("out", type=Path)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--repeat", type=int, default=3)
@@ -223,10 +290,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     sizes = [int(part) for part in args.batch_sizes.split(",") if part]
-    answers = probe(device) if args.what == "probe" else timings(device, args.repeat, sizes)
+    if args.what == "graph":
+        answers = graph(device, sizes)
+    else:
+        answers = probe(device) if args.what == "probe" else timings(device, args.repeat, sizes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(answers, indent=2, sort_keys=True, default=str) + "\n")
     print(json.dumps(answers.get("answers", answers.get("ratio_to_off")), indent=2, default=str))
+    if args.what == "graph" and answers["answers"].get("read"):
+        # A graph read whose replay lost kernels is a finding: the step fails so the summary shows it.
+        return 0 if answers["answers"]["replay_equal"] == answers["answers"]["read"] else 1
     return 0
 
 

@@ -16,13 +16,18 @@ context" mean:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
+import warnings
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 
 from ..keys import CaptureKey
+from ..summary.graph import CapturedGraph
+from .graph_readout import GraphReadoutError, GraphReadoutWarning, load_bindings, read_captured_graph
 from .memory import MemoryHistory, TorchMemoryHistory
 from .result import KeyMetrics
 
@@ -86,6 +91,10 @@ class Backend:
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
+        #: Each key's graph as read from the graph object itself after capture (real CUDA graphs
+        #: with cuda-bindings only), and how long each read took in seconds.
+        self.graph_readouts: dict[CaptureKey, CapturedGraph] = {}
+        self.readout_seconds: dict[CaptureKey, float] = {}
 
     def synchronize(self) -> None:
         """Wait for the device to finish queued work (nothing on CPU)."""
@@ -205,6 +214,8 @@ class CudaGraphBackend(Backend):
             raise RuntimeError(f"CudaGraphBackend needs a CUDA/ROCm device, got {self.device}")
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device=self.device)
+        #: cuda-bindings' (runtime, driver) when each graph is read after capture; None: not read.
+        self.bindings = readout_bindings()
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -223,15 +234,89 @@ class CudaGraphBackend(Backend):
 
     @contextlib.contextmanager
     def graph_context(self, key: CaptureKey, forward: Forward) -> Iterator[Any]:
-        graph = torch.cuda.CUDAGraph()
+        if self.bindings is None:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                yield graph
+            return
+        # keep_graph: the captured cudaGraph_t outlives capture_end, so its nodes can be read;
+        # torch then leaves instantiation to the caller, done here right after the read.
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             yield graph
+        self.read_graph(key, graph)
+
+    def read_graph(self, key: CaptureKey, graph: Any) -> None:
+        """Read ``graph``'s nodes into :attr:`graph_readouts`, then instantiate it.
+
+        A failed read is said (a :class:`GraphReadoutWarning` naming the key and the
+        call) and the key's kernels come from the profiler replay, as without a readout.
+        """
+        runtime, driver = self.bindings  # type: ignore[misc]
+        started = time.perf_counter()
+        try:
+            readout = read_captured_graph(graph.raw_cuda_graph(), runtime=runtime, driver=driver)
+        except (GraphReadoutError, RuntimeError) as exc:
+            # RuntimeError: cuda-bindings raises it for a call the installed driver does not offer.
+            problem = exc if isinstance(exc, GraphReadoutError) else f"reading the captured graph: {exc}"
+            warnings.warn(
+                f"graph capture {key}: {problem}; its kernels come from the profiler replay",
+                GraphReadoutWarning,
+                stacklevel=2,
+            )
+            readout = None
+        finally:
+            graph.instantiate()
+        self.readout_seconds[key] = time.perf_counter() - started
+        if readout is not None:
+            self.graph_readouts[key] = readout
 
     def replay(self, graph: Any) -> None:
         graph.replay()
 
     def release(self) -> None:
         self.pool = None
+
+
+#: Said once when torch cannot hand over a captured graph for the readout.
+NO_KEEP_GRAPH = (
+    "torch {version} cannot keep a captured CUDA graph for reading (torch.cuda.CUDAGraph(keep_graph=True) "
+    "and raw_cuda_graph() need torch >= 2.8), so kernels come from the profiler replay"
+)
+
+_said_no_keep_graph = False
+
+
+def keeps_graphs() -> bool:
+    """Whether this torch can keep a captured graph and hand it over (``CUDAGraph(keep_graph=True)``, ``raw_cuda_graph()``)."""
+    graph_class = getattr(torch.cuda, "CUDAGraph", None)
+    if graph_class is None or not callable(getattr(graph_class, "raw_cuda_graph", None)):
+        return False
+    if not callable(getattr(graph_class, "instantiate", None)):
+        return False
+    try:
+        return "keep_graph" in inspect.signature(graph_class).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
+    """cuda-bindings' ``(runtime, driver)`` when captured graphs can be read in process; None otherwise.
+
+    ROCm builds (``torch.version.hip``) are not read this way: their capture window
+    already names every kernel.  Without the torch API or without cuda-bindings, that
+    is said once per process (a :class:`GraphReadoutWarning`) and kernels come from
+    the profiler replay, as before.
+    """
+    global _said_no_keep_graph
+    if getattr(torch.version, "hip", None):
+        return None
+    if not keeps_graphs():
+        if not _said_no_keep_graph:
+            _said_no_keep_graph = True
+            warnings.warn(NO_KEEP_GRAPH.format(version=torch.__version__), GraphReadoutWarning, stacklevel=2)
+        return None
+    return load_bindings()
 
 
 def make_backend(device: torch.device | str, *, graphs: bool = True) -> Backend:

@@ -19,7 +19,7 @@ from ..errors import CaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import memory_snapshot_path
 from ..summary.live import replay_kernels_from_profile, summarize_profile
-from ..summary.replay import with_replay
+from ..summary.replay import with_graph, with_replay
 from .backend import Backend, CaptureProgress
 from .guard import check_capture_evidence, check_replay_evidence
 from .memory import Recording
@@ -175,6 +175,8 @@ def capture_runner(
             profiler = None
         if _replay_enabled(settings, backend) and settings.summarize:
             _attach_replay_kernels(result, backend, progress, settings.progress)
+        elif settings.summarize:
+            _attach_graph_readouts(result, backend)
     except KeyboardInterrupt:
         _stop_quietly(profiler)
         snapshot.abandon()
@@ -240,6 +242,14 @@ def _replay_enabled(settings: CaptureSettings, backend: Backend) -> bool:
     return backend.replay_shows_kernels if settings.replay is None else bool(settings.replay)
 
 
+def _attach_graph_readouts(result: CaptureResult, backend: Backend) -> None:
+    """Without a replay, each key whose graph was read takes its kernels from the graph alone."""
+    for key, key_result in result.keys.items():
+        readout = backend.graph_readouts.get(key)
+        if key_result.summary is not None and readout is not None:
+            key_result.summary = with_graph(key_result.summary, readout)
+
+
 def _attach_replay_kernels(
     result: CaptureResult, backend: Backend, progress: CaptureProgress, report: Optional[Callable[[str], None]]
 ) -> None:
@@ -266,9 +276,13 @@ def _attach_replay_kernels(
             backend.replay(key_result.graph)
             backend.synchronize()
         kernels = replay_kernels_from_profile(prof)
-        if backend.kernel_evidence_required:
+        readout = backend.graph_readouts.get(key)
+        if backend.kernel_evidence_required and readout is None:
             check_replay_evidence(key, kernels)
-        key_result.summary = with_replay(key_result.summary, kernels)
+        if readout is not None:  # the graph's own kernels; the replay is their cross-check
+            key_result.summary = with_graph(key_result.summary, readout, replay_kernels=kernels)
+        else:
+            key_result.summary = with_replay(key_result.summary, kernels)
         if report is not None:
             report(f"{_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
     progress.enter("done")

@@ -16,7 +16,7 @@ from .files import load_summary_file, summarize_trace_file
 from .live import replay_kernels_from_profile, summarize_profile
 from .model import KINDS, SCHEMA_VERSION, Summary
 from .normalize import LEVELS, normalize_kernel_name
-from .replay import KernelEvidenceWarning, with_replay
+from .replay import KernelEvidenceWarning, with_graph, with_replay
 from .scan import replay_kernels_from_events, summarize_events
 
 __all__ = [
@@ -33,5 +33,6 @@ __all__ = [
     "summarize_events",
     "summarize_profile",
     "summarize_trace_file",
+    "with_graph",
     "with_replay",
 ]

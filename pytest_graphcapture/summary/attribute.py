@@ -41,6 +41,19 @@ REPLAY_NODES_DIFFER = (
 )
 
 
+#: Read from the graph itself, but the capture trace has no capture window to match the nodes to.
+GRAPH_NO_CAPTURE = (
+    "the graph's nodes were read from the graph itself but the capture trace has no capture window to match "
+    "them to, so they name no launching op"
+)
+
+#: The graph's nodes, in the order capture created them, do not line up with the capture's launch calls.
+GRAPH_NODES_DIFFER = (
+    "the graph's kernel, memcpy and memset nodes, in the order capture created them, do not match the capture "
+    "window's launch calls one by one (count or kernel/memcpy/memset kinds differ), so they name no launching op"
+)
+
+
 def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[int]) -> list[int]:
     """For each launch, the op index (into ``spans.op_refs``) of the innermost op enclosing it, -1 if none.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
@@ -34,11 +35,27 @@ SCHEMA_VERSION = 2
 
 KINDS = ("kernel", "memcpy", "memset")
 
+#: Where a summary's kernels were read: the captured graph itself (in process), a profiled replay of
+#: the graph, the capture window's launch events (ROCm names kernels there), or a graph dump file.
+KERNEL_SOURCES = ("graph", "replay", "capture-window", "dot")
+
+#: A launch shape as a graph spells it (:class:`~.graph.Launch`): ``<<<grid,block,shared memory>>>``,
+#: each dimension ``128`` or ``{16,10,2}``.
+_DIM = r"(?:\d+|\{\d+(?:,\d+){1,2}\})"
+LAUNCH_PATTERN = re.compile(rf"<<<{_DIM},{_DIM},\d+>>>")
+
 
 def _kernel_sort_key(entry: dict) -> tuple:
     op = entry.get("op")
     op_key = (op["name"], json.dumps(op["input_dims"])) if op else ("", "")
-    return (entry["name"], entry.get("kind", "kernel"), entry.get("grid") or [], entry.get("block") or [], op_key)
+    return (
+        entry["name"],
+        entry.get("kind", "kernel"),
+        entry.get("grid") or [],
+        entry.get("block") or [],
+        entry.get("launch") or "",
+        op_key,
+    )
 
 
 def _op_sort_key(entry: dict) -> tuple:
@@ -66,6 +83,12 @@ class Summary:
     #: The capture window's launches in call order, ``(kind, op or None)`` each: what a graph replay's
     #: nodes are matched to (:func:`~.replay.with_replay`).  Not stored; None outside a capture window.
     launch_ops: Optional[list] = field(default=None, compare=False, repr=False)
+    #: Where the kernels were read (one of :data:`KERNEL_SOURCES`), or None (an eager trace: the
+    #: executed kernels).  Informational like ``environment``: equal kernels from two sources are equal.
+    kernel_source: Optional[str] = None
+    #: The graph's shape when it was read: ``{"nodes": {type: count}, "branches": n}`` (``branches``:
+    #: the most work nodes that can run at once), or None where no graph was read.
+    topology: Optional[dict] = None
 
     def __post_init__(self) -> None:
         # Canonical order so that equal content always serializes to equal bytes.
@@ -92,6 +115,9 @@ class Summary:
             "complete": {"value": self.complete, "reason": self.incomplete_reason},
             "environment": self.environment,
             "unattributed": self.unattributed,
+            # Only where a graph or replay supplied them: summaries without (every CPU one) stay as they were.
+            **({"kernel_source": self.kernel_source} if self.kernel_source is not None else {}),
+            **({"topology": _topology_copy(self.topology)} if self.topology is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -99,9 +125,10 @@ class Summary:
         return dumps_entries(self.to_dict())
 
     def comparable(self) -> dict:
-        """``to_dict()`` without ``environment``: what equality and goldens compare."""
+        """``to_dict()`` without ``environment`` and ``kernel_source``: what equality and goldens compare."""
         data = self.to_dict()
         del data["environment"]
+        data.pop("kernel_source", None)
         return data
 
     def __eq__(self, other: object) -> bool:
@@ -148,7 +175,16 @@ class Summary:
                 name = (rename(name, level) if rename is not None else None) or _kernel_name_at(name, level)
             if kernel_patterns and matches_any(name, kernel_patterns):
                 continue
-            _merge_kernel(merged, name, kind, entry.get("grid"), entry.get("block"), entry["count"], entry.get("op"))
+            _merge_kernel(
+                merged,
+                name,
+                kind,
+                entry.get("grid"),
+                entry.get("block"),
+                entry["count"],
+                entry.get("op"),
+                entry.get("launch"),
+            )
         # Filtering keeps the ops in canonical order, so the copy skips __post_init__'s re-sort
         # (the costliest part of a golden check); only the merged kernels need sorting.
         normalized = copy.copy(self)
@@ -174,13 +210,24 @@ class Summary:
 _kernel_name_at = functools.lru_cache(maxsize=8192)(normalize_kernel_name)
 
 
+def _topology_copy(topology: Mapping[str, Any]) -> dict:
+    return {"nodes": dict(topology["nodes"]), "branches": topology["branches"]}
+
+
 def _merge_kernel(
-    merged: dict, name: str, kind: str, grid: Any, block: Any, count: int, op: Optional[dict] = None
+    merged: dict,
+    name: str,
+    kind: str,
+    grid: Any,
+    block: Any,
+    count: int,
+    op: Optional[dict] = None,
+    launch: Optional[str] = None,
 ) -> None:
     grid_t = tuple(grid) if grid is not None else None
     block_t = tuple(block) if block is not None else None
     op_t = (op["name"], json.dumps(op["input_dims"])) if op else None
-    mkey = (kind, name, grid_t, block_t, op_t)
+    mkey = (kind, name, grid_t, block_t, launch, op_t)
     entry = merged.get(mkey)
     if entry is None:
         entry = {"name": name, "kind": kind, "count": 0}
@@ -188,6 +235,8 @@ def _merge_kernel(
             entry["grid"] = list(grid)
         if block is not None:
             entry["block"] = list(block)
+        if launch is not None:
+            entry["launch"] = launch
         if op:
             entry["op"] = {"name": op["name"], "input_dims": op["input_dims"]}
         merged[mkey] = entry
@@ -254,6 +303,14 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
                     f"{where}.{dim} must be a list of integers",
                 )
                 item[dim] = list(value)
+        if "launch" in entry:
+            launch = entry["launch"]
+            expect(
+                isinstance(launch, str) and LAUNCH_PATTERN.fullmatch(launch) is not None,
+                f"{where}.launch must be a launch shape like <<<{{16,10,2}},128,0>>> (grid, block, shared "
+                f"memory bytes), got {launch!r}",
+            )
+            item["launch"] = launch
         if entry.get("op") is not None:
             op = entry["op"]
             expect(
@@ -303,6 +360,22 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
     expect(isinstance(environment, dict), "environment must be an object")
     unattributed = data.get("unattributed")
     expect(unattributed is None or isinstance(unattributed, str), "unattributed must be a string or null")
+    kernel_source = data.get("kernel_source")
+    expect(
+        kernel_source is None or kernel_source in KERNEL_SOURCES,
+        f"kernel_source must be one of {', '.join(KERNEL_SOURCES)} or null, got {kernel_source!r}",
+    )
+    topology = data.get("topology")
+    if topology is not None:
+        nodes = topology.get("nodes") if isinstance(topology, dict) else None
+        expect(
+            isinstance(nodes, dict)
+            and all(isinstance(k, str) and is_int(v) and v >= 1 for k, v in nodes.items())
+            and is_int(topology.get("branches"))
+            and topology["branches"] >= 0,
+            'topology must be {"nodes": {node type: count of at least 1}, "branches": integer of at least 0} or null',
+        )
+        topology = {"nodes": dict(sorted(nodes.items())), "branches": topology["branches"]}
     return Summary(
         key=key,
         platform=data["platform"],
@@ -315,6 +388,8 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
         level=level,
         schema_version=version,
         unattributed=unattributed,
+        kernel_source=kernel_source,
+        topology=topology,
     )
 
 
@@ -322,7 +397,8 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
 
 
 def kernel_label(entry: Mapping[str, Any]) -> str:
-    """How a kernel entry is named wherever kernels are compared: name, then ``(kind)`` and grid/block if set."""
+    """How a kernel entry is named wherever kernels are compared: name, then ``(kind)``, grid/block and the
+    graph's launch shape (``<<<grid,block,shared memory>>>``) where set."""
     extras = []
     kind = entry.get("kind")
     if kind not in (None, "kernel"):
@@ -330,6 +406,8 @@ def kernel_label(entry: Mapping[str, Any]) -> str:
     for dim in ("grid", "block"):
         if dim in entry:
             extras.append(f"{dim}={json.dumps(entry[dim], separators=(',', ':'))}")
+    if "launch" in entry:
+        extras.append(entry["launch"])
     return " ".join([entry["name"], *extras])
 
 

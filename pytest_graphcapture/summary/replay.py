@@ -11,7 +11,15 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping, Optional, Sequence
 
-from .attribute import REPLAY_NO_CAPTURE, REPLAY_NODES_DIFFER, REPLAY_UNATTRIBUTED
+from ..errors import UsageError
+from .attribute import (
+    GRAPH_NO_CAPTURE,
+    GRAPH_NODES_DIFFER,
+    REPLAY_NO_CAPTURE,
+    REPLAY_NODES_DIFFER,
+    REPLAY_UNATTRIBUTED,
+)
+from .graph import CapturedGraph
 from .model import Summary, count_changes
 from .scan import _entries
 
@@ -42,7 +50,11 @@ def _describe(changes: list[tuple[str, int, int]], limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def _by_graph_node(launch_ops: Optional[list], replay_kernels: Sequence[dict]) -> tuple[list, Optional[str]]:
+def _by_graph_node(
+    launch_ops: Optional[list],
+    replay_kernels: Sequence[dict],
+    reasons: tuple[str, str] = (REPLAY_NO_CAPTURE, REPLAY_NODES_DIFFER),
+) -> tuple[list, Optional[str]]:
     """The replay's nodes, each with the op of the capture launch that made it when graph node ids tell.
 
     A graph node gets its id when stream capture creates it, i.e. at its launch call,
@@ -52,16 +64,19 @@ def _by_graph_node(launch_ops: Optional[list], replay_kernels: Sequence[dict]) -
     kinds one by one; otherwise the nodes stay unattributed, with the reason.
     Returns (the replay's node dicts, why they name no op; None when matched: a node
     without op then had no op around its launch call, as in a capture window).
+    ``reasons`` are the two reasons (no capture window; nodes and launches differ) in the
+    words of the nodes' source: the same match serves nodes read from the graph itself.
     """
     nodes = [k.get("node") for k in replay_kernels]
     if not replay_kernels or any(node is None for node in nodes):
         return list(replay_kernels), REPLAY_UNATTRIBUTED
+    no_capture, nodes_differ = reasons
     if launch_ops is None:
-        return list(replay_kernels), REPLAY_NO_CAPTURE
+        return list(replay_kernels), no_capture
     ordered = sorted(replay_kernels, key=lambda k: k["node"])
     kinds = [k.get("kind", "kernel") for k in ordered]
     if len(set(nodes)) != len(nodes) or kinds != [kind for kind, _ in launch_ops]:
-        return list(replay_kernels), REPLAY_NODES_DIFFER
+        return list(replay_kernels), nodes_differ
     return [dict(k, op=op) if op else dict(k) for k, (_, op) in zip(ordered, launch_ops)], None
 
 
@@ -108,6 +123,8 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
         level=summary.level,
         schema_version=summary.schema_version,
         unattributed=summary.unattributed,
+        kernel_source=("capture-window" if keep_capture else "replay") if kernels else None,
+        topology=summary.topology,
     )
     if (
         unattributed
@@ -130,3 +147,104 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
             f"graph capture {summary.key}: kernel evidence incomplete: {reason}", KernelEvidenceWarning, stacklevel=2
         )
     return result
+
+
+#: How the profiler spells a copy's ends (``Memcpy DtoD (Device -> Device)``): host memory a graph
+#: copies from or to is pinned (stream capture refuses pageable copies).
+_COPY_ENDS = {"H": "Pinned", "D": "Device", "A": "Array"}
+
+
+def _copy_name(direction: str) -> str:
+    """A memcpy node's name as a profiled replay names the same copy, so both sources compare equal."""
+    if len(direction) == 4 and direction[1] == "t" and direction[0] in _COPY_ENDS and direction[3] in _COPY_ENDS:
+        return f"Memcpy {direction} ({_COPY_ENDS[direction[0]]} -> {_COPY_ENDS[direction[3]]})"
+    return f"Memcpy {direction or '?'}"
+
+
+def graph_node_records(graph: CapturedGraph) -> list[dict]:
+    """The graph's kernel, memcpy and memset nodes as records like a replay's, in the order the graph lists them.
+
+    Stream capture adds a node at each launch call, so this order (child graphs'
+    nodes where their node stands) is the capture's launch calls in call order;
+    ``node`` is the position in it, which :func:`_by_graph_node` matches to the
+    capture window's launches.  Kernels carry their ``launch`` shape; copies and
+    memsets are named as the profiler names them (``Memcpy DtoD (Device -> Device)``,
+    ``Memset (Device)``) so a golden written from a replay still compares.
+    """
+    records: list[dict] = []
+    for node in graph.walk():
+        if node.type == "kernel":
+            record = {"name": node.name or "?", "kind": "kernel"}
+            if node.launch is not None:
+                record["launch"] = str(node.launch)
+        elif node.type == "memcpy":
+            record = {"name": _copy_name(node.name), "kind": "memcpy"}
+        elif node.type == "memset":
+            record = {"name": "Memset (Device)", "kind": "memset"}
+        else:
+            continue
+        record["node"] = len(records)
+        records.append(record)
+    return records
+
+
+def with_graph(
+    summary: Summary,
+    graph: CapturedGraph,
+    *,
+    source: str = "graph",
+    replay_kernels: Optional[Sequence[dict]] = None,
+) -> Summary:
+    """Return a copy of a capture ``summary`` whose kernels are the ``graph``'s own, with launch shapes and topology.
+
+    ``source`` says where the graph was read (``graph``: in process; ``dot``: a dump).
+    Attribution by construction: node i is the i-th launch call of the capture
+    window, so each kernel gets the op of its launch call — only when the counts and
+    the kernel/memcpy/memset kinds agree one by one; otherwise the kernels stay
+    unattributed and ``unattributed`` says why.
+
+    The profiler as a cross-check: with ``replay_kernels`` (a profiled replay of the
+    same graph), the replay's kernel multiset must equal the graph's.  A difference
+    means the profiler lost records: the result is marked incomplete naming them
+    (kernels not compared, never a false regression) and a
+    :class:`KernelEvidenceWarning` naming the key is emitted.
+    """
+    if source not in ("graph", "dot"):
+        raise UsageError(f"with_graph(source={source!r}): a graph is read in process ('graph') or from a dump ('dot')")
+    records, unattributed = _by_graph_node(summary.launch_ops, graph_node_records(graph), _GRAPH_REASONS)
+    kernels = _entries(records, summary.level)
+    result = Summary(
+        key=summary.key,
+        platform=summary.platform,
+        kernels=kernels,
+        ops=[dict(o) for o in summary.ops],
+        launches={"total": summary.launches["total"], "by_api": dict(summary.launches["by_api"])},
+        complete=True,
+        incomplete_reason=None,
+        environment=dict(summary.environment),
+        level=summary.level,
+        schema_version=summary.schema_version,
+        unattributed=None,
+        kernel_source=source if kernels else None,
+        topology={"nodes": graph.node_counts(), "branches": graph.branches()},
+    )
+    if unattributed and any(k["kind"] == "kernel" and not k.get("op") for k in kernels):
+        result.unattributed = unattributed
+    if replay_kernels is not None:
+        changes = count_changes(_node_counts(kernels), _node_counts(_entries(replay_kernels, summary.level)))
+        if changes:
+            reason = (
+                f"the profiled replay's kernels differ from the graph's ({_describe(changes)}): "
+                "the profiler probably dropped records"
+            )
+            result.complete = False
+            result.incomplete_reason = reason
+            warnings.warn(
+                f"graph capture {summary.key}: kernel evidence incomplete: {reason}",
+                KernelEvidenceWarning,
+                stacklevel=2,
+            )
+    return result
+
+
+_GRAPH_REASONS = (GRAPH_NO_CAPTURE, GRAPH_NODES_DIFFER)

@@ -358,6 +358,8 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         environment=dict(environment or {}),
         level=level,
         launch_ops=launch_ops,
+        # Kernels named by the capture's launch events (ROCm); an eager trace's kernels ran, no source.
+        kernel_source="capture-window" if windows is not None and kernels else None,
     )
 
 
@@ -387,7 +389,7 @@ def _entries(raw_kernels: Iterable[dict], level: str) -> list:
             if normal is None:
                 normal = cache[name] = normalize_kernel_name(name, level)
             name = normal
-        _merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1, raw.get("op"))
+        _merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1, raw.get("op"), raw.get("launch"))
     return list(merged.values())
 
 

@@ -28,12 +28,12 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
         env=env,
         capture_output=True,
         text=True,
-        timeout=2400,  # five steps of at most 420 s each on a loaded CPU machine
+        timeout=2800,  # six steps of at most 420 s each on a loaded CPU machine
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
-    for step in ("gpu-tests", "examples", "probe", "timings", "agree"):
+    for step in ("gpu-tests", "examples", "probe", "timings", "agree", "graph"):
         assert f"| {step} | 0 |" in summary, summary
     probe = json.loads((out / "probe.json").read_text())
     assert len(probe["answers"]) == 7 and set(probe["answers"].values()) == {"no GPU (dry run)"}
@@ -46,6 +46,9 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     assert harvested and all(name.startswith("cpu/") for name in harvested)
     assert len(list((out / "traces").glob("*.json.gz"))) == 3
     agree = json.loads((out / "agree.json").read_text())  # live summaries and trace files of each capture
+    graph = json.loads((out / "graph.json").read_text())  # no graph on CPU: every key says so
+    assert graph["answers"] == {"readout": "no GPU (dry run)", "keys": 2} and graph["platform"] == "cpu"
+    assert all(v == {"read": False, "kernel_source": None} for v in graph["per_key"].values())
     assert agree["answers"] == {"agree": len(harvested), "keys": len(harvested)}, agree["per_key"]
 
 

@@ -310,7 +310,9 @@ def test_to_dict_layout_and_round_trip() -> None:
         "complete",
         "environment",
         "unattributed",
+        "kernel_source",
     ]
+    assert data["kernel_source"] == "capture-window"  # ROCm's launch events name the kernels
     assert data["key"] == {"runner": "r", "batch_size": 8, "variant": "DECODE", "rank": 1}
     assert data["complete"] == {"value": True, "reason": None}
     again = Summary.from_dict(json.loads(json.dumps(data)))
