@@ -145,7 +145,7 @@ def test_diff_after_a_torch_release_change_says_so_first(
 
     for name in CI_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    pytester.makeconftest(CONFTEST)
+    pytester.makeconftest(CONFTEST.replace(repr(SIZES), "[1, 2]"))  # two sizes say it as well as eight
     pytester.makepyfile(test_model=TEST)
     run(pytester, "--update-golden").assert_outcomes(passed=1)
     now = torch.__version__
