@@ -37,6 +37,11 @@ from typing import Any, Callable, Iterator, Union
 
 from .errors import FileError
 
+try:  # a C JSON parser that builds plain dicts and lists faster than the stdlib (a dependency)
+    import msgspec
+except ImportError:  # pragma: no cover - the stdlib parses instead, to the same objects
+    msgspec = None
+
 PARTIAL_MARK = ".partial"
 #: ``.<target>.<pid>-<random>.partial…``: the writer's pid tells whether a leftover is still being written.
 _LEFTOVER = re.compile(r"^\..+\.(?:(?P<pid>\d+)-)?[A-Za-z0-9_]{8}\.partial")
@@ -290,6 +295,17 @@ def is_text(value: str) -> bool:
     return True
 
 
+if msgspec is not None:
+    _fast_loads = msgspec.json.Decoder().decode
+    _FAST_ERRORS: tuple[type[BaseException], ...] = (msgspec.MsgspecError, ValueError, RecursionError)
+else:  # pragma: no cover
+
+    def _fast_loads(text: str) -> Any:
+        return json.loads(text, parse_constant=_reject_constant)
+
+    _FAST_ERRORS = (ValueError, RecursionError)
+
+
 def loads_unique(text: str, covers: Callable[[Any, int], bool]) -> Any:
     """What ``loads_strict(text, unique_keys=True)`` returns or raises, at C speed when no key can be repeated.
 
@@ -307,12 +323,17 @@ def loads_unique(text: str, covers: Callable[[Any, int], bool]) -> Any:
     and it answers False when unsure.  A text it does not clear, one with a
     ``\\u`` escape, and one the fast parse refuses go through :func:`loads_strict`,
     so the result, and the error with its message, are the same.
+
+    The fast parse is msgspec's where installed (about a third faster than
+    ``json.loads``, the same dicts, lists and values for the JSON it accepts); it
+    refuses NaN, Infinity, numbers out of the float range and lone surrogates, which
+    the strict parse then reads or refuses as it always has.
     """
     if "\\" not in text or "\\u" not in text:
         try:
             with gc_paused():
-                data = json.loads(text, parse_constant=_reject_constant)
-        except (ValueError, RecursionError):
+                data = _fast_loads(text)
+        except _FAST_ERRORS:
             pass  # loads_strict below raises the same, with its message
         else:
             if covers(data, text.count(":")):

@@ -17,17 +17,20 @@ if TESTS_DIR not in sys.path:
 GRAPH_CAPTURE_VARIABLES = tuple(
     name for name in os.environ if name.startswith("GRAPH_CAPTURE_") and name != "GRAPH_CAPTURE_REAL_TRACES"
 )
+#: What pytest-xdist sets in the worker running a test: pytest sessions a test starts are not its workers.
+XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts outside CI and without GRAPH_CAPTURE_* settings from the outer shell.
 
-    CI sets CI=true; tests that run pytest inside pytest must not inherit it unless they mean to.
+    CI sets CI=true; tests that run pytest inside pytest must not inherit it unless they mean to,
+    nor the variables of the pytest-xdist worker the test itself runs in (the suite runs with -n).
     The package is imported here, not at the top: a conftest importing it before pytest's
     assertion rewriting would make inner ``-W error`` runs fail ("already imported").
     """
     from pytest_graphcapture.plugin.settings import CI_VARIABLES
 
-    for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES:
+    for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES + XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -19,7 +19,7 @@ from ..keys import CaptureKey, key_label
 from ..summary.attribute import op_label
 from ..summary.model import count_changes, kernel_view
 from ..summary.normalize import LEVELS
-from .environment import environment_note, toolchain_changes
+from .environment import environment_note, toolchain_changes, torch_release_changed
 
 SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
 
@@ -360,6 +360,8 @@ class KeyDiff:
     golden: Optional[str] = None
     #: How the golden's torch / CUDA-HIP runtime / driver / device differ from the capture's.
     toolchain: list[str] = field(default_factory=list)
+    #: The golden was written under another torch release (not just another build of it).
+    torch_release_changed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -472,6 +474,7 @@ def compare_dicts(
     if result.changes:
         old_env, new_env = expected.get("environment") or {}, actual.get("environment") or {}
         result.toolchain = toolchain_changes(old_env, new_env)
+        result.torch_release_changed = torch_release_changed(old_env, new_env)
         note = environment_note(old_env, new_env)
         if note:
             result.notes.append(note)

@@ -8,7 +8,7 @@ environment of the last run that wrote or confirmed it (:func:`with_environment_
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ..summary.platform import version_text
 
@@ -96,3 +96,39 @@ def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, 
         if old is not None and new is not None and _differs(name, old, new):
             changes.append(f"{label} {old} → {new}")
     return changes
+
+
+def torch_release(version: Any) -> str:
+    """The release part of a torch version: ``"2.13.0+cpu"`` → ``"2.13.0"``.
+
+    Builds of one release (``+cpu``, ``+cu128``, ``+rocm6.4``) run the same operator
+    decompositions; another release may not, so only the release part tells the two apart.
+    """
+    return str(version).split("+", 1)[0]
+
+
+def torch_release_changed(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> bool:
+    """Whether the golden was written under another torch release than the capture ran on.
+
+    A torch version absent on one side is no change (older goldens did not record it).
+    """
+    old, new = (expected_env or {}).get("torch_version"), (actual_env or {}).get("torch_version")
+    return old is not None and new is not None and torch_release(old) != torch_release(new)
+
+
+def toolchain_lead(changes: Sequence[str], release_changed: bool) -> Optional[str]:
+    """The first line of a failure whose goldens were written under another toolchain, or None.
+
+    ``changes`` are :func:`toolchain_changes` of the failed keys.  A new torch release is the
+    likeliest explanation of a diff (ops decomposed or renamed, other kernels picked), so it is
+    said in words rather than left for the reader to spot in a version number.
+    """
+    if not changes:
+        return None
+    listed = "; ".join(changes)
+    if release_changed:
+        return (
+            f"torch release changed: {listed} since the goldens were written (a new torch release can "
+            "decompose ops and pick kernels differently, which may explain the diff)"
+        )
+    return f"{listed} since the goldens were written (may explain the diff)"

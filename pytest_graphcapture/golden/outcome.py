@@ -18,6 +18,7 @@ from .budget import (
     over_budget_tag,
 )
 from .diff import SECTIONS, KeyDiff, check_sections
+from .environment import toolchain_lead
 from .report import summarize_labels
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
@@ -135,9 +136,11 @@ class CheckOutcome:
             f"{len(failed)} of {self.total} keys)"
         )
         body = failure_body(failed, self.keys)
-        toolchain = list(dict.fromkeys(t for k in failed if k.diff is not None for t in k.diff.toolchain))
-        if toolchain:  # the likeliest explanation of a kernel change leads the message
-            head = f"{'; '.join(toolchain)} since the goldens were written (may explain the diff)\n{head}"
+        diffs = [k.diff for k in failed if k.diff is not None]
+        toolchain = list(dict.fromkeys(t for d in diffs for t in d.toolchain))
+        lead = toolchain_lead(toolchain, any(d.torch_release_changed for d in diffs))
+        if lead:  # the likeliest explanation of a kernel change leads the message
+            head = f"{lead}\n{head}"
         tail = [f"goldens: {display(self.folder)}/"]
         if self.out_folder is not None:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")

@@ -153,6 +153,7 @@ def test_every_option_and_command_exists(name: str, pytest_options: set[str]) ->
     assert seen_gate
 
 
+@pytest.mark.slow
 def test_cpu_job_gate_and_summary_steps_run(tmp_path: Path) -> None:
     """Run the CPU recipe's gate and summary steps as the runner would (CI=true), in a copy of examples/."""
     shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))

@@ -52,6 +52,7 @@ def _goldens(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in (root / "goldens").rglob("*.json")}
 
 
+@pytest.mark.slow
 def test_adding_a_batch_size_keeps_the_goldens_of_the_others(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -218,6 +218,7 @@ def test_configuration_reference_covers_every_setting() -> None:
 
 
 @pytest.mark.parametrize("doc", doc_ids(), ids=lambda p: p.name)
+@pytest.mark.slow
 def test_doc_snippets_run(doc: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import REPO_ROOT, cpu_op_names, load_trace
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -27,6 +28,7 @@ def run_examples(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProce
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Path) -> None:
     done = run_examples("-W", "error", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -49,6 +51,7 @@ def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Pat
         assert cpu_op_names(trace).count("aten::argmax") == 1
 
 
+@pytest.mark.slow
 def test_examples_without_trace_option_write_no_trace(tmp_path: Path) -> None:
     done = run_examples(f"--graph-capture-dir={tmp_path}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -14,11 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
 
 
+@pytest.mark.slow
 def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Path) -> None:
     out = tmp_path / "check"
     env = dict(os.environ, PYTHON=sys.executable)

@@ -55,6 +55,7 @@ def check_tree(root: Path, hidden: int) -> None:
         assert mm and mm[0]["input_dims"] == [[data["key"]["batch_size"], hidden], [hidden, hidden]], (path, shard)
 
 
+@pytest.mark.slow
 def test_parallel_updates_over_a_shared_golden_tree_repeated(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

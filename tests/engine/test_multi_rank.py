@@ -105,6 +105,7 @@ def golden_bytes(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.json"))}
 
 
+@pytest.mark.slow
 def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_regression(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +160,7 @@ def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_
     assert golden_bytes(goldens) == before
 
 
+@pytest.mark.slow
 def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_leaves_no_process(
     pytester: pytest.Pytester,
 ) -> None:
@@ -216,6 +218,7 @@ def test_model(graph_capture, golden, factory):
 """
 
 
+@pytest.mark.slow
 def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:

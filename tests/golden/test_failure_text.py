@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from helpers import FAKE_CONFTEST, TEST_DECODE, run
@@ -86,7 +88,7 @@ def make_summary(bs, runner, platform):
     summary = _plain_summary(bs, runner, platform)
     summary.environment = {
         "torch_version": os.environ.get("FAKE_TORCH", "2.11.0"),
-        "cuda_runtime_version": "12.8",
+        "cuda_runtime_version": os.environ.get("FAKE_CUDA", "12.8"),
         "device_name": "NVIDIA H100 80GB HBM3",
     }
     return summary
@@ -101,13 +103,75 @@ def test_toolchain_change_leads_the_failure(pytester: pytest.Pytester, monkeypat
     pytester.makepyfile(test_model=TEST_DECODE)
     run(pytester, "test_model.py::test_decode", "--update-golden").assert_outcomes(passed=1)
     monkeypatch.setenv("FAKE_TORCH", "2.12.0")
+    monkeypatch.setenv("FAKE_CUDA", "12.9")
     run(pytester, "test_model.py::test_decode").assert_outcomes(passed=1)  # the environment alone never fails
     monkeypatch.setenv("FAKE_HIDDEN", "512")
     result = run(pytester, "test_model.py::test_decode")
     result.assert_outcomes(failed=1)
     out = result.outlines
     first = next(i for i, line in enumerate(out) if "since the goldens were written" in line)
-    assert out[first] == "torch 2.11.0 → 2.12.0 since the goldens were written (may explain the diff)"
+    assert out[first] == (
+        "torch release changed: torch 2.11.0 → 2.12.0; CUDA runtime 12.8 → 12.9 since the goldens were written "
+        "(a new torch release can decompose ops and pick kernels differently, which may explain the diff)"
+    )
     assert out[first + 1].startswith("graph capture of Fake does not match its goldens")
     summary_line = next(line for line in out if line.startswith("FAILED test_model.py::test_decode"))
-    assert "torch 2.11.0 → 2.12.0" in summary_line
+    assert "Failed: torch release changed: torch 2.11" in summary_line  # the short summary leads with it too
+
+
+def _failure_lines(result: pytest.RunResult, test: str) -> list[str]:
+    """The lines of one test's failure section, below its ``____ test ____`` heading."""
+    out = result.outlines
+    start = next(i for i, line in enumerate(out) if re.fullmatch(rf"_+ {test} _+", line)) + 1
+    end = next(i for i in range(start, len(out)) if out[i].startswith("=") or re.fullmatch(r"_+ \S+ _+", out[i]))
+    return out[start:end]
+
+
+def _set_golden_torch(folder: Path, version: str) -> None:
+    """Rewrite the recorded torch of every golden under ``folder``, as if written under ``version``."""
+    goldens = sorted(folder.rglob("*.json"))
+    assert goldens
+    for path in goldens:
+        data = json.loads(path.read_text())
+        data["environment"]["torch_version"] = version
+        path.write_text(json.dumps(data))
+
+
+def test_diff_after_a_torch_release_change_says_so_first(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real capture checked against goldens of another torch release: the first line says the release changed."""
+    import torch
+
+    for name in CI_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    pytester.makeconftest(CONFTEST.replace(repr(SIZES), "[1, 2]"))  # two sizes say it as well as eight
+    pytester.makepyfile(test_model=TEST)
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
+    now = torch.__version__
+    release, _, build = now.partition("+")
+    older = "2.8.0" if release != "2.8.0" else "2.9.1"
+    goldens = pytester.path / "goldens"
+
+    _set_golden_torch(goldens, f"{older}+{build}" if build else older)
+    run(pytester).assert_outcomes(passed=1)  # another torch without a diff passes: the environment never fails
+    monkeypatch.setenv("MLP_WIDTH", "192")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    lines = _failure_lines(result, "test_decode")
+    was = f"{older}+{build}" if build else older
+    assert lines[0] == (
+        f"torch release changed: torch {was} → {now} since the goldens were written (a new torch release "
+        "can decompose ops and pick kernels differently, which may explain the diff)"
+    )
+    assert lines[1].startswith("graph capture of TinyDecodeRunner does not match its goldens")
+    summary_line = next(line for line in result.outlines if line.startswith("FAILED test_model.py::test_decode"))
+    assert "Failed: torch release changed: torch " in summary_line
+
+    # Another build of the same release (CPU goldens, CUDA wheel) is named, but is no release change.
+    _set_golden_torch(goldens, f"{release}+cu128")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    lines = _failure_lines(result, "test_decode")
+    assert lines[0] == f"torch {release}+cu128 → {now} since the goldens were written (may explain the diff)"
+    assert "torch release changed" not in result.stdout.str()

@@ -166,3 +166,22 @@ def test_hand_edits_fail_with_the_strict_parsers_message(tmp_path: Path, text: s
         store.parse_golden_file(path)
     assert str(path) in str(info.value)
     assert f"error: {info.value.problem}" == strict(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1e400, "b": -1e400}',  # out of the float range: the fast parser refuses, json reads ±inf
+        '{"a": [1e-400, -0.0, 0.1, 1E5]}',
+        '{"a": 123456789012345678901234567890, "b": -98765432109876543210}',
+        '{"a": "caf\u00e9 \U0001f600", "b": null, "c": [true, false]}',
+        '{"a": {"b": {"c": [[[]]]}}, "d": ""}',
+    ],
+)
+def test_values_read_exactly_as_json_reads_them(tmp_path: Path, text: str) -> None:
+    """The fast parse gives json's values, and hands what it will not read to the strict parse."""
+    path = tmp_path / "edited.json"
+    path.write_text(text, encoding="utf-8")
+    parsed = store.parse_golden_file(path)
+    assert parsed == json.loads(text)
+    assert repr(parsed) == repr(json.loads(text))  # the same types too (int stays int, -0.0 stays -0.0)

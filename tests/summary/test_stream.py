@@ -58,6 +58,7 @@ def _real_traces() -> list[Path]:
 
 
 @pytest.mark.parametrize("fast", PARSERS, ids=["msgspec", "stdlib"])
+@pytest.mark.slow
 def test_every_real_trace_summarizes_byte_identically_in_slices(fast, monkeypatch):
     if fast and stream.msgspec is None:
         pytest.skip("msgspec is not installed (pip install msgspec): only the stdlib slice parser can be tested")

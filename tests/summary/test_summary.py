@@ -428,3 +428,28 @@ def test_summarize_trace_file_with_replay(tmp_path: Path) -> None:
     assert summary.environment["device_name"] is None
     with pytest.raises(UsageError):
         summarize_trace_file(capture, level="coarse")
+
+
+def test_op_entries_are_packed_equal_with_shared_strings_and_their_own_shape_lists() -> None:
+    """A summary's ops are rebuilt on construction: equal, strings shared between summaries, lists its own."""
+
+    def entry(bs: int) -> dict:
+        # Names and types built at run time, as a profiler hands them over: a new string object each.
+        return {
+            "name": "".join(["aten::", "linear"]),
+            "input_dims": [[bs, 64], [256, 64], []],
+            "input_types": ["".join(["flo", "at"]), "float", ""],
+            "count": 3,
+        }
+
+    given = [entry(2), {**entry(2), "name": "".join(["aten::", "mm"])}]
+    summaries = [Summary(key=CaptureKey("R", bs), platform="cpu", ops=[entry(bs)]) for bs in (2, 4)]
+    packed = Summary(key=CaptureKey("R", 2), platform="cpu", ops=given)
+    assert packed.ops == sorted(given, key=lambda o: o["name"])  # equal content, canonical order
+    a, b = (s.ops[0] for s in summaries)
+    assert a["name"] is b["name"] and a["input_types"][0] is b["input_types"][0] is a["input_types"][1]
+    assert all(p is not g and p["input_dims"][0] is not g["input_dims"][0] for p, g in zip(packed.ops, given))
+    # An entry of another shape (a field more, a tuple) is kept as given: nothing is converted.
+    odd = [{**entry(2), "note": "x"}, {**entry(4), "input_dims": ((4, 64),)}]
+    kept = Summary(key=CaptureKey("R", 2), platform="cpu", ops=odd).ops
+    assert all(any(k is o for o in odd) for k in kept)
