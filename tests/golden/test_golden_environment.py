@@ -74,7 +74,7 @@ def test_update_records_the_new_toolchain_so_a_later_failure_does_not_blame_it(
     # A torch change since the goldens were confirmed still leads the failure.
     monkeypatch.setenv("FAKE_TORCH", "2.6.0")
     result = run(project)
-    result.stdout.fnmatch_lines(["torch 2.5.0 → 2.6.0 since the goldens were written (may explain the diff)"])
+    result.stdout.fnmatch_lines(["torch release changed: torch 2.5.0 → 2.6.0 since the goldens were written (*"])
 
 
 def test_update_new_never_rewrites_an_existing_golden(
