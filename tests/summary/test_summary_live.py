@@ -153,6 +153,33 @@ def test_the_callers_export_is_read_when_the_events_cannot_be(tmp_path: Path) ->
     assert [(o["name"], o["count"]) for o in summary.ops] == [("aten::mm", 1)]
 
 
+class _KindsButNoMetadata:
+    """An event that says its kind and list shapes but has no metadata_json() (no grid, block, graph node id)."""
+
+    def activity_type(self) -> str:
+        return "cpu_op"
+
+    def structured_input_shapes(self) -> list:
+        return [[2, 2]]
+
+    def name(self) -> str:
+        return "aten::from_the_events"
+
+
+def test_events_without_metadata_are_read_from_the_trace(tmp_path: Path) -> None:
+    """Kinds and list shapes are not enough: without metadata a kernel loses its grid, block and graph node id."""
+    trace = tmp_path / "cycle.json"
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "tid": 1, "args": {}}
+    trace.write_text(json.dumps({"traceEvents": [op]}), encoding="utf-8")
+    events = [_KindsButNoMetadata()]
+
+    class Profile:
+        profiler = type("Inner", (), {"kineto_results": type("R", (), {"events": lambda self: events})()})()
+
+    summary = summarize_profile(Profile(), KEY, platform="cpu", environment={}, export=lambda: trace)
+    assert [(o["name"], o["count"]) for o in summary.ops] == [("aten::mm", 1)]
+
+
 @pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
 def test_replay_kernels_from_cpu_profile_is_empty(tmp_path: Path) -> None:
     out = _profile_steps(tmp_path, replay_kernels_from_profile)
