@@ -1,33 +1,41 @@
 #!/usr/bin/env bash
 # Run the test suite and the main job on each given torch release, each in its own venv outside the repo.
 #
-#   scripts/compat.sh [--root DIR] [--jobs N] [--keep] VERSION...      e.g. scripts/compat.sh 2.9.1 2.15.0
-#   scripts/compat.sh [--root DIR] --table                            the table from the results so far
+#   scripts/compat.sh [--root DIR] [--jobs N] [--index-url URL] [--keep] [--main-job-only] VERSION...
+#                                                                   e.g. scripts/compat.sh 2.9.1 2.15.0
+#   scripts/compat.sh [--root DIR] --table                                          the table of the results so far
 #
 # The committed tree (HEAD) is exported to DIR/src-COMMIT first, so edits made while the (long) runs go
 # on cannot change what is tested; the real traces are read in place (GRAPH_CAPTURE_REAL_TRACES).
-# For each VERSION: a venv DIR/torch-VERSION (default DIR: /work/compat), torch pinned to exactly VERSION
+# For each VERSION: a venv DIR/torch-VERSION (default DIR: /work/compat), torch (from --index-url when
+# given, e.g. https://download.pytorch.org/whl/cpu for the small CPU builds) pinned to exactly VERSION
 # by a constraints file for every pip call (so installing the project can never swap the tested torch,
 # and a VERSION outside pyproject's bound fails the install instead of silently testing another one),
-# then the main job (README) and the whole test suite. The torch build, the closing pytest lines and the
-# exit codes go to DIR/results/VERSION.txt, the full log beside it; DIR/results/table.md is rewritten
-# with one row per results file, the rows of docs/compatibility.md. The venv (several GB for the CUDA
-# wheels) is removed once its row is written, unless --keep. Exit 0 when every VERSION passed both.
+# then the main job (README) and the whole test suite (not with --main-job-only: minutes instead of the
+# suite's quarter hour or more on a loaded machine; the row then says the suite was not run). The torch
+# build, the closing pytest lines, the exit codes and which profiler capabilities the build has
+# (pytest_graphcapture/summary/torch_caps.py) go to DIR/results/VERSION.txt, the full log beside it;
+# DIR/results/table.md is rewritten with one row per results file, the rows of docs/compatibility.md.
+# The venv (several GB for the CUDA wheels) is removed once its row is written, unless --keep. Exit 0 when every VERSION passed both.
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root=/work/compat
 jobs=0
 keep=0
+main_job_only=0
+index=()
 table_only=0
 versions=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --root) root="$2"; shift 2 ;;
         --jobs) jobs="$2"; shift 2 ;;
+        --index-url) index=(--index-url "$2"); shift 2 ;;
         --keep) keep=1; shift ;;
+        --main-job-only) main_job_only=1; shift ;;
         --table) table_only=1; shift ;;
-        -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
         -*) echo "compat.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) versions+=("$1"); shift ;;
     esac
@@ -90,8 +98,8 @@ for version in "${versions[@]}"; do
     printf 'torch==%s\n' "$version" >"$pin"
     {
         [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-        PIP_CONSTRAINT="$pin" "$venv/bin/pip" install -q --no-cache-dir "torch==$version" numpy \
-            && PIP_CONSTRAINT="$pin" "$venv/bin/pip" install -q --no-cache-dir -e "$src[test]"
+        PIP_CONSTRAINT="$pin" "$venv/bin/pip" install -q --no-cache-dir "${index[@]}" "torch==$version" \
+            && PIP_CONSTRAINT="$pin" "$venv/bin/pip" install -q --no-cache-dir numpy -e "$src[test]"
     } >"$log" 2>&1
     install_rc=$?
     if [ $install_rc -ne 0 ]; then
@@ -109,21 +117,33 @@ for version in "${versions[@]}"; do
     examples_rc=$?
     rm -rf "$examples_dir"
     examples_line="$(closing_line "$log")"
-    xdist=()
-    [ "$jobs" != 0 ] && xdist=(-n "$jobs")
-    (cd "$src" && env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${xdist[@]}") >>"$log" 2>&1
-    tests_rc=$?
-    tests_line="$(closing_line "$log")"
+    if [ $main_job_only -eq 1 ]; then
+        tests="not run (--main-job-only)"
+        tests_rc=0
+    else
+        xdist=()
+        [ "$jobs" != 0 ] && xdist=(-n "$jobs")
+        (cd "$src" && env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider "${xdist[@]}") >>"$log" 2>&1
+        tests_rc=$?
+        tests="$(result "$tests_rc" "$(closing_line "$log")")"
+    fi
     build="$(env -u PYTHONPATH "$venv/bin/python" -c 'import platform, torch
 cuda = torch.version.cuda
 kind = f"CUDA {cuda} build, run on CPU" if cuda else "CPU build"
 print(f"`{torch.__version__}` ({kind}, Python {platform.python_version()})")')"
+    caps="$(cd "$src" && env -u PYTHONPATH "$venv/bin/python" -c 'import torch
+from torch.autograd import _KinetoEvent
+from pytest_graphcapture.summary.torch_caps import event_caps, has_driver_version
+caps = event_caps(_KinetoEvent)
+print(f"activity_type {caps.activity_type}, structured_input_shapes {caps.structured_input_shapes}, "
+      f"metadata_json {caps.metadata_json}, driver_version {has_driver_version(torch)}")' 2>>"$log")"
     {
         echo "version: $version"
         echo "build: $build"
-        echo "tests: $(result "$tests_rc" "$tests_line")"
+        echo "tests: $tests"
         echo "main-job: $(result "$examples_rc" "$examples_line")"
         echo "commit: $commit"
+        echo "caps: ${caps:-not probed, see the log}"
     } | tee "$out"
     [ $tests_rc -eq 0 ] && [ $examples_rc -eq 0 ] || status=1
     [ $keep -eq 1 ] || rm -rf "$venv"
