@@ -7,7 +7,7 @@ import: the profile object is only called through its methods.
 
 Torch builds whose Kineto events cannot say what they are (no ``activity_type()``),
 the shapes of list arguments (no ``structured_input_shapes()``) or their metadata
-(releases before 2.13) would mistake runtime calls and memory events for ops: there the
+(2.8 and 2.11 have none of the three) would mistake runtime calls and memory events for ops: there the
 profile's Chrome trace is read instead (the cycle's exported trace when there is one, else
 a temporary export), so the summary is the one its trace file gives.  Which build is
 which is decided by :mod:`.torch_caps`.
@@ -201,9 +201,15 @@ def summarize_profile(
         return _build(_scan_profile(prof, export), key, platform, level, environment)
 
 
-def replay_kernels_from_profile(prof: Any) -> list:
-    """:func:`replay_kernels_from_events` for a live profile of a graph replay."""
-    return _scan_profile(prof, None).replay_kernels()
+def replay_kernels_from_profile(
+    prof: Any, *, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None
+) -> list:
+    """:func:`replay_kernels_from_events` for a live profile of a graph replay.
+
+    ``export``: as for :func:`summarize_profile`; pass it when the replay's trace is exported
+    too, since on builds whose events must be read from the trace that export is the one read.
+    """
+    return _scan_profile(prof, export).replay_kernels()
 
 
 def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]]) -> _Scan:

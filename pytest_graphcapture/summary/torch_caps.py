@@ -1,9 +1,9 @@
 """What the running torch build offers the plugin: the one table of version-dependent profiler behaviour.
 
-Torch releases differ in what their profiler hands back: the Kineto events of 2.13 and later say
-what they are (``activity_type()``) and give the shapes of list arguments
-(``structured_input_shapes()``); the events of older releases lack them (2.8: neither, nor ``metadata_json()``),
-so there a live summary reads the cycle's Chrome trace instead.  Every such difference the summary
+Torch releases differ in what their profiler hands back: the Kineto events of 2.13 say what they
+are (``activity_type()``), give the shapes of list arguments (``structured_input_shapes()``) and
+their metadata (``metadata_json()``); those of 2.8 and 2.11 have none of the three, so there a
+live summary reads the cycle's Chrome trace instead (docs/compatibility.md lists each release).  Every such difference the summary
 and the engine depend on is a row of :data:`CAPABILITIES`, and is decided here, by probing the
 objects themselves, never by comparing version strings: vendor builds backport and patch, and the
 probe answers for the build that runs.  No torch import: the objects are passed in (a Kineto
