@@ -6,11 +6,11 @@ files go through one code path (:mod:`.scan`) and give equal summaries.  No torc
 import: the profile object is only called through its methods.
 
 Torch builds whose Kineto events cannot say what they are (no ``activity_type()``),
-the shapes of list arguments (no ``structured_input_shapes()``) or their metadata
-(2.8 and 2.11 have none of the three) would mistake runtime calls and memory events for ops: there the
-profile's Chrome trace is read instead (the cycle's exported trace when there is one, else
-a temporary export), so the summary is the one its trace file gives.  Which build is
-which is decided by :mod:`.torch_caps`.
+the shapes of list arguments (no ``structured_input_shapes()``) or their metadata (2.8
+has none of them, 2.10 and 2.11 lack the first two) would mistake runtime calls and
+memory events for ops: there the profile's Chrome trace is read instead (the cycle's
+exported trace when there is one, else a temporary export), so the summary is the one
+its trace file gives.  Which build is which is decided by :mod:`.torch_caps`.
 """
 
 from __future__ import annotations

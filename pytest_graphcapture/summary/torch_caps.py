@@ -2,8 +2,9 @@
 
 Torch releases differ in what their profiler hands back: the Kineto events of 2.13 say what they
 are (``activity_type()``), give the shapes of list arguments (``structured_input_shapes()``) and
-their metadata (``metadata_json()``); those of 2.8 and 2.11 have none of the three, so there a
-live summary reads the cycle's Chrome trace instead (docs/compatibility.md lists each release).  Every such difference the summary
+their metadata (``metadata_json()``); those of 2.8 have none of the three, those of 2.10 and 2.11
+lack the first two, so there a live summary reads the cycle's Chrome trace instead
+(docs/compatibility.md lists what each release probed has).  Every such difference the summary
 and the engine depend on is a row of :data:`CAPABILITIES`, and is decided here, by probing the
 objects themselves, never by comparing version strings: vendor builds backport and patch, and the
 probe answers for the build that runs.  No torch import: the objects are passed in (a Kineto
