@@ -71,7 +71,10 @@ if [ $table_only -eq 1 ]; then
     exit 0
 fi
 
-commit="$(git -C "$repo" rev-parse --short HEAD)"
+if ! commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)"; then
+    echo "compat.sh: $repo is not a git checkout; it runs the committed tree (git archive HEAD), so run it from a clone" >&2
+    exit 2
+fi
 src="$root/src-$commit"
 if [ ! -d "$src" ]; then
     mkdir -p "$src.tmp" && git -C "$repo" archive HEAD | tar -x -C "$src.tmp" && mv "$src.tmp" "$src" || exit 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -49,9 +50,21 @@ def fake_venv(root: Path, version: str, suite: str, main_job: str) -> Path:
     return venv
 
 
-def compat(*args: str) -> subprocess.CompletedProcess:
+def compat(*args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PIP_CONSTRAINT", "PYTHONPATH")}
-    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def checkout(tmp_path: Path) -> tuple[Path, str]:
+    """A git clone holding compat.sh and one commit (the suite itself may run from an export, without .git)."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "scripts" / "compat.sh")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "one"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return repo / "scripts" / "compat.sh", commit
 
 
 def test_each_release_is_pinned_run_recorded_as_a_table_row_and_its_venv_freed(tmp_path: Path) -> None:
@@ -60,18 +73,25 @@ def test_each_release_is_pinned_run_recorded_as_a_table_row_and_its_venv_freed(t
     new = fake_venv(root, "9.10.1", "731 passed, 1 skipped in 99.0s\n0\n", "10 passed in 2.0s\n0\n")
     calls = {venv: (venv / "pip-calls", venv / "python-calls") for venv in (old, new)}
     seen = {}
+    script, commit = checkout(tmp_path)
 
     # The venvs are removed once recorded; keep what they were asked.
     done = compat(
-        "--root", str(root), "--jobs", "2", "--index-url", "https://example.invalid/cpu", "--keep", "9.9.0", "9.10.1"
+        "--root",
+        str(root),
+        "--jobs",
+        "2",
+        "--index-url",
+        "https://example.invalid/cpu",
+        "--keep",
+        "9.9.0",
+        "9.10.1",
+        script=script,
     )
     for venv, (pip_calls, python_calls) in calls.items():
         seen[venv.name] = (pip_calls.read_text(), python_calls.read_text())
     assert done.returncode == 1, done.stdout + done.stderr  # one release failed its suite
 
-    commit = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     pip_calls, python_calls = seen["torch-9.9.0"]
     torch_install, project_install = pip_calls.split("constraint=")[1:]
     # Every pip call is held to the tested release, so installing the project cannot swap torch.
@@ -101,10 +121,10 @@ def test_each_release_is_pinned_run_recorded_as_a_table_row_and_its_venv_freed(t
 
     # Without --keep the venv goes once its row is written; --table prints the rows so far.
     fake_venv(root / "again", "9.9.0", "700 passed in 9.0s\n0\n", "10 passed in 1.0s\n0\n")
-    done = compat("--root", str(root / "again"), "9.9.0")
+    done = compat("--root", str(root / "again"), "9.9.0", script=script)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (root / "again" / "torch-9.9.0").exists()
-    listed = compat("--root", str(root / "again"), "--table")
+    listed = compat("--root", str(root / "again"), "--table", script=script)
     assert (
         listed.returncode == 0
         and f"| 9.9.0 | `X+cpu` (CPU build, Python 3.11.0) | 700 passed in 9.0s | 10 passed in 1.0s | `{commit}` |"
