@@ -13,6 +13,7 @@ from typing import Any, Optional
 import torch
 
 from ..summary.platform import CPU, PROFILER_FLAGS, cuda_key, gfx_key, rocm_gfx_from_compute
+from ..summary.torch_caps import has_driver_version
 
 
 def _device_index(device: Any) -> Optional[int]:
@@ -62,7 +63,7 @@ def environment_from_device(device: Any = None, *, profiler: Any = None) -> dict
         else:
             env["cuda_runtime_version"] = str(torch.version.cuda)
         try:
-            driver = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
+            driver = torch.cuda.driver_version() if has_driver_version(torch) else None
         except Exception:  # informational only: a missing driver query must not fail a capture
             driver = None
         if driver is not None:

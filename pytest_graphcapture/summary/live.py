@@ -5,11 +5,12 @@ into the same small event dicts a Chrome trace holds, so live profiles and trace
 files go through one code path (:mod:`.scan`) and give equal summaries.  No torch
 import: the profile object is only called through its methods.
 
-Torch builds whose Kineto events cannot say what they are (no ``activity_type()``)
-or the shapes of list arguments (no ``structured_input_shapes()``), such as 2.11,
-would mistake runtime calls and memory events for ops: there the profile's Chrome
-trace is read instead (the cycle's exported trace when there is one, else a
-temporary export), so the summary is the one its trace file gives.
+Torch builds whose Kineto events cannot say what they are (no ``activity_type()``),
+the shapes of list arguments (no ``structured_input_shapes()``) or their metadata (2.8
+has none of them, 2.10 and 2.11 lack the first two) would mistake runtime calls and
+memory events for ops: there the profile's Chrome trace is read instead (the cycle's
+exported trace when there is one, else a temporary export), so the summary is the one
+its trace file gives.  Which build is which is decided by :mod:`.torch_caps`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .normalize import (
     DEFAULT_LEVEL,
 )
 from .scan import _GPU_CATS, _INTERESTING_RUNTIME, _RUNTIME_CATS, KERNEL_LAUNCH_APIS, _api_base, _build, _Scan, _scan
+from .torch_caps import event_caps
 
 
 def _kineto_results(prof: Any) -> Any:
@@ -199,14 +201,20 @@ def summarize_profile(
         return _build(_scan_profile(prof, export), key, platform, level, environment)
 
 
-def replay_kernels_from_profile(prof: Any) -> list:
-    """:func:`replay_kernels_from_events` for a live profile of a graph replay."""
-    return _scan_profile(prof, None).replay_kernels()
+def replay_kernels_from_profile(
+    prof: Any, *, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None
+) -> list:
+    """:func:`replay_kernels_from_events` for a live profile of a graph replay.
+
+    ``export``: as for :func:`summarize_profile`; pass it when the replay's trace is exported
+    too, since on builds whose events must be read from the trace that export is the one read.
+    """
+    return _scan_profile(prof, export).replay_kernels()
 
 
 def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]]) -> _Scan:
     events = _kineto_results(prof).events()
-    if events and not (hasattr(events[0], "activity_type") and hasattr(events[0], "structured_input_shapes")):
+    if events and not event_caps(events[0]).readable:
         del events
         if export is not None:
             return collect_trace_file(export())[0]

@@ -36,11 +36,19 @@ def _profile_steps(tmp_path: Path, on_ready: Any, *, wrap: Any = None, **kwargs:
 
     def ready(prof: Any) -> None:
         target = wrap(prof) if wrap else prof
-        out["live"] = on_ready(target)
-        if not getattr(target, "exported", None):  # Kineto saves a trace only once
-            prof.export_chrome_trace(str(tmp_path / "trace.json.gz"))
+        path = tmp_path / "trace.json.gz"
+
+        def export() -> Path:
+            # Kineto saves a trace only once: builds whose events are read from the trace read this export.
+            if not path.exists():
+                prof.export_chrome_trace(str(path))
+            return path
+
+        out["live"] = on_ready(target, export)
+        if getattr(target, "exported", None):  # the summary exported it (no export was passed)
+            path.write_bytes(gzip.compress(target.exported))
         else:
-            (tmp_path / "trace.json.gz").write_bytes(gzip.compress(target.exported))
+            export()
         (tmp_path / "trace.json").write_bytes(gzip.decompress((tmp_path / "trace.json.gz").read_bytes()))
         out["steps"] = out.get("steps", 0) + 1
 
@@ -62,7 +70,9 @@ def _profile_steps(tmp_path: Path, on_ready: Any, *, wrap: Any = None, **kwargs:
 
 @pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
 def test_live_equals_file(tmp_path: Path) -> None:
-    out = _profile_steps(tmp_path, lambda p: summarize_profile(p, KEY, platform="cpu"), with_stack=True)
+    out = _profile_steps(
+        tmp_path, lambda p, export: summarize_profile(p, KEY, platform="cpu", export=export), with_stack=True
+    )
     live = out["live"]
     assert out["steps"] == 1
     for name in ("trace.json", "trace.json.gz"):
@@ -118,7 +128,7 @@ def test_live_path_without_newer_event_methods_reads_the_profiles_trace(tmp_path
     lost the shapes of list arguments (``aten::cat``).
     """
     out = _profile_steps(
-        tmp_path, lambda p: summarize_profile(p, KEY, platform="cpu"), wrap=_OldProfile, profile_memory=True
+        tmp_path, lambda p, export: summarize_profile(p, KEY, platform="cpu"), wrap=_OldProfile, profile_memory=True
     )
     from_file = summarize_trace_file(tmp_path / "trace.json", key=KEY)
     assert out["live"].comparable() == from_file.comparable()
@@ -153,9 +163,58 @@ def test_the_callers_export_is_read_when_the_events_cannot_be(tmp_path: Path) ->
     assert [(o["name"], o["count"]) for o in summary.ops] == [("aten::mm", 1)]
 
 
+class _KindsButNoMetadata:
+    """An event that says its kind and list shapes but has no metadata_json() (no grid, block, graph node id)."""
+
+    def activity_type(self) -> str:
+        return "cpu_op"
+
+    def structured_input_shapes(self) -> list:
+        return [[2, 2]]
+
+    def name(self) -> str:
+        return "aten::from_the_events"
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
+def test_live_summary_and_replay_kernels_on_builds_read_from_the_trace_leave_the_export_to_the_caller(
+    tmp_path: Path,
+) -> None:
+    """On builds whose events are read from the trace (2.8 to 2.12), the caller's export is the one read.
+
+    A profile exports once: summarizing it through a temporary export left the caller's own
+    export failing with torch's ``Trace is already saved``.
+    """
+    out = _profile_steps(
+        tmp_path,
+        lambda p, export: (
+            summarize_profile(p, KEY, platform="cpu", export=export),
+            replay_kernels_from_profile(p, export=export),
+        ),
+        wrap=_OldProfile,
+    )
+    summary, kernels = out["live"]
+    assert summary.comparable() == summarize_trace_file(tmp_path / "trace.json", key=KEY).comparable()
+    assert kernels == [] and out["steps"] == 1
+
+
+def test_events_without_metadata_are_read_from_the_trace(tmp_path: Path) -> None:
+    """Kinds and list shapes are not enough: without metadata a kernel loses its grid, block and graph node id."""
+    trace = tmp_path / "cycle.json"
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "tid": 1, "args": {}}
+    trace.write_text(json.dumps({"traceEvents": [op]}), encoding="utf-8")
+    events = [_KindsButNoMetadata()]
+
+    class Profile:
+        profiler = type("Inner", (), {"kineto_results": type("R", (), {"events": lambda self: events})()})()
+
+    summary = summarize_profile(Profile(), KEY, platform="cpu", environment={}, export=lambda: trace)
+    assert [(o["name"], o["count"]) for o in summary.ops] == [("aten::mm", 1)]
+
+
 @pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
 def test_replay_kernels_from_cpu_profile_is_empty(tmp_path: Path) -> None:
-    out = _profile_steps(tmp_path, replay_kernels_from_profile)
+    out = _profile_steps(tmp_path, lambda p, export: replay_kernels_from_profile(p, export=export))
     assert out["live"] == []
 
 
@@ -170,7 +229,7 @@ def test_live_ops_carry_the_thread_ids_and_spans_kernel_attribution_needs(tmp_pa
     # the trace file does (the system thread id, not the profiler's own thread numbering).
     from pytest_graphcapture.summary.live import _profile_events
 
-    out = _profile_steps(tmp_path, lambda p: [e for e in _profile_events(p) if e["cat"] == "cpu_op"])
+    out = _profile_steps(tmp_path, lambda p, export: [e for e in _profile_events(p) if e["cat"] == "cpu_op"])
     trace = json.loads((tmp_path / "trace.json").read_text())
     file_ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
     assert {e["tid"] for e in out["live"]} == {e["tid"] for e in file_ops}
