@@ -194,7 +194,8 @@ def agree(goldens: Path, traces: Path) -> dict:
     keys: dict = {}
     for golden_path in sorted(goldens.rglob("*.json")):
         golden = load_summary_file(golden_path)
-        stem = golden_path.name[: -len(".json")]
+        # Keyed by the golden's path: two tests may hold goldens of the same runner and key.
+        stem = golden_path.relative_to(goldens).as_posix()[: -len(".json")]
         found = sorted(traces.rglob(trace_file_name(golden.key)))
         if not found:
             keys[stem] = "no trace"
