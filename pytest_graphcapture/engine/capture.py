@@ -96,6 +96,24 @@ def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey, Optiona
     return summarize
 
 
+def make_profiler(settings: CaptureSettings, device: torch.device, runner_name: str, rank: int) -> Any:
+    """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None.
+
+    Summaries need per-batch-size profiling unless the run asked for one single trace.
+    """
+    if settings.trace == "per-bs" or (settings.summarize and settings.trace != "single"):
+        return PerBatchSizeProfiler(
+            device,
+            export_dir=settings.out_dir if settings.trace == "per-bs" else None,
+            summarizer=_summarizer(settings) if settings.summarize else None,
+            flags=settings.profiler_flags,
+            group=settings.trace_group,
+        )
+    if settings.trace == "single":
+        return SingleTraceProfiler(device, settings.out_dir, runner_name, rank, settings.trace_group)
+    return None
+
+
 def capture_runner(
     runner: GraphRunner, backend: Backend, settings: Optional[CaptureSettings] = None, *, rank: Optional[int] = None
 ) -> CaptureResult:
@@ -115,18 +133,8 @@ def capture_runner(
     rank = current_rank() if rank is None else rank
     keys = selected_keys(runner, rank, settings)
     result = CaptureResult(runner_name=runner.name, platform=settings.platform, rank=rank, mode=settings.trace)
-    per_bs = settings.trace == "per-bs" or (settings.summarize and settings.trace != "single")
-    profiler: Any = None
-    if per_bs:
-        profiler = PerBatchSizeProfiler(
-            backend.device,
-            export_dir=settings.out_dir if settings.trace == "per-bs" else None,
-            summarizer=_summarizer(settings) if settings.summarize else None,
-            flags=settings.profiler_flags,
-            group=settings.trace_group,
-        )
-    elif settings.trace == "single":
-        profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner.name, rank, settings.trace_group)
+    profiler = make_profiler(settings, backend.device, runner.name, rank)
+    per_bs = isinstance(profiler, PerBatchSizeProfiler)
 
     progress = CaptureProgress(on_stage=settings.on_stage)
     history = backend.memory_history() if settings.memory_snapshot else None

@@ -42,8 +42,8 @@ from .capture import (
     _label,
     _replay_enabled,
     _stop_quietly,
-    _summarizer,
     current_rank,
+    make_profiler,
 )
 from .guard import check_capture_evidence
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
@@ -472,23 +472,12 @@ def capture_engine_loop(
     """
     owner, name = _forward_target(forward)
     settings = settings or CaptureSettings()
-    per_bs = settings.trace == "per-bs" or (settings.summarize and settings.trace != "single")
     device = torch.device(device if device is not None else getattr(owner, "device", None) or "cpu")
     runner_name = runner_name or _owner_name(owner)
     rank = current_rank()
     backend = make_backend(device) if device.type == "cuda" else make_backend("cpu")
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
-    profiler: Any = None
-    if per_bs:
-        profiler = PerBatchSizeProfiler(
-            backend.device,
-            export_dir=settings.out_dir if settings.trace == "per-bs" else None,
-            summarizer=_summarizer(settings) if settings.summarize else None,
-            flags=settings.profiler_flags,
-            group=settings.trace_group,
-        )
-    elif settings.trace == "single":
-        profiler = SingleTraceProfiler(backend.device, settings.out_dir, runner_name, rank, settings.trace_group)
+    profiler = make_profiler(settings, backend.device, runner_name, rank)
     with_profiler = takes_profiler(fn)
     loop = _EngineLoop(
         key=key,

@@ -111,17 +111,9 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     # they are the same kernels, and the launch events also carry grid/block.
     keep_capture = bool(captured and capture_named and not problems and summary.complete)
     kernels = [dict(k) for k in summary.kernels] if keep_capture else replay_entries
-    result = Summary(
-        key=summary.key,
-        platform=summary.platform,
-        kernels=kernels,
-        ops=[dict(o) for o in summary.ops],
-        launches={"total": summary.launches["total"], "by_api": dict(summary.launches["by_api"])},
-        complete=True,
-        incomplete_reason=None,
-        environment=dict(summary.environment),
-        level=summary.level,
-        schema_version=summary.schema_version,
+    result = _with_kernels(
+        summary,
+        kernels,
         unattributed=summary.unattributed,
         kernel_source=("capture-window" if keep_capture else "replay") if kernels else None,
         topology=summary.topology,
@@ -213,17 +205,9 @@ def with_graph(
         raise UsageError(f"with_graph(source={source!r}): a graph is read in process ('graph') or from a dump ('dot')")
     records, unattributed = _by_graph_node(summary.launch_ops, graph_node_records(graph), _GRAPH_REASONS)
     kernels = _entries(records, summary.level)
-    result = Summary(
-        key=summary.key,
-        platform=summary.platform,
-        kernels=kernels,
-        ops=[dict(o) for o in summary.ops],
-        launches={"total": summary.launches["total"], "by_api": dict(summary.launches["by_api"])},
-        complete=True,
-        incomplete_reason=None,
-        environment=dict(summary.environment),
-        level=summary.level,
-        schema_version=summary.schema_version,
+    result = _with_kernels(
+        summary,
+        kernels,
         unattributed=None,
         kernel_source=source if kernels else None,
         topology={"nodes": graph.node_counts(), "branches": graph.branches()},
@@ -248,3 +232,24 @@ def with_graph(
 
 
 _GRAPH_REASONS = (GRAPH_NO_CAPTURE, GRAPH_NODES_DIFFER)
+
+
+def _with_kernels(
+    summary: Summary, kernels: list, *, unattributed: Any, kernel_source: Optional[str], topology: Any
+) -> Summary:
+    """A complete copy of the capture's ``summary`` (ops, launches, header) holding ``kernels`` from elsewhere."""
+    return Summary(
+        key=summary.key,
+        platform=summary.platform,
+        kernels=kernels,
+        ops=[dict(o) for o in summary.ops],
+        launches={"total": summary.launches["total"], "by_api": dict(summary.launches["by_api"])},
+        complete=True,
+        incomplete_reason=None,
+        environment=dict(summary.environment),
+        level=summary.level,
+        schema_version=summary.schema_version,
+        unattributed=unattributed,
+        kernel_source=kernel_source,
+        topology=topology,
+    )
