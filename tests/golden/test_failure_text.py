@@ -169,9 +169,10 @@ def test_diff_after_a_torch_release_change_says_so_first(
     assert "Failed: torch release changed: torch " in summary_line
 
     # Another build of the same release (CPU goldens, CUDA wheel) is named, but is no release change.
-    _set_golden_torch(goldens, f"{release}+cu128")
+    other = f"{release}+cu128" if build != "cu128" else f"{release}+cpu"
+    _set_golden_torch(goldens, other)
     result = run(pytester)
     result.assert_outcomes(failed=1)
     lines = _failure_lines(result, "test_decode")
-    assert lines[0] == f"torch {release}+cu128 → {now} since the goldens were written (may explain the diff)"
+    assert lines[0] == f"torch {other} → {now} since the goldens were written (may explain the diff)"
     assert "torch release changed" not in result.stdout.str()
