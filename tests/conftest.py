@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,26 @@ import pytest
 TESTS_DIR = str(Path(__file__).resolve().parent)
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
+
+
+def _cache_child_bytecode() -> None:
+    """The Pythons the tests start compile each module once per machine, not once per process.
+
+    The suite starts a few hundred Pythons (pytester runs, xdist workers inside them, ranks, doc
+    commands).  Where PYTHONDONTWRITEBYTECODE is set, as on some CI images, each of them compiled
+    and assertion-rewrote every module it imported from source: about a second apiece.  Their
+    bytecode goes instead to one folder outside the repository (PYTHONPYCACHEPREFIX, which
+    pytest's rewriting honours), so no ``__pycache__`` appears in the folders tests create or copy.
+    The pytest started by hand keeps its own setting; a prefix already chosen is kept.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ.setdefault(
+        "PYTHONPYCACHEPREFIX",
+        os.path.join(tempfile.gettempdir(), f"pytest-graphcapture-pycache-{getattr(os, 'getuid', lambda: 'user')()}"),
+    )
+
+
+_cache_child_bytecode()
 
 GRAPH_CAPTURE_VARIABLES = tuple(
     name for name in os.environ if name.startswith("GRAPH_CAPTURE_") and name != "GRAPH_CAPTURE_REAL_TRACES"

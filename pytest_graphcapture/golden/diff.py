@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
-
-from deepdiff import DeepDiff
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ..errors import GoldenError, UsageError
 from ..keys import CaptureKey, key_label
@@ -20,6 +18,9 @@ from ..summary.attribute import op_label
 from ..summary.model import count_changes, kernel_view
 from ..summary.normalize import LEVELS
 from .environment import environment_note, toolchain_changes, torch_release_changed
+
+if TYPE_CHECKING:
+    from deepdiff import DeepDiff
 
 SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
 
@@ -92,6 +93,8 @@ class Change:
 
 
 def _deepdiff(expected: Any, actual: Any) -> DeepDiff:
+    from deepdiff import DeepDiff  # imported when a diff is needed: it costs every pytest start a fifth of a second
+
     try:
         # Report per-item changes even when most items of a dict changed (deepdiff >= 8).
         return DeepDiff(expected, actual, view="tree", verbose_level=2, threshold_to_diff_deeper=0)

@@ -62,7 +62,9 @@ TYPE_WORDS = {
 _QUOTED_EXACT = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 #: A quoted string without escaped quotes: the common case, scanned faster (see :func:`_statements`).
 _QUOTED_FAST = r'"[^"]*"'
-_ID = r"(?:[A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*|-?(?:\.\d+|\d+(?:\.\d*)?))"
+#: A DOT ID: letters, underscores, digits and any non-ASCII character, not starting with a digit; or a number.
+#: (Spelled with negated ASCII classes: a class up to U+10FFFF takes a sizeable fraction of a second to compile.)
+_ID = r"(?:(?:[^\W\d]|[^\x00-\x7f])(?:\w|[^\x00-\x7f])*|-?(?:\.\d+|\d+(?:\.\d*)?))"
 
 
 def _statement_pattern(quoted: str) -> re.Pattern:

@@ -121,7 +121,6 @@ def environment() -> dict[str, str]:
         k: v for k, v in os.environ.items() if not k.startswith(("GRAPH_CAPTURE_", "PYTEST_")) and k not in CI_VARIABLES
     }
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
