@@ -68,7 +68,8 @@ step() {  # step NAME COMMAND...: run one step under the step limit, log it, rec
     if [ $rc -ne 0 ] && [ $informational = 0 ]; then status=1; fi
 }
 
-step gpu-tests "$python" -m pytest -q -p no:cacheprovider -m gpu tests
+# -n0: the gpu tests run one after another on the one GPU, and the suite is collected once, not once per core.
+step gpu-tests "$python" -m pytest -q -p no:cacheprovider -n0 -m gpu tests
 # On a GPU without goldens for its platform yet the examples fail "missing golden" (informational there):
 # the harvest under DIR/goldens is the point. Their own batch sizes: the goldens depend on them.
 step examples "$python" -m pytest -q -p no:cacheprovider examples --graph-capture-device="$device" \
