@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -24,13 +25,21 @@ def _cache_child_bytecode() -> None:
     and assertion-rewrote every module it imported from source: about a second apiece.  Their
     bytecode goes instead to one folder outside the repository (PYTHONPYCACHEPREFIX, which
     pytest's rewriting honours), so no ``__pycache__`` appears in the folders tests create or copy.
-    The pytest started by hand keeps its own setting; a prefix already chosen is kept.
+    The pytest started by hand keeps its own setting; a prefix already chosen is kept.  The
+    bytecode of test folders that pytest has since removed (it keeps its last three sessions'
+    temp folders) is removed from the cache at the start of a session, so it does not grow.
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ.setdefault(
+    prefix = os.environ.setdefault(
         "PYTHONPYCACHEPREFIX",
         os.path.join(tempfile.gettempdir(), f"pytest-graphcapture-pycache-{getattr(os, 'getuid', lambda: 'user')()}"),
     )
+    if "PYTEST_XDIST_WORKER" in os.environ:  # the session's main process prunes, before its workers start
+        return
+    mirror = Path(prefix + os.path.abspath(tempfile.gettempdir()))
+    for session in mirror.glob("pytest-of-*/pytest-*"):
+        if not Path(tempfile.gettempdir(), session.relative_to(mirror)).exists():
+            shutil.rmtree(session, ignore_errors=True)
 
 
 _cache_child_bytecode()
