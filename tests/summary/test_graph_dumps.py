@@ -154,6 +154,28 @@ def test_quoted_strings_with_escaped_quotes_line_continuations_and_lookalike_key
     assert graph.edges == [(0, 1), (1, 2)]
 
 
+@pytest.mark.parametrize(
+    "attrs, node_type",
+    [
+        ('[style="bold" shape="record" label="{MEMSET}"]', "memset"),  # as the runtimes write a node
+        ('[label="{MEMSET}" label="{HOST}"]', "memset"),  # the first label counts
+        ('[label2="{HOST}" xlabel="{HOST}", label="{MEMSET}";]', "memset"),  # keys that only contain "label"
+        ('[tooltip="label" label ="{HOST}" label="{MEMSET}"]', "host"),  # spaces around '='
+        ('[ style = "x" ;label="{MEMSET}" , ]', "memset"),
+        ('[shape=record label="{MEMSET}"]', "memset"),  # an unquoted value
+        ("[label=MEMSET]", "memset"),  # an unquoted label: a plain label with the type word alone
+        ('[width=1label="{MEMSET}"]', None),  # "label" glued to a value is no key: no label
+    ],
+)
+def test_a_nodes_label_is_its_first_label_key_however_the_list_is_written(attrs: str, node_type: str | None) -> None:
+    text = f'digraph dot {{\n"a"{attrs};\n}}\n'
+    if node_type is None:
+        with pytest.raises(FileError, match="node a has no label"):
+            parse_dot(text)
+    else:
+        assert [n.type for n in parse_dot(text).nodes] == [node_type]
+
+
 def test_edges_with_attributes_after_plain_edges() -> None:
     text = "digraph dot {\n" + "".join(f'"{n}"[label="{{KERNEL | {n}}}"];\n' for n in "abc")
     graph = parse_dot(text + '"a" -> "b"\n"b" -> "c" [style="dashed"]\n"a" -> "c";\n}\n')
