@@ -121,6 +121,7 @@ _RECORD_KIND = re.compile(r"\{\s*kind\s*\|\s*((?:[^|{}\\]|\\.)*?)\s*\}")
 _DIM = r"\s*(?:\d+|\{\s*\d+(?:\s*,\s*\d+){0,2}\s*\}|\(\s*\d+(?:\s*,\s*\d+){0,2}\s*\))\s*"
 _SHAPE = re.compile(rf"(?P<grid>{_DIM}),(?P<block>{_DIM}),\s*(?P<smem>\d+)\s*$")
 _LAUNCH = re.compile(r"^(?P<name>.*?)\s*<<<(?P<shape>.*)>>>\s*$", re.DOTALL)
+_DIGITS = re.compile(r"\d+")
 _CHILD_REF = re.compile(r"\bgraph_(\d+)\b")
 _CLUSTER = re.compile(r"^cluster_?(.*)$")
 #: An edge as the runtimes write one: quoted ids without escapes, no attributes, not part of a chain.
@@ -512,8 +513,11 @@ def _parse_shape(text: str) -> Optional[Launch]:
 
 
 def _dim3(text: str) -> Optional[tuple[int, int, int]]:
-    """``128`` / ``{16,10}`` / ``(16,10,2)`` → a positive (x, y, z); None when a dimension is 0."""
-    values = [int(v) for v in text.strip("{}() ").split(",")]
+    """``128`` / ``{16,10}`` / ``(16,10,2)`` → a positive (x, y, z); None when a dimension is 0.
+
+    ``text`` matched ``_DIM``: its numbers are its runs of digits, whatever white space is around them.
+    """
+    values = [int(v) for v in _DIGITS.findall(text)]
     if min(values) < 1:
         return None
     values += [1] * (3 - len(values))

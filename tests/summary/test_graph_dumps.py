@@ -176,6 +176,13 @@ def test_a_nodes_label_is_its_first_label_key_however_the_list_is_written(attrs:
         assert [n.type for n in parse_dot(text).nodes] == [node_type]
 
 
+@pytest.mark.parametrize("space", [" ", "\t", "\n", "\x1f"])
+def test_white_space_of_any_kind_around_a_launch_dimension(space: str) -> None:
+    label = f"{{KERNEL | {{ID | 0 | k\\<\\<\\<{space}\\{{16,10,2\\}}{space},{space}(32,4){space},0\\>\\>\\>}}}}"
+    (node,) = parse_dot(f'digraph dot {{\n"a"[label="{label}"];\n}}\n').nodes
+    assert node.launch == Launch((16, 10, 2), (32, 4, 1), 0)
+
+
 def test_edges_with_attributes_after_plain_edges() -> None:
     text = "digraph dot {\n" + "".join(f'"{n}"[label="{{KERNEL | {n}}}"];\n' for n in "abc")
     graph = parse_dot(text + '"a" -> "b"\n"b" -> "c" [style="dashed"]\n"a" -> "c";\n}\n')
