@@ -183,6 +183,16 @@ def test_white_space_of_any_kind_around_a_launch_dimension(space: str) -> None:
     assert node.launch == Launch((16, 10, 2), (32, 4, 1), 0)
 
 
+def test_an_unquoted_node_id_holds_letters_digits_underscores_and_any_non_ascii_character() -> None:
+    for char in [chr(c) for c in range(1, 128)] + ["é", "ß", "中", "٣", "\u00a0", "\U0001f600"]:
+        inside = char.isascii() and (char.isalnum() or char == "_") or not char.isascii()
+        try:
+            nodes = parse_dot(f'digraph dot {{\nx{char}y[label="{{EMPTY}}"];\n}}\n').nodes
+        except FileError:
+            nodes = []
+        assert (bool(nodes) and nodes[0].ident == f"x{char}y") == inside, repr(char)
+
+
 def test_edges_with_attributes_after_plain_edges() -> None:
     text = "digraph dot {\n" + "".join(f'"{n}"[label="{{KERNEL | {n}}}"];\n' for n in "abc")
     graph = parse_dot(text + '"a" -> "b"\n"b" -> "c" [style="dashed"]\n"a" -> "c";\n}\n')
