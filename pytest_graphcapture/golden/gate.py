@@ -98,7 +98,8 @@ class _Gate:
         old: Optional[dict] = None
         old_error: Optional[GoldenError] = None
         identical = stale = False
-        if path.exists():
+        exists = path.exists()
+        if exists:
             try:
                 old = store.parse_golden_file(path)
                 stale = old.get("schema_version") != store.current_schema_version()
@@ -136,7 +137,7 @@ class _Gate:
             except GoldenError as exc:
                 self.warnings.append(f"--golden-out: {exc}")
         carried = golden_budget is not None or golden_memory is not None
-        self.compare(out, path, shown, actual, data, old, old_error, identical, carried, stale)
+        self.compare(out, path, shown, actual, data, old, old_error, identical, carried, stale, exists)
         if budget_lines:  # over budget fails the key, whatever was written
             out.budget_only = out.outcome != "failed"
             out.lines = (out.lines if out.outcome == "failed" else []) + budget_lines
@@ -154,13 +155,15 @@ class _Gate:
         old_error: Optional[GoldenError],
         identical: bool,
         carried: bool,
-        stale: bool = False,
+        stale: bool,
+        exists: bool,
     ) -> None:
         """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode.
 
         ``stale``: the file is of an older schema; update mode rewrites it even when it passes.
+        ``exists``: whether the golden file existed when the key's check looked (one look per key).
         """
-        if not path.exists():
+        if not exists:
             if self.update:
                 self.write(out, path, data, "created")
                 return

@@ -63,20 +63,37 @@ _QUOTED_EXACT = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 #: A quoted string without escaped quotes: the common case, scanned faster (see :func:`_statements`).
 _QUOTED_FAST = r'"[^"]*"'
 #: A DOT ID: letters, underscores, digits and any non-ASCII character, not starting with a digit; or a number.
-#: (Spelled with negated ASCII classes: a class up to U+10FFFF takes a sizeable fraction of a second to compile.)
-_ID = r"(?:(?:[^\W\d]|[^\x00-\x7f])(?:\w|[^\x00-\x7f])*|-?(?:\.\d+|\d+(?:\.\d*)?))"
+#: Each is spelled as one negated class of the ASCII characters it excludes: a class listing the range up to
+#: U+10FFFF takes a sizeable fraction of a second to compile, and an alternation (``\w|[^\x00-\x7f]``) is
+#: matched one character at a time by the slow general loop; a single class repeats at C speed.
+_ID_START = r"[^\x00-\x40\x5b-\x5e\x60\x7b-\x7f]"  # an ASCII letter or ``_``, or any non-ASCII character
+_ID_CHAR = r"[^\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]"  # the same or an ASCII digit
+_ID = rf"(?:{_ID_START}{_ID_CHAR}*|-?(?:\.\d+|\d+(?:\.\d*)?))"
 
 
-def _statement_pattern(quoted: str) -> re.Pattern:
+def _statement_pattern(quoted: str, *, runtime: bool = False) -> re.Pattern:
     """One DOT statement after optional white space, for one spelling of a quoted string.
 
     Attribute lists are matched strictly (``key = value`` pairs, separated by spaces,
     commas or semicolons), so a statement that matches is well formed.
+
+    With ``runtime``, a node written the way the runtimes write one (a quoted id, then
+    quoted values with plain keys, ``label="…"`` last) is matched first as ``rnode``,
+    its label in the group ``rlabel``: every ``rnode`` is also a ``node`` with the same
+    extent, and the group holds what :func:`_label` finds in it (the first key that is
+    exactly ``label``), so the label costs no second scan of the attribute list.
     """
     name = rf"(?:{quoted}|{_ID})"
     attrs = rf"\[\s*(?:(?:{_ID})\s*=\s*{name}\s*[,;]?\s*)*\]"
+    runtime_node = (
+        rf"""(?P<rnode>(?P<rn>{quoted})\[\s*(?:(?!label\s*=)[A-Za-z_]\w*\s*=\s*{quoted}\s*[,;]?\s*)*
+        label="(?P<rlabel>[^"]*)"\s*[,;]?\s*\]\s*;?)
+        |"""
+        if runtime
+        else ""
+    )
     return re.compile(
-        rf"""\s*(?:
+        rf"""\s*(?:{runtime_node}
         (?P<node>(?P<n>{quoted})\s*(?P<nattrs>{attrs})\s*;?)
         |(?P<edge>(?P<a>{name})\s*->\s*(?P<b>{name})\s*(?:{attrs})?\s*;?)
         |(?P<skip>//[^\n]*|/\*.*?\*/|\#[^\n]*)
@@ -90,7 +107,7 @@ def _statement_pattern(quoted: str) -> re.Pattern:
     )
 
 
-_FAST = _statement_pattern(_QUOTED_FAST)
+_FAST = _statement_pattern(_QUOTED_FAST, runtime=True)
 _EXACT = _statement_pattern(_QUOTED_EXACT)
 _PAIR = re.compile(rf"({_ID})\s*=\s*({_QUOTED_EXACT}|{_ID})", re.DOTALL)
 _LABEL_VALUE = re.compile(rf"\s*=\s*({_QUOTED_FAST}|{_ID})")
@@ -104,6 +121,7 @@ _RECORD_KIND = re.compile(r"\{\s*kind\s*\|\s*((?:[^|{}\\]|\\.)*?)\s*\}")
 _DIM = r"\s*(?:\d+|\{\s*\d+(?:\s*,\s*\d+){0,2}\s*\}|\(\s*\d+(?:\s*,\s*\d+){0,2}\s*\))\s*"
 _SHAPE = re.compile(rf"(?P<grid>{_DIM}),(?P<block>{_DIM}),\s*(?P<smem>\d+)\s*$")
 _LAUNCH = re.compile(r"^(?P<name>.*?)\s*<<<(?P<shape>.*)>>>\s*$", re.DOTALL)
+_DIGITS = re.compile(r"\d+")
 _CHILD_REF = re.compile(r"\bgraph_(\d+)\b")
 _CLUSTER = re.compile(r"^cluster_?(.*)$")
 #: An edge as the runtimes write one: quoted ids without escapes, no attributes, not part of a chain.
@@ -117,14 +135,6 @@ class _DotError(Exception):
         self.position = position
         self.problem = problem
         super().__init__(problem)
-
-
-@dataclass
-class _Node:
-    """Where a node was declared, for messages."""
-
-    ident: str
-    position: int
 
 
 @dataclass
@@ -160,7 +170,8 @@ def read_dot_file(path: Union[str, Path]) -> CapturedGraph:
 
 def parse_dot(text: str, *, source: str = "<dot>") -> CapturedGraph:
     """The graph in the DOT ``text`` (``source`` names it in errors)."""
-    text = _HIP_UNCLOSED_STYLE.sub(r'style="\1"\n', text)
+    if '\nshape="' in text:  # what the repair needs; a plain search is far cheaper than the pattern's scan
+        text = _HIP_UNCLOSED_STYLE.sub(r'style="\1"\n', text)
     try:
         return _build(*_statements(text))
     except _DotError as exc:
@@ -266,15 +277,20 @@ def _statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
                 break
             raise _not_read(text, at + len(rest) - len(rest.lstrip()), seen_graph)
         kind = match.lastgroup
-        if kind == "node" or kind == "node2":
+        if kind == "rnode" or kind == "node" or kind == "node2":
             if not stack:
                 raise _DotError(at, "a node outside the graph's braces")
-            ident = _unquote(match["n"] or match["n2"])
+            ident = _unquote(match["rn"] if kind == "rnode" else match["n"] or match["n2"])
             if ident in declared:
                 raise _DotError(at, f"node {ident} is declared twice")
             declared.add(ident)
-            start, end = match.span("nattrs" if kind == "node" else "nattrs2")
-            label = _label(text, start, end, fast, continued) if start >= 0 else None
+            if kind == "rnode":
+                label = match["rlabel"]
+                if continued and "\\\n" in label:  # no escaped quote here (fast), only line continuations
+                    label = label.replace("\\\n", "")
+            else:
+                start, end = match.span("nattrs" if kind == "node" else "nattrs2")
+                label = _label(text, start, end, fast, continued) if start >= 0 else None
             if label is None:
                 if text.startswith("[", match.end()):
                     raise _DotError(
@@ -283,7 +299,10 @@ def _statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
                 raise _DotError(at, f"node {ident} has no label (not a CUDA or HIP graph dump?)")
             cluster = stack[-1][0] or root
             assert cluster is not None
-            node = _node(_Node(ident, at), label)
+            if label[:1] == "{" or label.lstrip()[:1] == "{":
+                node = _record_node(ident, at, label)
+            else:
+                node = _plain_node(ident, at, label)
             cluster.graph.nodes.append(node)
             cluster.positions.append(at)
             if node.type in CONTAINERS:
@@ -396,38 +415,32 @@ def _build(clusters: list[_Cluster], edges: list[tuple[str, str, int]]) -> Captu
     return roots[0].graph
 
 
-def _node(raw: _Node, label: str) -> GraphNode:
-    """A model node from a declared DOT node and its label: type, kernel name and launch, or copy kind."""
-    record = label[:1] == "{" or label.lstrip()[:1] == "{"
-    return _record_node(raw, label) if record else _plain_node(raw, label)
-
-
-def _record_node(raw: _Node, label: str) -> GraphNode:
-    """A record label: the first field is the type; the kernel is the field with ``<<<…>>>``."""
+def _record_node(ident: str, position: int, label: str) -> GraphNode:
+    """A model node from a record label (declared at ``position``): the first field is the type; the
+    kernel is the field with ``<<<…>>>``; a copy's ``kind`` field is its direction."""
     if label.count("{") != label.count("}"):
         unescaped = _ESCAPE.sub("", label)  # escaped braces come in pairs; count exactly when they do not
         if unescaped.count("{") != unescaped.count("}"):
-            raise _DotError(raw.position, f"node {raw.ident}: the label's braces do not balance")
+            raise _DotError(position, f"node {ident}: the label's braces do not balance")
     word = _TYPE_WORD.match(label)
     if not word:
-        raise _DotError(
-            raw.position, f"node {raw.ident}: the label does not start with a node type ({_excerpt(label)})"
-        )
+        raise _DotError(position, f"node {ident}: the label does not start with a node type ({_excerpt(label)})")
     word = word[1]
-    node = GraphNode(raw.ident, TYPE_WORDS.get(word) or _type_of(word))
-    if node.type == "kernel":
+    node_type = TYPE_WORDS.get(word) or _type_of(word)
+    if node_type == "kernel":
         opening = label.find("\\<\\<\\<")
         if opening >= 0:
             start = max(label.rfind("|", 0, opening), label.rfind("{", 0, opening)) + 1
             closing = label.find("\\>\\>\\>", opening)
             if closing < 0:
-                raise _DotError(raw.position, f"node {raw.ident}: the launch shape has no closing >>>")
-            node.name = _unescape(label[start:opening].strip())
-            node.launch = _launch_shape(label[opening + 6 : closing].replace("\\", ""), raw)
-        else:
-            named = _RECORD_ID_NAME.search(label)
-            node.name = _unescape(named[1]) if named else ""
-    elif node.type == "memcpy":
+                raise _DotError(position, f"node {ident}: the launch shape has no closing >>>")
+            shape = label[opening + 6 : closing].replace("\\", "")
+            launch = _parse_shape(shape) or _launch_shape(shape, ident, position)  # the latter raises
+            return GraphNode(ident, node_type, _unescape(label[start:opening].strip()), launch)
+        named = _RECORD_ID_NAME.search(label)
+        return GraphNode(ident, node_type, _unescape(named[1]) if named else "")
+    node = GraphNode(ident, node_type)
+    if node_type == "memcpy":
         kind = _RECORD_KIND.search(label)
         node.name = copy_direction(_unescape(kind[1])) if kind else ""
     return node
@@ -437,7 +450,7 @@ def _unescape(text: str) -> str:
     return _ESCAPED.sub(r"\1", text) if "\\" in text else text
 
 
-def _plain_node(raw: _Node, label: str) -> GraphNode:
+def _plain_node(ident: str, position: int, label: str) -> GraphNode:
     """Plain labels: HIP's ``id``, then the type word (none for a kernel: its name), then details."""
     lines = [line.strip() for line in label.split("\n")]
     while lines and not lines[-1]:
@@ -445,20 +458,20 @@ def _plain_node(raw: _Node, label: str) -> GraphNode:
     if lines and lines[0] in TYPE_WORDS:
         lines = ["", *lines]  # a type word first, without an id
     if len(lines) < 2:
-        raise _DotError(raw.position, f"node {raw.ident}: cannot read the label {_excerpt(label)}")
+        raise _DotError(position, f"node {ident}: cannot read the label {_excerpt(label)}")
     second = lines[1]
     if second in TYPE_WORDS:
-        node = GraphNode(raw.ident, TYPE_WORDS[second])
+        node = GraphNode(ident, TYPE_WORDS[second])
         if node.type == "memcpy" and len(lines) > 2:
             node.name = copy_direction(lines[2].strip("()").split(",")[0])
         elif node.type == "kernel" and len(lines) > 2:
-            node.name, node.launch = _launch(" ".join(lines[2:]), raw)
+            node.name, node.launch = _launch(" ".join(lines[2:]), ident, position)
         return node
     if _CHILD_REF.fullmatch(second):
-        return GraphNode(raw.ident, "graph")
-    node = GraphNode(raw.ident, "kernel", name=second)
+        return GraphNode(ident, "graph")
+    node = GraphNode(ident, "kernel", name=second)
     if len(lines) > 2:
-        node.name, node.launch = _launch(second + lines[2], raw)
+        node.name, node.launch = _launch(second + lines[2], ident, position)
     return node
 
 
@@ -467,22 +480,22 @@ def _type_of(word: str) -> str:
     return TYPE_WORDS.get(word, word.lower())
 
 
-def _launch(text: str, raw: _Node) -> tuple[str, Launch]:
+def _launch(text: str, ident: str, position: int) -> tuple[str, Launch]:
     """``name<<<grid,block,smem>>>`` (escapes removed) → (name, Launch)."""
     plain = text.replace("\\", "")
     match = _LAUNCH.match(plain.strip())
     if not match:
-        raise _DotError(raw.position, f"node {raw.ident}: cannot read the launch shape in {_excerpt(plain)}")
-    return match["name"].strip(), _launch_shape(match["shape"], raw)
+        raise _DotError(position, f"node {ident}: cannot read the launch shape in {_excerpt(plain)}")
+    return match["name"].strip(), _launch_shape(match["shape"], ident, position)
 
 
-def _launch_shape(text: str, raw: _Node) -> Launch:
+def _launch_shape(text: str, ident: str, position: int) -> Launch:
     """``grid,block,smem`` (CUDA ``128`` / ``{16,10,2}``, HIP ``(16,10,2)``) → Launch."""
     launch = _parse_shape(text)
     if launch is None:
         raise _DotError(
-            raw.position,
-            f"node {raw.ident}: cannot read the launch shape <<<{text}>>> (grid, block, shared memory)",
+            position,
+            f"node {ident}: cannot read the launch shape <<<{text}>>> (grid, block, shared memory)",
         )
     return launch
 
@@ -500,8 +513,11 @@ def _parse_shape(text: str) -> Optional[Launch]:
 
 
 def _dim3(text: str) -> Optional[tuple[int, int, int]]:
-    """``128`` / ``{16,10}`` / ``(16,10,2)`` → a positive (x, y, z); None when a dimension is 0."""
-    values = [int(v) for v in text.strip("{}() ").split(",")]
+    """``128`` / ``{16,10}`` / ``(16,10,2)`` → a positive (x, y, z); None when a dimension is 0.
+
+    ``text`` matched ``_DIM``: its numbers are its runs of digits, whatever white space is around them.
+    """
+    values = [int(v) for v in _DIGITS.findall(text)]
     if min(values) < 1:
         return None
     values += [1] * (3 - len(values))

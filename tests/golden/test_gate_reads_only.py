@@ -96,3 +96,23 @@ def test_normalized_and_to_dict_hand_out_their_own_entries() -> None:
     data["ops"][0]["count"] = 77
     data["kernels"][0]["count"] = 77
     assert original.to_dict() == before
+
+
+def test_a_key_is_judged_on_one_look_at_its_golden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A golden removed after the gate read it (another process cleaning up) does not turn into "missing"."""
+    golden_dir = tmp_path / "goldens"
+    for kr in capture():
+        store.write_golden(
+            store.golden_path(golden_dir, "cpu", NODEID, kr.key), kr.summary.normalized("name").to_dict()
+        )
+    parse = store.parse_golden_file
+
+    def parse_then_lose(path: Path) -> dict:
+        data = parse(path)
+        path.unlink()
+        return data
+
+    monkeypatch.setattr(store, "parse_golden_file", parse_then_lose)
+    outcome = check_result(capture(), golden_dir=golden_dir, folder=store.golden_folder(golden_dir, "cpu", NODEID))
+    assert [k.outcome for k in outcome.keys] == ["passed"] * 3
+    assert not any(k.missing for k in outcome.keys)

@@ -154,6 +154,45 @@ def test_quoted_strings_with_escaped_quotes_line_continuations_and_lookalike_key
     assert graph.edges == [(0, 1), (1, 2)]
 
 
+@pytest.mark.parametrize(
+    "attrs, node_type",
+    [
+        ('[style="bold" shape="record" label="{MEMSET}"]', "memset"),  # as the runtimes write a node
+        ('[label="{MEMSET}" label="{HOST}"]', "memset"),  # the first label counts
+        ('[label2="{HOST}" xlabel="{HOST}", label="{MEMSET}";]', "memset"),  # keys that only contain "label"
+        ('[tooltip="label" label ="{HOST}" label="{MEMSET}"]', "host"),  # spaces around '='
+        ('[ style = "x" ;label="{MEMSET}" , ]', "memset"),
+        ('[shape=record label="{MEMSET}"]', "memset"),  # an unquoted value
+        ("[label=MEMSET]", "memset"),  # an unquoted label: a plain label with the type word alone
+        ('[width=1label="{MEMSET}"]', None),  # "label" glued to a value is no key: no label
+    ],
+)
+def test_a_nodes_label_is_its_first_label_key_however_the_list_is_written(attrs: str, node_type: str | None) -> None:
+    text = f'digraph dot {{\n"a"{attrs};\n}}\n'
+    if node_type is None:
+        with pytest.raises(FileError, match="node a has no label"):
+            parse_dot(text)
+    else:
+        assert [n.type for n in parse_dot(text).nodes] == [node_type]
+
+
+@pytest.mark.parametrize("space", [" ", "\t", "\n", "\x1f"])
+def test_white_space_of_any_kind_around_a_launch_dimension(space: str) -> None:
+    label = f"{{KERNEL | {{ID | 0 | k\\<\\<\\<{space}\\{{16,10,2\\}}{space},{space}(32,4){space},0\\>\\>\\>}}}}"
+    (node,) = parse_dot(f'digraph dot {{\n"a"[label="{label}"];\n}}\n').nodes
+    assert node.launch == Launch((16, 10, 2), (32, 4, 1), 0)
+
+
+def test_an_unquoted_node_id_holds_letters_digits_underscores_and_any_non_ascii_character() -> None:
+    for char in [chr(c) for c in range(1, 128)] + ["é", "ß", "中", "٣", "\u00a0", "\U0001f600"]:
+        inside = char.isascii() and (char.isalnum() or char == "_") or not char.isascii()
+        try:
+            nodes = parse_dot(f'digraph dot {{\nx{char}y[label="{{EMPTY}}"];\n}}\n').nodes
+        except FileError:
+            nodes = []
+        assert (bool(nodes) and nodes[0].ident == f"x{char}y") == inside, repr(char)
+
+
 def test_edges_with_attributes_after_plain_edges() -> None:
     text = "digraph dot {\n" + "".join(f'"{n}"[label="{{KERNEL | {n}}}"];\n' for n in "abc")
     graph = parse_dot(text + '"a" -> "b"\n"b" -> "c" [style="dashed"]\n"a" -> "c";\n}\n')
