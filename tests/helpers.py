@@ -179,6 +179,12 @@ def test_other(fake_capture, golden):
     golden.check(fake_capture())
 """
 
+#: One test with one check: a project whose goldens are those of ``test_decode`` alone.
+ONE_CHECK = """
+def test_decode(fake_capture, golden):
+    golden.check(fake_capture())
+"""
+
 
 def running(pid: int) -> bool:
     """Whether ``pid`` runs: a zombie (exited, waiting for a parent to reap it) does not."""

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import fake_project, run
+from helpers import ONE_CHECK, fake_project, run
 
 from pytest_graphcapture.tools.cli import main
 
@@ -27,15 +27,11 @@ def make_summary(bs, runner, platform):
 """
 
 GOLDEN = "goldens/cpu/test_model.py/test_decode/Fake_bs_2.json"
-TESTS = """
-def test_decode(fake_capture, golden):
-    golden.check(fake_capture())
-"""
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    fake_project(pytester, monkeypatch, TESTS, extra=TOOLCHAIN)
+    fake_project(pytester, monkeypatch, ONE_CHECK, extra=TOOLCHAIN)
     run(pytester, "--update-golden").assert_outcomes(passed=1)
     assert _torch(pytester.path / GOLDEN) == "2.4.0"
     return pytester

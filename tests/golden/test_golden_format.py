@@ -6,19 +6,14 @@ import json
 import subprocess
 
 import pytest
-from helpers import FAKE_CONFTEST, REPO_ROOT, fake_project, run
+from helpers import FAKE_CONFTEST, ONE_CHECK, REPO_ROOT, fake_project, run
 
 from pytest_graphcapture.golden import store
-
-TEST_DECODE = """
-def test_decode(fake_capture, golden):
-    golden.check(fake_capture())
-"""
 
 
 @pytest.fixture
 def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    return fake_project(pytester, monkeypatch, TEST_DECODE)
+    return fake_project(pytester, monkeypatch, ONE_CHECK)
 
 
 def _entries(data: dict) -> int:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_CONFTEST, fake_project, run
+from helpers import FAKE_CONFTEST, ONE_CHECK, fake_project, run
 
 from pytest_graphcapture._io import dumps_entries
 from pytest_graphcapture.errors import GoldenError
@@ -24,15 +24,9 @@ MM = {"name": "aten::mm", "input_dims": [[8, 256], [256, 256]]}
 SGEMM = "sgemm_128x64_nn"
 
 
-TEST_DECODE = """
-def test_decode(fake_capture, golden):
-    golden.check(fake_capture())
-"""
-
-
 @pytest.fixture
 def gate(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    return fake_project(pytester, monkeypatch, TEST_DECODE)
+    return fake_project(pytester, monkeypatch, ONE_CHECK)
 
 
 def graph_summary(kernels: list, *, branches: int = 2, source: str = "graph") -> Summary:
