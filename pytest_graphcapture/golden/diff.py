@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Se
 from ..errors import GoldenError, UsageError
 from ..keys import CaptureKey
 from ..summary.normalize import LEVELS
-from .change import MAX_DIFF_LINES, MAX_NAME_WIDTH, SECTIONS, Change, KeyDiff, compact, cut_lines
+from .change import MAX_DIFF_LINES, MAX_NAME_WIDTH, SECTIONS, Change, KeyDiff, abstract_bs, compact, cut_lines, slot
 from .environment import environment_note, toolchain_changes, torch_release_changed
 from .kernel_diff import kernel_changes, topology_changes
+from .op_classes import DEFAULT_CLASSES, OpClasses
 
 if TYPE_CHECKING:
     from deepdiff import DeepDiff
@@ -111,49 +112,63 @@ def _sig_text(sig: str, show_types: bool) -> str:
     return text
 
 
-def _op_changes(expected: list, actual: list) -> list[Change]:
+def _listed(lists: list[tuple[str, ...]], texts: list[str]) -> str:
+    """The slot where ``texts`` go in a line (appended to ``lists``), or ``(none)``."""
+    if not texts:
+        return "(none)"
+    lists.append(tuple(texts))
+    return slot(len(lists) - 1)
+
+
+def _op_changes(expected: list, actual: list, batch_size: Optional[int] = None) -> list[Change]:
+    """Op changes: one line per op added or removed per shape, one line per op whose shapes changed.
+
+    Shapes are listed in an order that does not depend on the batch size (``batch_size``
+    sorts as one symbol), so the same change at two sizes reads the same and the
+    batch-size axis merges it.  The short text lists what changed within a budget; the
+    full text (the diff file) lists every shape.
+    """
+    order = lambda sig: abstract_bs(sig, batch_size)  # noqa: E731
     exp, act = op_view(expected), op_view(actual)
     tree = _tree(exp, act)
     changes: list[Change] = []
     for path, _, new in tree.get("dictionary_item_added", []):
         if len(path) == 1:
-            for sig, count in sorted(new.items()):
-                changes.append(Change("ops", "added", path[0], None, sig, f" {_sig_text(sig, False)} ×{count}"))
+            for sig in sorted(new, key=order):
+                changes.append(Change("ops", "added", path[0], None, sig, f" {_sig_text(sig, False)} ×{new[sig]}"))
     for path, old, _ in tree.get("dictionary_item_removed", []):
         if len(path) == 1:
-            for sig, count in sorted(old.items()):
-                changes.append(Change("ops", "removed", path[0], sig, None, f" {_sig_text(sig, False)} ×{count}"))
-    # Ops present on both sides: per-op shape sets (matched by name).
+            for sig in sorted(old, key=order):
+                changes.append(Change("ops", "removed", path[0], sig, None, f" {_sig_text(sig, False)} ×{old[sig]}"))
+    # Ops present on both sides: per-op shape sets (matched by name), one line per op.
     touched = sorted({p[0] for entries in tree.values() for p, _, _ in entries if p[0] in exp and p[0] in act})
     for name in touched:
         old_shapes, new_shapes = exp[name], act[name]
-        removed = sorted(s for s in old_shapes if s not in new_shapes)
-        added = sorted(s for s in new_shapes if s not in old_shapes)
-        for sig in sorted(s for s in old_shapes if s in new_shapes and old_shapes[s] != new_shapes[s]):
-            changes.append(
-                Change(
-                    "ops",
-                    "changed",
-                    name,
-                    old_shapes[sig],
-                    new_shapes[sig],
-                    f" {_sig_text(sig, False)} ×{old_shapes[sig]} → ×{new_shapes[sig]}",
-                )
-            )
+        removed = sorted((s for s in old_shapes if s not in new_shapes), key=order)
+        added = sorted((s for s in new_shapes if s not in old_shapes), key=order)
+        recounted = sorted((s for s in old_shapes if s in new_shapes and old_shapes[s] != new_shapes[s]), key=order)
+        parts: list[str] = []
+        lists: list[tuple[str, ...]] = []
+
         if removed or added:
             old_dims = {json.dumps(json.loads(s)[0]) for s in removed}
             new_dims = {json.dumps(json.loads(s)[0]) for s in added}
             show_types = old_dims == new_dims  # only the dtypes changed: say so
-            old_text = ", ".join(_sig_text(s, show_types) for s in removed) or "(none)"
-            new_text = ", ".join(_sig_text(s, show_types) for s in added) or "(none)"
-            old_counts = [old_shapes[s] for s in removed]
-            new_counts = [new_shapes[s] for s in added]
-            counts = ""
-            if sum(old_counts) != sum(new_counts):
-                counts = f" (×{sum(old_counts)} → ×{sum(new_counts)})"
-            changes.append(Change("ops", "changed", name, removed, added, f" {old_text} → {new_text}{counts}"))
-    order = {"removed": 0, "added": 1, "changed": 2}
-    return sorted(changes, key=lambda c: (c.subject, order[c.kind]))
+            was = _listed(lists, [_sig_text(s, show_types) for s in removed])
+            now = _listed(lists, [_sig_text(s, show_types) for s in added])
+            old_count, new_count = sum(old_shapes[s] for s in removed), sum(new_shapes[s] for s in added)
+            counts = f" (×{old_count} → ×{new_count})" if old_count != new_count else ""
+            parts.append(f"{was} → {now}{counts}")
+        if recounted:
+            parts.append(
+                _listed(lists, [f"{_sig_text(s, False)} ×{old_shapes[s]} → ×{new_shapes[s]}" for s in recounted])
+            )
+        old_value = removed if (removed or added) else (old_shapes[recounted[0]] if len(recounted) == 1 else None)
+        new_value = added if (removed or added) else (new_shapes[recounted[0]] if len(recounted) == 1 else None)
+        detail = " " + "; ".join(parts)
+        changes.append(Change("ops", "changed", name, old_value, new_value, detail, lists=tuple(lists)))
+    kinds = {"removed": 0, "added": 1, "changed": 2}
+    return sorted(changes, key=lambda c: (c.subject, kinds[c.kind]))
 
 
 def _launch_changes(expected: Mapping, actual: Mapping) -> list[Change]:
@@ -194,16 +209,23 @@ def require_level(level: str, summary: Any, what: str, path: Any) -> None:
 
 
 def diff_dicts(
-    expected: Mapping[str, Any], actual: Mapping[str, Any], *, sections: Sequence[str] = SECTIONS
+    expected: Mapping[str, Any],
+    actual: Mapping[str, Any],
+    *,
+    sections: Sequence[str] = SECTIONS,
+    batch_size: Optional[int] = None,
 ) -> list[Change]:
-    """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``."""
+    """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``.
+
+    ``batch_size`` (the key's) orders shape lists the same way at every size.
+    """
     changes: list[Change] = []
     sections = check_sections(sections)
     if "kernels" in sections:
         changes += kernel_changes(expected.get("kernels", []), actual.get("kernels", []))
         changes += topology_changes(expected.get("topology"), actual.get("topology"))
     if "ops" in sections:
-        changes += _op_changes(expected.get("ops", []), actual.get("ops", []))
+        changes += _op_changes(expected.get("ops", []), actual.get("ops", []), batch_size)
     if "launches" in sections:
         changes += _launch_changes(expected.get("launches", {}), actual.get("launches", {}))
     return changes
@@ -224,15 +246,16 @@ def compare_dicts(
     *,
     sections: Sequence[str] = SECTIONS,
     golden: Optional[str] = None,
+    classes: OpClasses = DEFAULT_CLASSES,
 ) -> KeyDiff:
-    """:class:`KeyDiff` of two already-normalized summary dicts.
+    """:class:`KeyDiff` of two already-normalized summary dicts; ``classes`` orders its op lines.
 
     An incomplete actual summary (or golden) skips the kernel section: missing kernel
     evidence is not a regression; ops and launches are still compared.  The
     environment is only mentioned when there are differences.
     """
     sections = check_sections(sections)
-    result = KeyDiff(key=key, golden=golden)
+    result = KeyDiff(key=key, golden=golden, classes=classes)
     act_ok, act_reason = completeness(actual)
     exp_ok, exp_reason = completeness(expected)
     if not act_ok:
@@ -247,7 +270,7 @@ def compare_dicts(
         )
         sections = tuple(s for s in sections if s != "kernels")
     if sections:
-        result.changes = diff_dicts(expected, actual, sections=sections)
+        result.changes = diff_dicts(expected, actual, sections=sections, batch_size=key.batch_size)
     if result.changes:
         old_env, new_env = expected.get("environment") or {}, actual.get("environment") or {}
         result.toolchain = toolchain_changes(old_env, new_env)
@@ -268,6 +291,7 @@ def compare(
     sections: Sequence[str] = SECTIONS,
     golden: Optional[str] = None,
     rename: Optional[Callable[[str, str], Optional[str]]] = None,
+    classes: OpClasses = DEFAULT_CLASSES,
 ) -> KeyDiff:
     """Compare golden ``expected`` with ``actual`` (both Summary objects) at ``level``.
 
@@ -279,4 +303,4 @@ def compare(
     require_level(level, expected, "the golden", golden or "<golden>")
     exp = expected.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
     act = actual.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
-    return compare_dicts(exp.to_dict(), act.to_dict(), actual.key, sections=sections, golden=golden)
+    return compare_dicts(exp.to_dict(), act.to_dict(), actual.key, sections=sections, golden=golden, classes=classes)

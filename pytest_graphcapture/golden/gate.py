@@ -192,6 +192,7 @@ class _Gate:
                 sections=o.sections,
                 golden=shown,
                 rename=o.rename,
+                classes=o.op_classes,
             )
         except GoldenError as exc:
             if self.update == "all" and "newer than this pytest-graphcapture" not in exc.problem:

@@ -12,7 +12,12 @@ from typing import Mapping, Optional
 
 from ..summary.attribute import op_label
 from ..summary.model import count_changes, kernel_view
-from .change import MAX_NAME_WIDTH, Change, shorten
+from .change import MAX_NAME_WIDTH, Change, fit_list, shorten
+
+#: Name width of each side of a kernel swap (``old → new``), so the line stays short.
+SWAP_WIDTH = 72
+#: Characters a list of kernels may take in a failure line (the diff file lists them all).
+LIST_BUDGET = 140
 
 
 def _has_launch(kernels: list) -> bool:
@@ -71,13 +76,13 @@ def kernel_changes(expected: list, actual: list) -> list[Change]:
                 swap = _launch_swap(was, now)
                 if swap:  # the same kernel, launched with another shape: name it once
                     name, old_shape, new_shape = swap
-                    short.append(f"{shorten(name, MAX_NAME_WIDTH)} {old_shape} → {new_shape} (×{count})")
+                    short.append(f"{shorten(name, SWAP_WIDTH)} {old_shape} → {new_shape} (×{count})")
                     full.append(f"{name} {old_shape} → {new_shape} (×{count})")
                 else:
-                    short.append(f"{shorten(was, MAX_NAME_WIDTH)} → {shorten(now, MAX_NAME_WIDTH)} (×{count})")
+                    short.append(f"{shorten(was, SWAP_WIDTH)} → {shorten(now, SWAP_WIDTH)} (×{count})")
                     full.append(f"{was} → {now} (×{count})")
             else:
-                (rs, rf), (as_, af) = _texts("", removed), _texts("", added)
+                (rs, rf), (as_, af) = _texts("", removed, LIST_BUDGET // 2), _texts("", added, LIST_BUDGET // 2)
                 short.append(f"{rs or '(none)'} → {as_ or '(none)'}")
                 full.append(f"{rf or '(none)'} → {af or '(none)'}")
         for name in sorted(k for k in old if k in new and old[k] != new[k]):
@@ -98,10 +103,10 @@ def _by_op(kernels: list) -> dict[Optional[str], list]:
     return groups
 
 
-def _texts(prefix: str, counts: Mapping[str, int]) -> tuple[str, str]:
-    """``(shortened, full)`` text of ``{kernel label: count}``: ``k1 ×2, k2 ×1``."""
+def _texts(prefix: str, counts: Mapping[str, int], budget: int = LIST_BUDGET) -> tuple[str, str]:
+    """``(shortened, full)`` text of ``{kernel label: count}``: ``k1 ×2, k2 ×1``; the short one within ``budget``."""
     items = sorted(counts.items())
-    short = ", ".join(f"{shorten(k, MAX_NAME_WIDTH)} ×{c}" for k, c in items)
+    short = fit_list([f"{shorten(k, MAX_NAME_WIDTH)} ×{c}" for k, c in items], budget)
     full = ", ".join(f"{k} ×{c}" for k, c in items)
     return (prefix + short if short else ""), (prefix + full if full else "")
 

@@ -19,6 +19,7 @@ from .budget import (
 )
 from .diff import SECTIONS, KeyDiff, check_sections
 from .environment import toolchain_lead
+from .op_classes import DEFAULT_CLASSES, OpClasses
 from .report import summarize_labels
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
@@ -40,6 +41,8 @@ class CheckOptions:
     rename: Rename = None
     max_graph_memory: Union[int, Mapping[int, int], None] = None
     memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
+    #: Which ops lead a failure and which fold as view/metadata ops (``golden_view_ops`` / ``golden_compute_ops``).
+    op_classes: OpClasses = DEFAULT_CLASSES
 
     def __post_init__(self) -> None:
         check_tolerance(self.memory_tolerance)
@@ -108,12 +111,18 @@ class CheckOutcome:
         return accept_command(display(harvest), display(self.golden_dir), rel.as_posix())
 
     def failure_parts(
-        self, *, rerun: str, display: Callable[[Path], str], ci_var: Optional[str]
+        self,
+        *,
+        rerun: str,
+        display: Callable[[Path], str],
+        ci_var: Optional[str],
+        full_diff: Optional[str] = None,
     ) -> tuple[str, list[str], list[str]]:
         """The failure as (head line naming every failed key, each key's diff lines, how to accept).
 
         ``rerun`` is the command that re-runs the test (``pytest 'x.py::test'``);
-        ``display`` shows a path to the user; ``ci_var`` names the CI variable when on CI.
+        ``display`` shows a path to the user; ``ci_var`` names the CI variable when on CI;
+        ``full_diff`` is where the full per-batch-size diff (:meth:`per_key_lines`) is written.
         """
         failed = self.failed
         labels = [k.label for k in failed]
@@ -135,7 +144,7 @@ class CheckOutcome:
             f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
             f"{len(failed)} of {self.total} keys)"
         )
-        body = failure_body(failed, self.keys)
+        body = failure_body(failed, self.keys, full_diff)
         diffs = [k.diff for k in failed if k.diff is not None]
         toolchain = list(dict.fromkeys(t for d in diffs for t in d.toolchain))
         lead = toolchain_lead(toolchain, any(d.torch_release_changed for d in diffs))
@@ -155,8 +164,14 @@ class CheckOutcome:
         return head, body, tail
 
     def per_key_lines(self) -> list[str]:
-        """Every failed key's own lines, batch size by batch size: the full record (diff file)."""
-        return [line for k in self.failed for line in k.lines]
+        """Every failed key's own lines, batch size by batch size, nothing shortened: the full record (diff file)."""
+        lines: list[str] = []
+        for k in self.failed:
+            if k.diff is not None:
+                lines += k.diff.render(None) + k.lines[len(k.diff.render()) :]
+            else:
+                lines += k.lines
+        return lines
 
 
 def accept_command(harvest: str, golden_dir: str, rel: str) -> str:

@@ -393,6 +393,7 @@ class GoldenChecker:
                 memory_tolerance=memory_tolerance,
                 share_ranks=share_ranks,
                 rename=self._rename(),
+                op_classes=s.op_classes,
             )
             platform = str(result.platform)
             folder = golden_folder(s.golden_dir, platform, self._nodeid, name)
@@ -465,33 +466,43 @@ class GoldenChecker:
             )
         if not outcome.failed:
             return
-        head, body, tail = outcome.failure_parts(
-            rerun=s.rerun_command(self._nodeid),
-            display=lambda p: s.display(Path(p)),
-            ci_var=settings.ci_environment(),
-        )
+        diff_path = self._full_diff_path(outcome)
+
+        def parts(where: Optional[Path]) -> tuple[str, list[str], list[str]]:
+            shown_at = s.display(where) if where is not None else None
+            return outcome.failure_parts(
+                rerun=s.rerun_command(self._nodeid),
+                display=lambda p: s.display(Path(p)),
+                ci_var=settings.ci_environment(),
+                full_diff=shown_at,
+            )
+
+        head, body, tail = parts(diff_path)
         per_key = outcome.per_key_lines()  # the full record: every batch size's own diff
         full = [head, *per_key, *tail]
         s.report.add_failure(self._nodeid, outcome.platform, "\n".join(full) + "\n")
         shown = cut_lines(body, None)
         if shown != body or body != per_key:
-            diff_path = self._write_full_diff(outcome, full)
+            if not self._write_full_diff(diff_path, full):
+                head, body, tail = parts(None)  # no file to point at
+                diff_path = None
             shown = cut_lines(body, s.display(diff_path) if diff_path else None)
             if diff_path and shown == body:
                 shown.append(f"per-batch-size diff in {s.display(diff_path)}")
         pytest.fail("\n".join([head, *shown, *tail]), pytrace=False)
 
-    def _write_full_diff(self, outcome: CheckOutcome, lines: list[str]) -> Optional[Path]:
-        s = self._session
+    def _full_diff_path(self, outcome: CheckOutcome) -> Path:
+        """Where a failure's full per-batch-size diff is written (beside harvested goldens, else the diff dir)."""
         if outcome.out_folder is not None:
-            path = outcome.out_folder / HARVEST_DIFF_NAME
-        else:
-            path = s.diff_dir() / f"{safe_name(self._nodeid)}.txt"
+            return outcome.out_folder / HARVEST_DIFF_NAME
+        return self._session.diff_dir() / f"{safe_name(self._nodeid)}.txt"
+
+    def _write_full_diff(self, path: Path, lines: list[str]) -> bool:
         try:
             write_atomic(path, "\n".join(lines) + "\n")
         except FileError:
-            return None
-        return path
+            return False
+        return True
 
 
 @pytest.fixture
