@@ -28,7 +28,7 @@ from .budget import (
     memory_budget_violations,
 )
 from .diff import compare, compare_dicts, completeness, require_level
-from .environment import with_environment_of
+from .environment import keeping_environment_of
 from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
 
@@ -172,9 +172,9 @@ class _Gate:
             return
         if identical or (old is not None and carried and store.same_content(old, data)):
             if self.update == "all" and old is not None:
-                # Same entries: rewritten only when the file is in an older text layout or records
-                # another environment than this run's (the environment of the last run that confirmed it).
-                self.write(out, path, with_environment_of(old, data), "updated")
+                # Same content: the file keeps the environment that produced it, and is rewritten
+                # only when it is in an older text layout (write_golden leaves equal bytes alone).
+                self.write(out, path, keeping_environment_of(old, data), "updated")
                 return
             out.outcome = "passed"  # identical to the golden: nothing to diff, nothing to rewrite
             return
@@ -208,8 +208,11 @@ class _Gate:
                         "  note: not updated: the capture is incomplete and the golden is complete"
                     ]
                     return
-            elif stale or not store.same_content(old, data):
-                self.write(out, path, data, "updated")
+            elif not store.same_content(old, data):
+                self.write(out, path, data, "updated")  # new content, recorded with the environment that produced it
+                return
+            elif stale:
+                self.write(out, path, keeping_environment_of(old, data), "updated")
                 return
             out.outcome = "passed"
             return
