@@ -19,6 +19,7 @@ from .budget import (
 )
 from .diff import SECTIONS, KeyDiff, check_sections
 from .environment import toolchain_lead
+from .expect import Expect, expectations
 from .op_classes import DEFAULT_CLASSES, OpClasses
 from .report import summarize_labels
 
@@ -43,9 +44,12 @@ class CheckOptions:
     memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
     #: Which ops lead a failure and which fold as view/metadata ops (``golden_view_ops`` / ``golden_compute_ops``).
     op_classes: OpClasses = DEFAULT_CLASSES
+    #: Kernel expectations that must hold per batch size (``golden.check(expect=...)``).
+    expect: tuple[Expect, ...] = ()
 
     def __post_init__(self) -> None:
         check_tolerance(self.memory_tolerance)
+        object.__setattr__(self, "expect", expectations(self.expect, "golden.check(expect=...)"))
         if self.level not in LEVELS:
             raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
         object.__setattr__(self, "sections", check_sections(self.sections))
@@ -73,14 +77,16 @@ class KeyOutcome:
     #: Which budgets it is over (``over_budget`` is set for either).
     over_launch: bool = False
     over_memory: bool = False
+    #: An expectation (``golden.check(expect=...)`` or the golden's ``expect``) does not hold.
+    unmet: bool = False
     incomplete: Optional[str] = None
     #: The comparison behind ``lines`` when they start with its rendering.
     diff: Optional[KeyDiff] = None
 
     @property
     def failed(self) -> bool:
-        """Failed the check; a key over budget fails even when its golden was written."""
-        return self.outcome == "failed" or self.over_budget
+        """Failed the check; a key over budget or missing an expectation fails even when its golden was written."""
+        return self.outcome == "failed" or self.over_budget or self.unmet
 
 
 @dataclass
@@ -136,6 +142,8 @@ class CheckOutcome:
                 if k.missing
                 else f"{k.label} ({over_budget_tag(k.over_launch, k.over_memory)})"
                 if k.over_budget
+                else f"{k.label} (expectation not met)"
+                if k.unmet and k.outcome != "failed"
                 else k.label
                 for k in failed
             ]
@@ -155,6 +163,11 @@ class CheckOutcome:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
             tail.append(f"  {self.accept_command(display)}")
         tail += budget_hints([k.label for k in failed if k.over_launch], [k.label for k in failed if k.over_memory])
+        if any(k.unmet for k in failed):
+            tail.append(
+                "an expectation does not hold: change the code, or the expectation (golden.check(expect=...) "
+                "or the golden file's 'expect' field); --update-golden cannot fix it"
+            )
         if missing and len(missing) < len(failed):
             tail.append(f"create only the missing ones with: {rerun} --update-golden=new")
         where = f" (locally: updating is refused on CI, {ci_var} is set)" if ci_var else ""

@@ -358,6 +358,7 @@ class GoldenChecker:
         name: Optional[str] = None,
         max_graph_memory: Union[int, Mapping[int, int], None] = None,
         memory_tolerance: float = 0.1,
+        expect: Optional[Sequence[Any]] = None,
     ) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
@@ -380,6 +381,8 @@ class GoldenChecker:
         ``max_graph_memory`` (bytes, an int or ``{batch_size: int}``, like a golden's
         ``graph_memory_budget`` field) bounds the reserved memory a capture adds, up to
         ``memory_tolerance`` (a fraction) over it; only checked where memory is measured (GPU).
+        ``expect`` lists kernel expectations (:class:`~pytest_graphcapture.golden.expect.Expect`
+        or their dicts) that must hold per batch size, whatever the goldens say.
         """
         s = self._session
         try:
@@ -394,6 +397,7 @@ class GoldenChecker:
                 share_ranks=share_ranks,
                 rename=self._rename(),
                 op_classes=s.op_classes,
+                expect=expect,  # type: ignore[arg-type]
             )
             platform = str(result.platform)
             folder = golden_folder(s.golden_dir, platform, self._nodeid, name)
