@@ -10,7 +10,10 @@ import html
 from typing import Sequence
 
 from ..keys import batch_size_text
-from .picture_table import ADDED, CHANGED, REMOVED, SAME, Row, Table, _shapes_title
+from .picture_table import ADDED, CHANGED, REMOVED, SAME, Row, Table, _shapes_title, shape_change
+
+#: Shapes a cell lists inline on each side of ``→`` (its tooltip lists them all).
+CELL_SHAPES = 3
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1f2328;background:#fff}
@@ -30,11 +33,29 @@ tr.changed td.name{border-left:4px solid #9a6700}
 td.removed s{color:#cf222e} .zero{color:#8c959f} th.nogolden{background:#eaeef2;color:#59636e}
 .counts b{margin-right:10px} .note{color:#59636e;font-size:13px}
 details{margin:2px 0 12px}
+.shapes{font:11px/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;text-align:left;white-space:normal;
+ min-width:14ch;max-width:30ch;color:#1f2328} .shapes .was{color:#cf222e} .shapes .now{color:#1a7f37}
+.toggle{margin:6px 0 10px} .onlysame{display:none}
+#only-changed:checked ~ .tables tr.same{display:none}
+#only-changed:checked ~ .tables .onlysame{display:block}
 """
 
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _listed(items: list[str]) -> str:
+    shown = ", ".join(_e(i) for i in items[:CELL_SHAPES]) or "(none)"
+    return shown + (f", … +{len(items) - CELL_SHAPES} more" if len(items) > CELL_SHAPES else "")
+
+
+def _shapes_html(row: Row, bs: int) -> str:
+    """The shapes that changed in this cell, inline: ``golden → obtained`` (only what differs)."""
+    was, now = shape_change(row, bs)
+    return (
+        f'<div class="shapes"><span class="was">{_listed(was)}</span> → <span class="now">{_listed(now)}</span></div>'
+    )
 
 
 def _cell(row: Row, bs: int, has_golden: bool) -> str:
@@ -44,9 +65,10 @@ def _cell(row: Row, bs: int, has_golden: bool) -> str:
         return f'<td class="n removed" title="removed: golden {before}, now 0"><s>{before}</s></td>'
     if state == ADDED:
         return f'<td class="n added" title="added: golden 0, now {now}">+{now}</td>'
-    if state == CHANGED and now == before:
+    if state == CHANGED and row.shapes_changed(bs):
         title = f"shapes changed: golden {_shapes_title(row.golden_shapes[bs])}; now {_shapes_title(row.shapes[bs])}"
-        return f'<td class="n changed" title="{_e(title)}">{now} shapes</td>'
+        count = f"{now}, other shapes" if now == before else f"{before}→{now}"
+        return f'<td class="n changed" title="{_e(title)}">{count}{_shapes_html(row, bs)}</td>'
     if state == CHANGED:
         return f'<td class="n changed" title="changed: golden {before}, now {now}">{before}→{now}</td>'
     if now is None:
@@ -57,7 +79,7 @@ def _cell(row: Row, bs: int, has_golden: bool) -> str:
 def _rows_html(rows: Sequence[Row], table: Table) -> list[str]:
     out = []
     for row in rows:
-        cls = f' class="{row.state}"' if row.state != SAME else ""
+        cls = f' class="{row.state}"'
         marker = {ADDED: "+ ", REMOVED: "− ", CHANGED: "~ "}.get(row.state, "")
         cells = "".join(_cell(row, bs, bs in table.golden_batch_sizes) for bs in table.batch_sizes)
         out.append(
@@ -76,6 +98,8 @@ def _table_html(table: Table, compared: bool) -> list[str]:
             heads.append(f"<th>bs={batch_size_text(bs)}</th>")
     head = f"<tr><th>kernel</th><th>kind</th>{''.join(heads)}</tr>"
     out = [f"<h2>{_e(table.title)}</h2>"]
+    if compared and all(r.state == SAME for r in [*table.kernels, *table.ops]):
+        out.append('<p class="note onlysame">Nothing changed here (unchanged rows are hidden).</p>')
     if table.unmatched:
         out.append(f'<p class="note">No golden matched: {_e(table.unmatched)}.</p>')
     elif compared:
@@ -120,20 +144,35 @@ def render_html(
     source: str = "",
     compared: bool = False,
 ) -> str:
-    """The self-contained HTML page of ``tables`` (inline CSS, no scripts, no network)."""
+    """The self-contained HTML page of ``tables`` (inline CSS, no scripts, no network).
+
+    Where no table has kernels (CPU captures) the title says ``ops × batch size``.
+    Compared with goldens, a checkbox hides the unchanged rows; it is on when
+    something changed, so the page opens on the change.
+    """
+    if not any(t.kernels for t in tables):
+        title = title.replace("kernels × batch size", "ops × batch size")
     body = [f"<h1>{_e(title)}</h1>"]
     if source:
         body.append(f'<p class="meta">{_e(source)}</p>')
     if compared:
         body.append(
             '<p class="legend"><span class="added">+n added</span><span class="removed"><s>n</s> removed'
-            '</span><span class="changed">a→b count changed, "n shapes": same count, other shapes</span>'
-            "against the goldens</p>"
+            '</span><span class="changed">a→b count changed; "n, other shapes": same count, the shapes that '
+            "changed shown golden → now</span>against the goldens</p>"
+        )
+        changed = any(r.state != SAME for t in tables for r in [*t.kernels, *t.ops])
+        checked = " checked" if changed else ""
+        body.append(
+            f'<input type="checkbox" id="only-changed" class="toggle"{checked}>'
+            '<label for="only-changed"> hide unchanged rows</label>'
         )
     if not tables:
         body.append('<p class="note">Nothing to show.</p>')
+    body.append('<div class="tables">')
     for table in tables:
         body += _table_html(table, compared)
+    body.append("</div>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"

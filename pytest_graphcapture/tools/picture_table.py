@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
+from ..golden.op_classes import DEFAULT_CLASSES
 from .matrix import at_level, coarsest, kernel_matrix
 
 #: Cell / row states against the goldens.
@@ -113,6 +114,22 @@ def _shapes_title(shapes: tuple) -> str:
     return "; ".join(f"{text} ×{count}" for text, count in shapes)
 
 
+def shape_change(row: Row, bs: int) -> tuple[list[str], list[str]]:
+    """``(golden shapes, obtained shapes)`` of an op at ``bs``: only those that differ, with their counts.
+
+    Shapes read as their input dims; the dtypes are added only where the dims alone do not tell
+    the two sides apart (a dtype-only change).
+    """
+    old = dict(row.golden_shapes.get(bs, ()))
+    new = dict(row.shapes.get(bs, ()))
+    was = [(text, n) for text, n in sorted(old.items()) if new.get(text) != n]
+    now = [(text, n) for text, n in sorted(new.items()) if old.get(text) != n]
+    dims = lambda items: [(text.split(" ", 1)[0], n) for text, n in items]  # noqa: E731
+    if dims(was) != dims(now):
+        was, now = dims(was), dims(now)
+    return [f"{t} ×{n}" for t, n in was], [f"{t} ×{n}" for t, n in now]
+
+
 def _row_state(row: Row, golden_sizes: set[int]) -> str:
     states = {row.cell_state(bs, bs in golden_sizes) for bs in set(row.counts) | set(row.golden)}
     states.discard(SAME)
@@ -140,8 +157,10 @@ def _merge_rows(
         row.golden_shapes = dict((golden_shapes or {}).get(name, {}))
         row.state = _row_state(row, golden_sizes)
         rows.append(row)
-    # Changed rows first (read at a glance), then the rest; by name within each group.
-    return sorted(rows, key=lambda r: (r.state == SAME, r.name, r.kind))
+    # Changed rows first (read at a glance), then the rest; ops by class as a failure lists
+    # them (compute first, view/metadata last), then by name.
+    rank = (lambda r: DEFAULT_CLASSES.rank(r.name)) if shapes is not None else (lambda r: (0, 0))
+    return sorted(rows, key=lambda r: (r.state == SAME, rank(r), r.name, r.kind))
 
 
 def build_tables(
