@@ -29,7 +29,9 @@ def decode_runner():
 
 
 def main(out: Path) -> int:
-    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    browser = next(
+        (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None
+    )
     if browser is None:
         print("no Chromium found: install it (Debian: apt-get install -y chromium)", file=sys.stderr)
         return 2

@@ -248,8 +248,8 @@ def test_a_shape_only_change_shows_as_a_changed_op() -> None:
     half = [mm_summary(bs, 256) for bs in (1, 2)]
     for s in half:
         s.ops[0]["input_types"] = ["c10::Half", "c10::Half"]
-    page = picture.render_html(picture.build_tables([("", s) for s in half], [("", s) for s in before]), compared=True)
-    assert '[[1,256],[256,256]] float,float ×2</span> → <span class="now">[[1,256],[256,256]] c10::Half' in page
+    typed = picture.render_html(picture.build_tables([("", s) for s in half], [("", s) for s in before]), compared=True)
+    assert '[[1,256],[256,256]] float,float ×2</span> → <span class="now">[[1,256],[256,256]] c10::Half' in typed
     assert "golden [[1,256],[256,256]] float,float ×2; now [[1,128],[128,256]] float,float ×2" in page
     assert '"n, other shapes"' in page and "n shapes" not in page
     (same,) = picture.build_tables([("", s) for s in before], [("", s) for s in before])
