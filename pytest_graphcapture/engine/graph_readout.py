@@ -209,6 +209,7 @@ class _Reader:
             params = self.call("cudaGraphNodeGetParams", handle)[0]
             conditional = params.conditional
             bodies = list(conditional.phGraph_out)[: int(conditional.size)]
+            node.name = condition_kind(getattr(conditional, "type", None))
             node.children += [self.graph(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
         return node
 
@@ -223,6 +224,17 @@ class _Reader:
         if int(params.func):
             return _text(self.call("cuFuncGetName", params.func)[0]), launch
         return _text(self.call("cuKernelGetName", params.kern)[0]), launch
+
+
+#: The kinds of a conditional node (``cudaGraphCondType<Kind>``): one body of an ``if`` (``if``/``else`` with
+#: two) or ``switch`` runs, or none; a ``while`` body runs any number of times.
+CONDITION_KINDS = {"If": "if", "While": "while", "Switch": "switch"}
+
+
+def condition_kind(kind: Any) -> str:
+    """A conditional node's kind (``if``, ``while``, ``switch``) from the runtime's enum; empty when unknown."""
+    name = str(getattr(kind, "name", "") or "").removeprefix("cudaGraphCondType")
+    return CONDITION_KINDS.get(name, "")
 
 
 def _text(name: Any) -> str:

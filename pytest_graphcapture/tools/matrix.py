@@ -1,6 +1,6 @@
 """The kernel × batch-size matrix, and loading summaries from whatever a user points at.
 
-:func:`load_any` reads a summary JSON file or a trace; :func:`kernel_matrix` turns
+:func:`load_any` reads a summary JSON file, a trace or a graph dump; :func:`kernel_matrix` turns
 the summaries of one runner/variant/rank into the table that ``graphcapture show``
 prints (:func:`render_matrix_text`) and the HTML picture draws; :func:`collect`
 finds every summary and trace under a folder, recursively, for both.
@@ -17,7 +17,8 @@ from ..errors import TraceFormatError, UsageError
 from ..golden.store import migrate
 from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..naming import is_merged_trace
-from ..summary.files import summarize_trace_file
+from ..summary.dot import summarize_dot_file
+from ..summary.files import is_graph_dump, summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
 from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
@@ -26,16 +27,18 @@ PathLike = Union[str, Path]
 
 
 def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size: Optional[int] = None) -> Summary:
-    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``).
+    """A Summary from a summary JSON file, a trace file (``.json``/``.json.gz``) or a graph dump (DOT).
 
-    A trace that does not say its batch size gets the unknown one (``bs=?``), or
-    ``batch_size`` when given (which also sets it on a summary whose key says unknown).
+    A trace or dump that does not say its batch size gets the unknown one (``bs=?``),
+    or ``batch_size`` when given (which also sets it on a summary whose key says unknown).
     """
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(path, "no such file")
     if path.is_dir():
-        raise TraceFormatError(path, "is a directory, expected a summary JSON or trace file")
+        raise TraceFormatError(path, "is a directory, expected a summary JSON file, a trace or a graph dump")
+    if is_graph_dump(path):
+        return summarize_dot_file(path, level=level or "name", batch_size=batch_size)
     data = read_trace_bytes(path)
     if data[:2] != b"\x1f\x8b":
         try:
