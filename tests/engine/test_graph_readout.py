@@ -498,3 +498,18 @@ def test_the_fake_has_the_real_signatures(real: Any) -> None:
                 continue  # a call of another release, which the readout does not make with this one
             real_parameters = tuple(inspect.signature(getattr(module, name)).parameters)
             assert tuple(inspect.signature(method).parameters)[1:] == real_parameters, name
+
+
+@pytest.mark.parametrize("condition, kind", [("If", "if"), ("While", "while"), ("Switch", "switch"), ("Odd", "")])
+def test_a_conditional_nodes_kind_and_bodies_are_read(condition: str, kind: str) -> None:
+    cuda = FakeRuntime13()
+    then, other = (cuda.graph([cuda.kernel(name, (1, 1, 1), (32, 1, 1), 0)], []) for name in ("then_k", "else_k"))
+    root = cuda.graph(
+        [{"type": NodeType.cudaGraphNodeTypeConditional, "bodies": [then, other], "condition": condition}], []
+    )
+    graph = _read(cuda, root)
+    assert graph is not None
+    (node,) = graph.nodes
+    assert (node.type, node.name) == ("conditional", kind)
+    assert [[n.name for n in body.nodes] for body in node.children] == [["then_k"], ["else_k"]]
+    assert graph.branches() == 1  # the two bodies never run at once
