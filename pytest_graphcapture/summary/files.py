@@ -41,6 +41,8 @@ def is_graph_dump(path: Union[str, Path]) -> bool:
     """
     if is_dump_name(path):
         return True
+    if not Path(path).is_file():  # a FIFO or a device would block the read: the reader refuses them
+        return False
     try:
         with open(path, "rb") as handle:
             head = handle.read(4096)

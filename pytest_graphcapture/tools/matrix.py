@@ -45,17 +45,47 @@ def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size:
             obj = loads_strict(data.decode("utf-8"))
         except (UnicodeDecodeError, JSONProblem):
             obj = None  # let the trace parser produce the precise error
-        if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
-            # Summary files of an older schema read like goldens do: migrated first.
-            summary = Summary.from_dict(migrate(obj, path), source=str(path))
-            if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
-                summary.key = replace(summary.key, batch_size=batch_size)
-            if level is not None and summary.level != level:
-                summary = summary.normalized(level)
-            return summary
+        if _is_summary(obj):
+            return _summary_from(obj, path, level=level, batch_size=batch_size)
+        if isinstance(obj, list) and obj and all(_is_summary(item) for item in obj):
+            if len(obj) == 1:
+                return _summary_from(obj[0], path, level=level, batch_size=batch_size)
+            raise TraceFormatError(
+                path,
+                f"holds {len(obj)} summaries (what graphcapture summarize writes for several files); diff compares "
+                "one summary with one: summarize each file on its own, or put the files in a folder (show DIR, "
+                "diff DIR_A DIR_B)",
+            )
         if obj is not None:
             parse_trace_bytes(data, path)  # validates the trace shape with a clear error
     return summarize_trace_file(path, level=level or "name", batch_size=batch_size, unknown_batch_size_ok=True)
+
+
+def load_all(path: Union[str, Path], *, batch_size: Optional[int] = None) -> list[Summary]:
+    """Every summary in ``path``: the summaries of a list file (``graphcapture summarize A B``), else :func:`load_any`'s."""
+    path = Path(path)
+    if path.is_file() and path.name.endswith(".json"):
+        try:
+            obj = loads_strict(path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, JSONProblem):
+            obj = None  # load_any names the problem
+        if isinstance(obj, list) and len(obj) > 1 and all(_is_summary(item) for item in obj):
+            return [_summary_from(item, path, level=None, batch_size=batch_size) for item in obj]
+    return [load_any(path, batch_size=batch_size)]
+
+
+def _is_summary(obj: object) -> bool:
+    return isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj
+
+
+def _summary_from(obj: dict, path: Path, *, level: Optional[str], batch_size: Optional[int]) -> Summary:
+    """A summary dict as read from ``path``: migrated like a golden, the batch size and level applied."""
+    summary = Summary.from_dict(migrate(obj, path), source=str(path))
+    if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
+        summary.key = replace(summary.key, batch_size=batch_size)
+    if level is not None and summary.level != level:
+        summary = summary.normalized(level)
+    return summary
 
 
 def path_kind(path: PathLike) -> str:
@@ -139,7 +169,8 @@ def collect(root: PathLike, *, recursive: bool = True, batch_size: Optional[int]
     root = require_directory(root)
     pairs = []
     for path in _summary_files(root, recursive=recursive):
-        pairs.append((path.parent.relative_to(root).as_posix(), load_any(path, batch_size=batch_size)))
+        folder = path.parent.relative_to(root).as_posix()
+        pairs.extend((folder, summary) for summary in load_all(path, batch_size=batch_size))
     return pairs
 
 
