@@ -86,27 +86,24 @@ def node_from_label(ident: str, position: int, label: str) -> GraphNode:
     return _plain_node(ident, position, label)
 
 
-def _unescaped_index(text: str, chars: str, end: int) -> int:
-    """The last position before ``end`` of one of ``chars`` not escaped by a backslash; -1 without one."""
-    i = end - 1
-    while i >= 0:
-        if text[i] in chars:
-            slashes = 0
-            j = i - 1
-            while j >= 0 and text[j] == "\\":
-                slashes += 1
-                j -= 1
-            if slashes % 2 == 0:
-                return i
-        i -= 1
-    return -1
+def _field_start(text: str, end: int) -> int:
+    """Where the record field holding position ``end`` starts: after the last ``|`` or ``{`` before it that no
+    backslash escapes (``\\|`` and ``\\{`` are text, as in a kernel name ``operator|``)."""
+    while True:
+        i = max(text.rfind("|", 0, end), text.rfind("{", 0, end))
+        if i <= 0 or text[i - 1] != "\\":
+            return i + 1
+        before = text[:i]
+        if (len(before) - len(before.rstrip("\\"))) % 2 == 0:  # an escaped backslash, then the separator
+            return i + 1
+        end = i
 
 
 def _record_node(ident: str, position: int, label: str) -> GraphNode:
     """A model node from a record label (declared at ``position``): the first field is the type; the
     kernel is the field with ``<<<…>>>``; a copy's ``kind`` field is its direction."""
-    if label.count("{") != label.count("}") or "\\{" in label or "\\}" in label:
-        unescaped = _ESCAPE.sub("", label)  # escaped braces are text, not structure
+    if label.count("{") != label.count("}"):
+        unescaped = _ESCAPE.sub("", label)  # escaped braces come in pairs; count exactly when they do not
         if unescaped.count("{") != unescaped.count("}"):
             raise DotError(position, f"node {ident}: the label's braces do not balance")
     word = _TYPE_WORD.match(label)
@@ -116,7 +113,9 @@ def _record_node(ident: str, position: int, label: str) -> GraphNode:
     if node_type == "kernel":
         opening = label.find("\\<\\<\\<")
         if opening >= 0:
-            start = _unescaped_index(label, "|{", opening) + 1
+            start = max(label.rfind("|", 0, opening), label.rfind("{", 0, opening)) + 1
+            if start > 1 and label[start - 2] == "\\":  # an escaped separator is part of the name
+                start = _field_start(label, start - 1)
             closing = label.find("\\>\\>\\>", opening)
             if closing < 0:
                 raise DotError(position, f"node {ident}: the launch shape has no closing >>>")
