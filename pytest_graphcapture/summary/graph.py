@@ -14,9 +14,11 @@ the widest level of a topological layering is not that number (nodes of differen
 depths can be mutually unordered), so it is computed exactly, by Dilworth's
 theorem: the width equals the node count minus a maximum matching of the
 bipartite graph of the transitive closure.  Child graphs are expanded into their
-parent (a child runs its nodes where the child node stands); empty nodes and
-child-graph containers are structure, not work: they order nodes but are not
-counted themselves.
+parent (a child runs its nodes where the child node stands); a conditional node's
+bodies exclude each other (one ``if``/``switch`` body runs, ``while`` iterations run
+in turn), so they are spliced one after another and each counts on its own; empty
+nodes and containers are structure, not work: they order nodes but are not counted
+themselves.
 """
 
 from __future__ import annotations

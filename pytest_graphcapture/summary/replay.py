@@ -198,7 +198,8 @@ def with_graph(
     unattributed and ``unattributed`` says why.
 
     The profiler as a cross-check: with ``replay_kernels`` (a profiled replay of the
-    same graph), the replay's kernel multiset must equal the graph's.  A difference
+    same graph), the replay's kernel multiset must equal what the graph always runs, and
+    may add what its conditional bodies run, up to what one launch can (:func:`replay_changes`).  A difference
     means the profiler lost records: the result is marked incomplete naming them
     (kernels not compared, never a false regression) and a
     :class:`KernelEvidenceWarning` naming the key is emitted.

@@ -513,3 +513,14 @@ def test_a_conditional_nodes_kind_and_bodies_are_read(condition: str, kind: str)
     assert (node.type, node.name) == ("conditional", kind)
     assert [[n.name for n in body.nodes] for body in node.children] == [["then_k"], ["else_k"]]
     assert graph.branches() == 1  # the two bodies never run at once
+
+
+def test_child_graphs_nested_thousands_deep_are_read_without_recursion() -> None:
+    cuda = FakeRuntime13()
+    inner = cuda.graph([cuda.kernel("leaf", (1, 1, 1), (32, 1, 1), 0)], [])
+    for _ in range(3000):
+        inner = cuda.graph([{"type": NodeType.cudaGraphNodeTypeGraph, "child": inner}], [])
+    graph = _read(cuda, inner)
+    assert graph is not None
+    assert graph.node_counts() == {"graph": 3000, "kernel": 1}
+    assert graph.branches() == 1
