@@ -55,9 +55,6 @@ TYPE_WORDS = {
     "BATCH_MEM_OP_NODE": "batch_mem_op",
     "CONDITIONAL": "conditional",
 }
-#: The kinds of a conditional node, as the dumps and the runtime's enum name them.
-CONDITION_KINDS = ("if", "while", "switch")
-
 _ESCAPE = re.compile(r"\\.")
 _ESCAPED = re.compile(r"\\(.)")
 _TYPE_WORD = re.compile(r"\s*\{\s*([A-Z][A-Z0-9_]*)\b")

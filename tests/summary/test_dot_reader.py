@@ -196,6 +196,21 @@ def test_child_graphs_nested_thousands_deep(depth: int, link: str) -> None:
     assert graph.topology()["edges"] == 0  # an edge into a child's cluster links the graph, it orders no nodes
 
 
+@pytest.mark.parametrize("word", ["GRAPH", "CONDITIONAL"])
+def test_clusters_written_inside_each_other_thousands_deep(word: str) -> None:
+    depth = 2000
+    text = "digraph dot {\n"
+    for g in range(1, depth + 1):
+        text += f"subgraph cluster_{g} {{\n" + _container(g, g, [g + 1], word)
+    text += _cluster(depth + 1, _kernel(depth + 1, depth + 1)) + "}\n" * depth + "}\n"
+    graph = parse_dot(text)
+    assert graph.node_counts() == {word.lower(): depth, "kernel": 1}
+    assert graph.branches() == 1
+    assert graph.run_bounds(lambda n: n.name if n.type == "kernel" else None)[0]["k"] == (
+        0 if word == "CONDITIONAL" else 1
+    )
+
+
 def test_hip_7_launch_with_the_work_size_remainder_and_hip_debug_lines() -> None:
     text = (
         'digraph dot {\nsubgraph cluster_0 {\nlabel="graph_0"graph[style="dashed"];\n'
