@@ -155,7 +155,7 @@ def _plain_node(ident: str, position: int, label: str) -> GraphNode:
         if node.type == "memcpy" and len(lines) > 2:
             node.name = copy_direction(lines[2].strip("()").split(",")[0])
         elif node.type == "kernel" and len(lines) > 2:
-            node.name, node.launch = _launch(" ".join(lines[2:]), ident, position)
+            node.name, node.launch = _kernel_lines(lines[2:], ident, position)
         elif node.type == "conditional":
             node.name = _condition(" ".join(lines[2:]))
         return node
@@ -163,8 +163,20 @@ def _plain_node(ident: str, position: int, label: str) -> GraphNode:
         return GraphNode(ident, "graph")
     node = GraphNode(ident, "kernel", name=second)
     if len(lines) > 2:
-        node.name, node.launch = _launch(second + "".join(lines[2:]), ident, position)
+        node.name, node.launch = _kernel_lines(lines[1:], ident, position)
     return node
+
+
+def _kernel_lines(lines: list[str], ident: str, position: int) -> tuple[str, Optional[Launch]]:
+    """A kernel's name and launch from its label's lines: the name, then ``<<<…>>>`` on its line or the next.
+
+    Lines after the launch (handles a flag adds) are not the kernel's; without a launch the
+    first line is the name and the launch stays unknown.
+    """
+    for i, line in enumerate(lines):
+        if "<<<" in line.replace("\\", ""):
+            return _launch(" ".join(lines[: i + 1]), ident, position)
+    return lines[0], None
 
 
 #: A graph named in a child-graph or conditional node's label (``graph_<g>``, CUDA may add ``:<n>``).

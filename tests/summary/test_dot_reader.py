@@ -241,3 +241,18 @@ def test_a_gzipped_dump_and_a_gv_dump_read_like_the_dot(tmp_path: Path) -> None:
     broken.write_bytes(gzip.compress(source.read_bytes())[:-9])
     with pytest.raises(FileError, match="truncated gzip stream"):
         read_dot_file(broken)
+
+
+@pytest.mark.parametrize(
+    "label, name, launch",
+    [
+        ("KERNEL\\nk1", "k1", None),  # a type word first, the name, no launch
+        ("3\\nk1\\nfunc handle: 0x1", "k1", None),  # a line a flag adds is no launch shape
+        ("3\\nk1\\n\\\\<\\\\<\\\\<(8,1,1),(256,1,1),0\\\\>\\\\>\\\\>\\nfunc handle: 0x1", "k1", "<<<8,256,0>>>"),
+        ("KERNEL\\nk1\\\\<\\\\<\\\\<8,256,0\\\\>\\\\>\\\\>", "k1", "<<<8,256,0>>>"),
+    ],
+)
+def test_a_plain_kernel_label_is_a_kernel_with_or_without_its_launch(label: str, name: str, launch: str | None) -> None:
+    text = 'digraph dot {\n"a"[shape="octagon" label="' + label.encode().decode("unicode_escape") + '"];\n}\n'
+    (node,) = parse_dot(text).nodes
+    assert (node.type, node.name, str(node.launch) if node.launch else None) == ("kernel", name, launch)
