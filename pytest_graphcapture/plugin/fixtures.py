@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import pytest
 
-from .._io import write_atomic
-from ..errors import FileError, GraphCaptureError, UsageError
-from ..golden.diff import SECTIONS, cut_lines
+from ..errors import GraphCaptureError, UsageError
+from ..golden.diff import SECTIONS
 from ..golden.gate import CheckOptions, CheckOutcome, check_result
-from ..golden.report import KeyRecord
 from ..golden.store import golden_folder
-from ..keys import safe_name
-from ..naming import HARVEST_DIFF_NAME
 from . import settings
 from .golden_session import GoldenSession
+from .outcome_report import record_outcome
 from .session import CaptureSession
 
 #: A capture taking longer than this many seconds reports its total on one line even without ``-v``.
@@ -395,7 +391,7 @@ class GoldenChecker:
                 max_graph_memory=max_graph_memory,
                 memory_tolerance=memory_tolerance,
                 share_ranks=share_ranks,
-                rename=self._rename(),
+                rename=self._session.rename_hook(),
                 op_classes=s.op_classes,
                 expect=expect,  # type: ignore[arg-type]
             )
@@ -412,7 +408,7 @@ class GoldenChecker:
                 out_folder=out_folder,
                 update=s.update,
                 options=options,
-                postprocess=self._postprocess(),
+                postprocess=self._session.postprocess_hook(),
                 display=lambda p: s.display(Path(p)),
             )
         except GraphCaptureError as exc:
@@ -435,78 +431,8 @@ class GoldenChecker:
             )
         self._checked.add((folder, runner))
 
-    def _rename(self) -> Optional[Callable[[str, str], Optional[str]]]:
-        """The ``pytest_graphcapture_normalize_kernel`` hook as a callable, when a project implements it."""
-        config = self._session.config
-        hook = getattr(config.hook, "pytest_graphcapture_normalize_kernel", None)
-        if hook is None or not hook.get_hookimpls():
-            return None
-        return lambda name, level: hook(config=config, name=name, level=level)
-
-    def _postprocess(self) -> Optional[Callable[[dict], None]]:
-        config = self._session.config
-        hook = getattr(config.hook, "pytest_graphcapture_postprocess_summary", None)
-        if hook is None or not hook.get_hookimpls():
-            return None
-        return lambda data: hook(config=config, summary=data)
-
     def _record(self, outcome: CheckOutcome, result: Any) -> None:
-        s = self._session
-        metrics = {kr.key: kr.metrics.to_dict() for kr in result if getattr(kr, "metrics", None) is not None}
-        for message in outcome.warnings:  # output that could not be written: the run fails at its end
-            s.report.errors.append(message)
-            warnings.warn(pytest.PytestWarning(message), stacklevel=3)
-        for key in outcome.keys:
-            s.report.add_record(
-                KeyRecord(
-                    self._nodeid,
-                    outcome.platform,
-                    key.label,
-                    s.rel(key.golden),
-                    "failed" if key.outcome == "passed" and key.failed else key.outcome,
-                    key.incomplete,
-                    metrics.get(key.key),
-                )
-            )
-        if not outcome.failed:
-            return
-        diff_path = self._full_diff_path(outcome)
-
-        def parts(where: Optional[Path]) -> tuple[str, list[str], list[str]]:
-            shown_at = s.display(where) if where is not None else None
-            return outcome.failure_parts(
-                rerun=s.rerun_command(self._nodeid),
-                display=lambda p: s.display(Path(p)),
-                ci_var=settings.ci_environment(),
-                full_diff=shown_at,
-            )
-
-        head, body, tail = parts(diff_path)
-        per_key = outcome.per_key_lines()  # the full record: every batch size's own diff
-        full = [head, *per_key, *tail]
-        s.report.add_failure(self._nodeid, outcome.platform, "\n".join(full) + "\n")
-        shown = cut_lines(body, None)
-        if shown != body or body != per_key:
-            if not self._write_full_diff(diff_path, full):
-                head, body, tail = parts(None)  # no file to point at
-                diff_path = None
-            shown = cut_lines(body, s.display(diff_path) if diff_path else None)
-            if diff_path and shown == body:
-                shown.append(f"per-batch-size diff in {s.display(diff_path)}")
-        pytest.fail("\n".join([head, *shown, *tail]), pytrace=False)
-
-    def _full_diff_path(self, outcome: CheckOutcome) -> Path:
-        """Where a failure's full per-batch-size diff is written (beside harvested goldens, else the diff dir)."""
-        if outcome.out_folder is not None:
-            return outcome.out_folder / HARVEST_DIFF_NAME
-        return self._session.diff_dir() / f"{safe_name(self._nodeid)}.txt"
-
-    def _write_full_diff(self, path: Path, lines: list[str]) -> bool:
-        try:
-            write_atomic(path, "\n".join(lines) + "\n")
-        except FileError:
-            return False
-        return True
+        record_outcome(self._session, self._nodeid, outcome, result)
 
 
 @pytest.fixture
