@@ -12,10 +12,25 @@ from typing import Mapping, Optional
 
 from ..summary.attribute import op_label
 from ..summary.model import count_changes, kernel_view
-from .change import MAX_NAME_WIDTH, Change, fit_list, shorten
+from .change import MAX_LINE_WIDTH, MAX_NAME_WIDTH, Change, fit_list, shorten
 
 #: Name width of each side of a kernel swap (``old → new``), so the line stays short.
 SWAP_WIDTH = 72
+
+
+def _fit_pair(was: str, now: str, room: int) -> tuple[str, str]:
+    """Two kernel names shortened (in the middle) to share ``room`` characters; a short one is kept whole."""
+    if len(was) + len(now) <= room:
+        return was, now
+    half = max(SWAP_WIDTH // 3, room // 2)
+    keep = room - max(SWAP_WIDTH // 3, room // 3)  # a name this short stays whole; the other gets the rest
+    if len(now) <= keep and len(now) <= len(was):
+        return shorten(was, max(SWAP_WIDTH // 3, room - len(now))), now
+    if len(was) <= keep:
+        return was, shorten(now, max(SWAP_WIDTH // 3, room - len(was)))
+    return shorten(was, half), shorten(now, half)
+
+
 #: Characters a list of kernels may take in a failure line (the diff file lists them all).
 LIST_BUDGET = 140
 
@@ -79,7 +94,10 @@ def kernel_changes(expected: list, actual: list) -> list[Change]:
                     short.append(f"{shorten(name, SWAP_WIDTH)} {old_shape} → {new_shape} (×{count})")
                     full.append(f"{name} {old_shape} → {new_shape} (×{count})")
                 else:
-                    short.append(f"{shorten(was, SWAP_WIDTH)} → {shorten(now, SWAP_WIDTH)} (×{count})")
+                    tail = f" (×{count})"
+                    room = MAX_LINE_WIDTH - len(op) - len(tail) - 7  # "~ op: " and " → "
+                    a, b = _fit_pair(was, now, room)
+                    short.append(f"{a} → {b}{tail}")
                     full.append(f"{was} → {now} (×{count})")
             else:
                 (rs, rf), (as_, af) = _texts("", removed, LIST_BUDGET // 2), _texts("", added, LIST_BUDGET // 2)
