@@ -158,12 +158,21 @@ class OpClasses:
         # A project's own compute ops rank with the GEMMs: it named them because they matter.
         compute.insert(0, ("project", _compile(self.extra_compute)))
         object.__setattr__(self, "_compute", tuple(compute))
-        object.__setattr__(self, "_view", _compile(VIEW_OPS + tuple(self.extra_view)))
+        object.__setattr__(self, "_project_view", _compile(self.extra_view))
+        object.__setattr__(self, "_view", _compile(VIEW_OPS))
 
     def rank(self, name: str) -> tuple[int, int]:
-        """``(tier, class)``: tier :data:`COMPUTE`, :data:`OTHER` or :data:`VIEW`; ``class`` orders compute ops."""
+        """``(tier, class)``: tier :data:`COMPUTE`, :data:`OTHER` or :data:`VIEW`; ``class`` orders compute ops.
+
+        A project's own lists decide first (its compute ops, then its view ops), then the built-in ones.
+        """
         names = (name, name.rsplit("::", 1)[-1])
-        for index, (_, pattern) in enumerate(self._compute):  # type: ignore[attr-defined]
+        compute = self._compute  # type: ignore[attr-defined]
+        if any(compute[0][1].fullmatch(n) for n in names):
+            return COMPUTE, 0
+        if any(self._project_view.fullmatch(n) for n in names):  # type: ignore[attr-defined]
+            return VIEW, 0
+        for index, (_, pattern) in enumerate(compute[1:], 1):
             if any(pattern.fullmatch(n) for n in names):
                 return COMPUTE, index
         if any(self._view.fullmatch(n) for n in names):  # type: ignore[attr-defined]

@@ -17,11 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, fake_project, run
 
 from pytest_graphcapture.golden.op_classes import COMPUTE, DEFAULT_CLASSES, VIEW
-
-pytestmark = pytest.mark.slow
 
 TEST = "test_decode_graphs.py::test_decode_graphs_match_goldens"
 
@@ -89,6 +87,7 @@ def _op(line: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("change", "config", "activation", "leading"), SCENARIOS, ids=[s[0] for s in SCENARIOS])
 def test_a_changed_model_reads_compute_first(
     examples: Path, change: str, config: str, activation: str, leading: str
@@ -102,7 +101,7 @@ def test_a_changed_model_reads_compute_first(
     # No view/metadata op among the first three lines (the folded line counts as none of them).
     for line in ops[:3]:
         assert "view/metadata op line" in line or DEFAULT_CLASSES.rank(_op(line))[0] != VIEW, shown
-    assert sum("aten::as_strided" in line for line in message) <= 1, shown
+    assert sum("as_strided" in line for line in message) <= 1, shown
     assert max(len(line) for line in message) <= 250, shown
     # The folded line says how many view/metadata lines it stands for and where they all are.
     folded = [line for line in ops if "view/metadata op line" in line]
@@ -111,3 +110,35 @@ def test_a_changed_model_reads_compute_first(
         where = folded[0].split("full diff in ", 1)[1]
         full = Path(where if os.path.isabs(where) else examples / where).read_text()
         assert "aten::as_strided" in full  # the full record keeps every view/metadata op line
+
+
+def _ops_section(result: pytest.RunResult) -> list[str]:
+    """The lines of the failure's ops section."""
+    out = result.outlines
+    start = out.index("  ops:") + 1
+    end = next(i for i in range(start, len(out)) if not out[i].startswith("    "))
+    return out[start:end]
+
+
+@pytest.mark.parametrize(
+    ("ini", "first", "folded"),
+    [
+        ("", "aten::mm", False),  # built-in classes: the GEMM leads, relu is an activation, nothing folds
+        ("golden_view_ops = aten::relu", "aten::mm", True),  # a project's own view op folds
+        ("golden_compute_ops = *relu*", "aten::relu", False),  # a project's own compute op leads
+    ],
+    ids=["built-in", "view-ops-ini", "compute-ops-ini"],
+)
+def test_a_project_extends_the_op_classes_in_its_ini(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ini: str, first: str, folded: bool
+) -> None:
+    fake_project(pytester, monkeypatch, "def test_decode(fake_capture, golden):\n    golden.check(fake_capture())\n")
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
+    monkeypatch.setenv("FAKE_HIDDEN", "512")  # aten::mm changes shape
+    monkeypatch.setenv("FAKE_EXTRA_OP", "1")  # aten::relu is new
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    ops = _ops_section(result)
+    assert first in ops[0], "\n".join(ops)
+    assert any("1 view/metadata op line (relu)" in line for line in ops) == folded, "\n".join(ops)
