@@ -82,13 +82,18 @@ step agree "$python" scripts/gpu_probe.py agree "$out/agree.json" --goldens "$ou
     --traces "$out/examples/graph_capture_profile"
 step graph "$python" scripts/gpu_probe.py graph "$out/graph.json" --device "$device" --batch-sizes "$sizes"
 
+# Each test's traces are in its own folder (two tests may capture runners of the same name): the
+# copies keep that folder, relative to the trace dir.
 mkdir -p "$out/traces"
-find "$out/examples/graph_capture_profile" -name '*_bs_*.json.gz' -printf '%s %p\n' 2>/dev/null \
-    | sort -n | head -3 | cut -d' ' -f2- | while read -r trace; do cp "$trace" "$out/traces/"; done
+find "$out/examples/graph_capture_profile" -name '*_bs_*.json.gz' -printf '%s %P\n' 2>/dev/null \
+    | sort -n | head -3 | cut -d' ' -f2- | while read -r trace; do
+        mkdir -p "$out/traces/$(dirname "$trace")"
+        cp "$out/examples/graph_capture_profile/$trace" "$out/traces/$trace"
+    done
 {
     echo
     echo "harvested goldens: $(find "$out/goldens" -name '*.json' 2>/dev/null | wc -l) under goldens/"
-    echo "traces copied: $(ls "$out/traces" | wc -l) under traces/"
+    echo "traces copied: $(find "$out/traces" -name '*.json.gz' | wc -l) under traces/"
 } >>"$summary"
 cat "$summary"
 exit $status

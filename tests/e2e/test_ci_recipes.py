@@ -184,4 +184,4 @@ def test_cpu_job_gate_and_summary_steps_run(tmp_path: Path) -> None:
     assert "[report.html](<report.html>)" in report.read_text()
     assert report.with_suffix(".html").read_text().startswith("<!DOCTYPE html>")
     assert list((tmp_path / option_value(args, "--golden-out") / "cpu").rglob("*.json"))
-    assert list((tmp_path / option_value(args, "--graph-capture-dir") / "graph_capture_profile").glob("*.json.gz"))
+    assert list((tmp_path / option_value(args, "--graph-capture-dir") / "graph_capture_profile").rglob("*.json.gz"))
