@@ -10,11 +10,11 @@
 #    graph node ids, memsets, streams, a second profiler session -> DIR/probe.json;
 # 4. capture timings with profiling off / summary-only / per-bs export (median of 3), their ratios and
 #    the per-key metrics (warmup/capture/replay time, graph memory) -> DIR/timings.json;
-#    then whether the harvested (live) summaries agree with the per-bs trace files -> DIR/agree.json;
-# 5. the graph readout (scripts/gpu_probe.py graph): per example key, the graph read in process vs the
+# 5. whether the harvested (live) summaries agree with the per-bs trace files -> DIR/agree.json;
+# 6. the graph readout (scripts/gpu_probe.py graph): per example key, the graph read in process vs the
 #    profiled replay (equal kernel multisets), the share of kernels named with their op, the readout's
 #    time per key -> DIR/graph.json (needs cuda-bindings: pip install 'pytest-graphcapture[cuda]');
-# 6. the 3 smallest per-bs traces of the examples copied to DIR/traces/.
+# then the 3 smallest per-bs traces of the examples are copied to DIR/traces/.
 # DIR/summary.md lists each step, its exit code and the torch/CUDA/driver versions.
 #
 # --dry-run runs the same steps on CPU (small sizes, one repetition) to check this script's plumbing;
