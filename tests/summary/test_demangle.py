@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, real_traces_dir
 
+from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary import demangle as demangle_module
+from pytest_graphcapture.summary import summarize_trace_file, with_graph
 from pytest_graphcapture.summary.demangle import NoDemanglerWarning, demangle, mangled_base_name
 from pytest_graphcapture.summary.dot import summarize_dot_file
+from pytest_graphcapture.summary.graph import CapturedGraph, GraphNode, Launch
 from pytest_graphcapture.summary.normalize import normalize_kernel_name
 
 DUMPS = REPO_ROOT / "tests" / "data" / "graph_dumps"
@@ -210,6 +213,35 @@ def test_dump_summary_spells_kernels_as_the_profiler_does() -> None:
         "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>"
         in {k["name"] for k in name}
     )
+
+
+@pytest.mark.parametrize("level", ["exact", "name"])
+def test_a_graphs_mangled_kernels_equal_the_replays_demangled_ones(level: str) -> None:
+    """The graph (a dump, or read in process) names kernels by symbol; the profiled replay by Kineto's demangling."""
+    capture = summarize_trace_file(
+        REPO_ROOT / "tests" / "data" / "cuda-sm90" / "TinyDecodeRunner_bs_1_rank0.json.gz",
+        key=CaptureKey("TinyDecodeRunner", 1),
+        level=level,
+    )
+    kinds = [kind for kind, _ in capture.launch_ops]
+    symbols = [(INDEX_SELECT, INDEX_SELECT_NAME), (DROPOUT, DROPOUT_NAME), (ACT_AND_MUL, ACT_AND_MUL_NAME)]
+    nodes, replay = [], []
+    for i, kind in enumerate(kinds):
+        if kind == "kernel":
+            symbol, printed = symbols[i % len(symbols)]
+            nodes.append(GraphNode(str(i), "kernel", symbol, Launch((8, 1, 1), (256, 1, 1), 0)))
+            replay.append({"name": printed, "kind": "kernel"})
+        else:
+            nodes.append(GraphNode(str(i), kind, "DtoD" if kind == "memcpy" else ""))
+            replay.append({"name": "DtoD" if kind == "memcpy" else "", "kind": kind})
+    assert len(replay) > len(symbols)
+    graph = CapturedGraph(nodes, [(i, i + 1) for i in range(len(nodes) - 1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no KernelEvidenceWarning: the cross-check agrees
+        result = with_graph(capture, graph, replay_kernels=replay)
+    assert result.complete and result.incomplete_reason is None
+    names = {k["name"] for k in result.kernels if k["kind"] == "kernel"}
+    assert names == {normalize_kernel_name(printed, level) for _, printed in symbols}
 
 
 def test_levels_read_a_function_address_template_argument() -> None:
