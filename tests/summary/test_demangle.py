@@ -206,9 +206,9 @@ def test_names_equal_the_profilers() -> None:
 
 
 def test_dump_summary_spells_kernels_as_the_profiler_does() -> None:
-    kernels = summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level="exact")["kernels"]
+    kernels = summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level="exact").kernels
     assert DROPOUT_NAME in {k["name"] for k in kernels}
-    name = summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level="name")["kernels"]
+    name = summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level="name").kernels
     assert (
         "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>"
         in {k["name"] for k in name}
