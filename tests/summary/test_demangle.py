@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -63,7 +64,7 @@ ACT_AND_MUL_NAME = (
     "(c10::Half*, c10::Half const*, int)"
 )
 # sglang's ROCm activation kernel (real trace): a C++20 ``Tn`` template-parameter declaration,
-# which binutils 2.40 and GCC 12's libstdc++ do not read and newer ones do.
+# which binutils 2.40 and GCC 12's libstdc++ do not read.
 SGL = "_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16TnPFT_RKS3_EXadL_Z4siluIS2_ES3_S5_EEEEvPS3_PS4_i"
 
 
@@ -347,7 +348,21 @@ def test_family_folds_gemms_whether_or_not_the_name_demangles(
         assert normalize_kernel_name(mangled, "family") == "GEMM"
 
 
-def test_the_runtime_is_found_where_the_profiler_finds_it() -> None:
+def _mapped_cxx_runtimes() -> set[str]:
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        paths = {line.split(maxsplit=5)[-1].strip() for line in maps if line.count(" ") >= 5}
+    return {os.path.realpath(p) for p in paths if re.search(r"/lib(stdc\+\+|c\+\+(abi)?)\.so", p)}
+
+
+def test_the_runtime_is_the_one_the_process_already_has() -> None:
+    """With torch imported (as in every pytest run of the plugin), its libstdc++ demangles; no second one is loaded."""
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("the loaded libraries are read from /proc/self/maps, which this platform has not (Linux has)")
+    import torch  # noqa: F401  loads the C++ runtime the profiler uses
+
+    before = _mapped_cxx_runtimes()
+    assert before, "torch loaded no C++ runtime"
     demangle_module._reset()
     assert demangle("_Z3fooi") == "foo(int)"
     assert demangle_module._runtime_name() is not None
+    assert _mapped_cxx_runtimes() == before
