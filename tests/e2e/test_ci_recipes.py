@@ -270,3 +270,9 @@ def test_actionlint_config_names_every_self_hosted_label() -> None:
             custom |= set(runs_on) - {"self-hosted", "linux", "x64"}
     assert custom == {"nvidia", "rocm"} and set(config["self-hosted-runner"]["labels"]) == custom
     assert "`.github/actionlint.yaml`" in (REPO / "docs" / "ci.md").read_text(encoding="utf-8")
+
+
+def test_ci_lints_every_recipe_and_workflow() -> None:
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert "zizmor --offline docs/ci/*.yml .github/workflows/*.yml" in lines
+    assert "check-jsonschema --builtin-schema vendor.github-workflows docs/ci/*.yml .github/workflows/*.yml" in lines

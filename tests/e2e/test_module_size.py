@@ -53,3 +53,8 @@ def test_by_default_it_reads_this_package() -> None:
     assert done.returncode == 1
     named = {line.split(":")[0] for line in done.stdout.splitlines()}
     assert "pytest_graphcapture/__init__.py" in named and all(n.startswith("pytest_graphcapture/") for n in named)
+
+
+def test_ci_runs_the_check() -> None:
+    lines = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert "python scripts/check_module_size.py" in lines
