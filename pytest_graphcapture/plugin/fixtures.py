@@ -24,7 +24,7 @@ from ..golden.gate import CheckOptions, CheckOutcome, check_result
 from ..golden.report import KeyRecord
 from ..golden.store import golden_folder
 from ..keys import safe_name
-from ..naming import HARVEST_DIFF_NAME
+from ..naming import HARVEST_DIFF_NAME, trace_group_for
 from . import settings
 from .golden_session import GoldenSession
 from .session import CaptureSession
@@ -65,6 +65,7 @@ class GraphCapture:
         self._request = request
         self._state = request.config.stash[CAPTURE]
         self.backend: Any = None
+        self._captures = 0
 
     def __call__(
         self,
@@ -245,10 +246,10 @@ class GraphCapture:
             return f"this project's pytest_graphcapture_make_runner hook ({shown(filename or impls[-1].plugin_name)})"
         return None
 
-    def _trace_group(self) -> Optional[str]:
-        """A parametrized test's parameter id: its traces go to their own sub-folder, apart from its siblings'."""
-        callspec = getattr(self._request.node, "callspec", None)
-        return getattr(callspec, "id", None) or None
+    def _trace_group(self) -> str:
+        """This capture's trace folder: the test's own, as unique as its golden folder (see ``trace_group_for``)."""
+        self._captures += 1
+        return trace_group_for(self._request.node.nodeid, self._captures)
 
     def _write(self, line: str) -> None:
         """Write a line to the terminal now, past pytest's output capturing (so it shows without ``-s``)."""

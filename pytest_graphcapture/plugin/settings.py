@@ -230,7 +230,7 @@ DIR = declare(
     Setting(
         "--graph-capture-dir",
         "GRAPH_CAPTURE_DIR",
-        "directory under which traces go (in DIR/graph_capture_profile/)",
+        "directory under which traces go: DIR/graph_capture_profile/<test file>/<test>/, the folder of the test's goldens below the platform",
         default=".",
         metavar="DIR",
     )
@@ -296,7 +296,7 @@ MEMORY_SNAPSHOT = declare(
         "--graph-capture-memory-snapshot",
         "GRAPH_CAPTURE_MEMORY_SNAPSHOT",
         "record the CUDA allocator's history during capture and write one snapshot per runner and rank "
-        "({runner}_rank{r}_memory_snapshot.pickle in DIR/graph_capture_profile/, for pytorch.org/memory_viz); "
+        "({runner}_rank{r}_memory_snapshot.pickle in the test's trace folder, for pytorch.org/memory_viz); "
         "GPU only, nothing is written on CPU",
         default="off",
         choices=("on", "off"),
