@@ -11,7 +11,8 @@ each key into a :class:`~.result.KeyResult`.
 A failure the observer sees — a contract violation, a key function or a forward that
 raises, an exception leaving a graph's capture — is kept as :attr:`LoopObserver.failure`:
 it fails the capture even when the engine catches the exception and goes on, and
-every later call of the engine's loop raises it again, so no key after it is captured.
+every later call of the engine's loop raises :class:`AlreadyFailed`, so no key after it
+is captured.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class _Graph:
     memory: Optional[tuple[int, int]] = None
     #: The exception being handled where the graph began (an engine may capture inside an ``except``).
     handling: Optional[BaseException] = None
+
+
+class AlreadyFailed(GraphCaptureError):
+    """Raised into an engine's loop that goes on after the gate saw a failure; the first failure is reported."""
 
 
 @dataclasses.dataclass
@@ -112,9 +117,13 @@ class LoopObserver:
             raise
 
     def _raise_kept(self) -> None:
-        """The capture failed already: every later call of the loop raises that failure again."""
+        """The capture failed already: every later call of the loop raises :class:`AlreadyFailed`."""
         if self.failure is not None:
-            raise self.failure.error
+            where = f"{self.failure.key.runner} {key_label(self.failure.key)}" if self.failure.key else "a key"
+            raise AlreadyFailed(
+                f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
+                f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
+            )
 
     # ------------------------------------------------------------------ events
 
@@ -274,4 +283,4 @@ class LoopObserver:
             self.settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({self.metrics[key].describe()})")
 
 
-__all__ = ["Failure", "LoopObserver", "Stepper"]
+__all__ = ["AlreadyFailed", "Failure", "LoopObserver", "Stepper"]
