@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import run, use_this_checkout
 
-from pytest_graphcapture.plugin import fixtures
+from pytest_graphcapture.plugin import capture_fixture as fixtures
 
 RUNNER_CONFTEST = """
 import os
