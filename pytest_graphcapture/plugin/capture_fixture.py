@@ -120,9 +120,14 @@ class GraphCapture:
         captures.  ``forward=(obj, "method")`` is the body each graph holds and
         ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size,
         variant)`` of ``runner_name``).  See :mod:`pytest_graphcapture.engine.engine_loop`.
+
+        The loop runs in the test process, on one rank: under ``graph_capture_isolated``,
+        ``--graph-capture-isolate=on`` or ``graph_capture_ranks`` the call fails saying so
+        rather than capture somewhere other than the settings ask.
         """
         from ..engine.engine_loop import capture_engine_loop
 
+        self._refuse_elsewhere()
         owner = forward[0] if isinstance(forward, tuple) and forward else None
         try:
             device = getattr(owner, "device", None) or self._state.device
@@ -170,6 +175,32 @@ class GraphCapture:
         self._state.rank_traces.extend(result.trace_paths)
         self._state.rank_traces.extend(result.single_trace_paths.values())
         return result
+
+    def _refuse_elsewhere(self) -> None:
+        """Fail with one line when the test asks ``graph_capture.engine`` to capture isolated or on ranks.
+
+        The engine's loop, its engine object and its key function are live objects of the
+        test process: they cannot be sent to a fresh subprocess or to spawned ranks, so
+        the settings that ask for one cannot apply, and capturing in-process on one rank
+        instead would pass a test that was meant to run elsewhere.
+        """
+        node = self._request.node
+        ranks = node.get_closest_marker(RANKS)
+        if ranks is not None:
+            where, what = f"@pytest.mark.{RANKS}", "on spawned ranks"
+        elif node.get_closest_marker(ISOLATED) is not None:
+            where, what = f"@pytest.mark.{ISOLATED}", "in a fresh subprocess"
+        elif self._state.isolate:
+            where, what = f"{self._state.isolate_origin}=on", "in a fresh subprocess"
+        else:
+            return
+        pytest.fail(
+            f"{where}: graph_capture.engine cannot capture {what}: it runs the engine's loop in the test process "
+            f"(the function, the engine and the key function cannot be sent to another process); capture this test "
+            f"without that setting, or wrap the engine in a GraphRunner built by a module-level factory "
+            f"(docs/adapting.md)",
+            pytrace=False,
+        )
 
     def _refuse_project_runner(self, marked: bool) -> None:
         """Fail with one line when an isolated ``graph_capture()`` would not capture what it captures in-process.

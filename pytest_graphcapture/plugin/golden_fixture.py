@@ -22,6 +22,7 @@ from ..golden.store import golden_folder
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME
 from . import settings
+from .capture_fixture import GraphCapture
 from .golden_session import GoldenSession
 from .stash import GOLDEN
 
@@ -73,6 +74,7 @@ class GoldenChecker:
         """
         s = self._session
         try:
+            _check_is_result(result)
             options = CheckOptions(
                 level=level or s.level,
                 ignore_kernels=ignore_kernels,  # type: ignore[arg-type]
@@ -182,6 +184,32 @@ class GoldenChecker:
         except FileError:
             return None
         return path
+
+
+def _check_is_result(result: Any) -> None:
+    """UsageError naming the fix when ``golden.check`` is given something other than a capture result.
+
+    The likely slips are the ``graph_capture`` fixture itself (not called) and the runner
+    (not captured); anything else that is not a CaptureResult is named by its type.
+    """
+    from ..engine.result import CaptureResult
+
+    if isinstance(result, CaptureResult):
+        return
+    if isinstance(result, GraphCapture):
+        raise UsageError(
+            "golden.check got the graph_capture fixture itself, not a capture result: call it first, "
+            "golden.check(graph_capture()) or golden.check(graph_capture(runner))"
+        )
+    if callable(getattr(result, "capture_keys", None)) or callable(getattr(result, "forward_for", None)):
+        raise UsageError(
+            f"golden.check got a runner ({type(result).__name__}), not a capture result: capture it first, "
+            f"golden.check(graph_capture(runner))"
+        )
+    raise UsageError(
+        f"golden.check expects the CaptureResult that graph_capture(...) or graph_capture.engine(...) returns, "
+        f"got {type(result).__name__}"
+    )
 
 
 @pytest.fixture

@@ -63,14 +63,14 @@ def test_configuration_reference_says_single_trace_mode_fails_golden_checks() ->
 
 
 def _required_methods() -> list[str]:
-    """Methods of GraphRunner whose base body raises NotImplementedError: what a subclass must write."""
+    """Methods of GraphRunner whose base body raises RunnerContractError (a NotImplementedError): what a subclass must write."""
     tree = ast.parse(_read("pytest_graphcapture/engine/runner.py"))
     base = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GraphRunner")
     return [
         f.name
         for f in base.body
         if isinstance(f, ast.FunctionDef)
-        and any(isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n) for n in ast.walk(f))
+        and any(isinstance(n, ast.Raise) and "RunnerContractError" in ast.unparse(n) for n in ast.walk(f))
     ]
 
 

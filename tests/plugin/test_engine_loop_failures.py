@@ -177,3 +177,71 @@ def test_failures_inside_a_graph_and_names_bound_too_early_say_what_happened(pyt
     assert traces and not [name for name in traces if "_bs_2" in name]
     assert [name for name in traces if "_bs_4" in name]
     assert not list((pytester.path / "goldens").rglob("*.json")) if (pytester.path / "goldens").exists() else True
+
+
+ELSEWHERE = """
+import pytest
+import torch
+
+
+class Engine:
+    def __init__(self):
+        self.out = torch.zeros(4, 4)
+        self.device = torch.device("cpu")
+
+    def forward(self, bs):
+        self.out[:bs].add_(1.0)
+
+    def capture(self, profiler):
+        for bs in (2, 1):
+            for _ in range(2):
+                self.forward(bs)
+                profiler.step()
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                self.forward(bs)
+            profiler.step()
+
+
+def gate(graph_capture):
+    engine = Engine()
+    return graph_capture.engine(engine.capture, forward=(engine, "forward"), key=lambda bs: bs)
+
+
+@pytest.mark.graph_capture_ranks(2)
+def test_on_ranks(graph_capture):
+    gate(graph_capture)
+
+
+@pytest.mark.graph_capture_isolated
+def test_isolated(graph_capture):
+    gate(graph_capture)
+
+
+def test_plain(graph_capture):
+    assert [k.batch_size for k in gate(graph_capture).keys] == [2, 1]
+"""
+
+
+def test_an_engine_loop_asked_to_capture_isolated_or_on_ranks_is_refused_naming_the_setting(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_elsewhere=ELSEWHERE)
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=2)
+    refused = (
+        "*{0}: graph_capture.engine cannot capture {1}: it runs the engine's loop in the test process (the "
+        "function, the engine and the key function cannot be sent to another process)*"
+    )
+    result.stdout.fnmatch_lines_random(
+        [
+            refused.format("@pytest.mark.graph_capture_ranks", "on spawned ranks"),
+            refused.format("@pytest.mark.graph_capture_isolated", "in a fresh subprocess"),
+        ]
+    )
+    for option in ("--graph-capture-isolate=on", "--graph-capture-isolate"):
+        result = run(pytester, option, "-k", "plain")
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines([refused.format("--graph-capture-isolate=on", "in a fresh subprocess")])
+    result = run(pytester, "-k", "plain", "-o", "graph_capture_isolate=on")
+    result.stdout.fnmatch_lines([refused.format("ini key graph_capture_isolate=on", "in a fresh subprocess")])
+    assert "Traceback" not in result.stdout.str()

@@ -30,7 +30,9 @@ def test_a_narrowed_run_of_the_embedded_runner_passes_against_the_goldens_a_full
     for sizes in ("2,4", "1", "32,8"):
         result = run(pytester, f"--graph-capture-batch-sizes={sizes}")
         result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines([f"cpu: {len(sizes.split(','))} checked, {len(sizes.split(','))} passed, 0 failed*"])
+        result.stdout.fnmatch_lines(
+            [f"cpu: {len(sizes.split(','))} checked, {len(sizes.split(','))} passed, 0 failed*"]
+        )
     # Its --update-golden leaves every golden of the full run as it was.
     run(pytester, "--graph-capture-batch-sizes=2,4", "--update-golden").assert_outcomes(passed=1)
     assert {p: p.read_bytes() for p in (pytester.path / "goldens").rglob("*.json")} == written
