@@ -264,10 +264,18 @@ def _observed(loop: LoopObserver, owner: Any, name: str, *, real_graphs: bool) -
 
         def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
             loop.capture_begin(graph)
-            return begin(graph, *args, **kwargs)
+            try:
+                return begin(graph, *args, **kwargs)
+            except Exception as exc:  # torch refused the capture: the graph never began
+                loop.capture_failed(graph, exc)
+                raise
 
         def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            out = end(graph, *args, **kwargs)
+            try:
+                out = end(graph, *args, **kwargs)
+            except Exception as exc:  # e.g. a capture an error inside it invalidated
+                loop.capture_failed(graph, exc)
+                raise
             loop.capture_end(graph)
             return out
 

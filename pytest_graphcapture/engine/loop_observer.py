@@ -233,6 +233,21 @@ class LoopObserver:
         with self._recorded():
             self._exit_graph(entered)
 
+    def capture_failed(self, graph: Any, error: BaseException) -> None:
+        """torch's own ``capture_begin`` / ``capture_end`` raised: the key fails during its capture.
+
+        When the capture was being left by another exception (the one that invalidated it),
+        that one is the failure; either way the graph is closed, so the next is not "inside" it.
+        """
+        if self.library_graphs and id(graph) in self.library_graphs:
+            self.library_graphs.discard(id(graph))
+            return
+        entered, self.graph = self.graph, None
+        handling = entered.handling if entered is not None else None
+        root = error.__context__ if error.__context__ is not None and error.__context__ is not handling else error
+        key = entered.key if entered is not None and entered.key is not None else self.contract.key
+        self._record(root, key, "capture")
+
     def _exit_graph(self, entered: _Graph) -> None:
         if entered.key is None:
             after = f" after {key_label(self.contract.done[-1])}" if self.contract.done else ""

@@ -157,4 +157,3 @@ def toolchain_lead_of_some(
             f"can decompose ops and pick kernels differently, which may explain their diff; {others})"
         )
     return f"{listed} since the goldens of {some} were written (may explain their diff; {others})"
-
