@@ -149,3 +149,13 @@ def test_changelog_has_one_section_per_heading_and_no_repeated_entry() -> None:
         entries = re.findall(r"^- (.+(?:\n  .+)*)", release, flags=re.M)
         repeated = {e for e in entries if entries.count(e) > 1}
         assert not repeated, repeated
+
+
+def test_adapting_lists_exactly_the_cpu_stand_ins_an_engine_loop_gets() -> None:
+    from pytest_graphcapture.engine.stand_ins import eager_cuda_calls
+
+    text = _read("docs/adapting.md")
+    start = text.index("**On a machine without a GPU**")
+    listed = text[start : text.index("get eager stand-ins", start)]
+    named = {name.split(".")[-1] for name in re.findall(r"`([\w.]+)`", listed)}
+    assert named == set(eager_cuda_calls())
