@@ -43,7 +43,14 @@ from .capture import (
 from .loop_observer import LoopObserver, Stepper
 from .profiling import SingleTraceProfiler
 from .result import CaptureResult
-from .stand_ins import EagerCUDAGraph, bound_too_early, eager_cuda_calls, patched
+from .stand_ins import (
+    EagerCUDAGraph,
+    bound_too_early,
+    eager_cuda_calls,
+    patched,
+    placeholder_classes,
+    placeholder_message,
+)
 from .step_contract import (
     FORWARD,
     GRAPH_ENTER,
@@ -174,12 +181,7 @@ def _failure(loop: LoopObserver, raised: Optional[BaseException], real_graphs: b
     placeholder = None if real_graphs else _placeholder_in(error)
     if placeholder is not None:
         where = f"{key.runner} {key_label(key)}: " if key is not None else ""
-        return UsageError(
-            f"graph_capture.engine: {where}the engine made a torch.cuda.{placeholder} from a name bound before the "
-            f"gate put its CPU stand-ins in place (as `from torch.cuda import {placeholder}` at import does), so it "
-            f"got torch's CPU placeholder; look it up as torch.cuda.{placeholder} where it is called "
-            f"(docs/adapting.md, 'On a machine without a GPU'){caught}"
-        )
+        return UsageError(placeholder_message(placeholder, where) + caught)
     if isinstance(error, GraphCaptureError):
         return type(error)(f"{error}{caught}") if caught and not isinstance(error, CaptureError) else error
     failed = CaptureError(key or loop.runner_name, stage, error, partial=loop.result)
@@ -247,6 +249,15 @@ def _forward_target(forward: Any) -> tuple[Any, str]:
     return owner, name
 
 
+def _placeholder_new(loop: LoopObserver, name: str) -> Callable[..., Any]:
+    """``__new__`` of torch's placeholder ``torch.cuda.<name>`` for the block: the observer's one-line failure."""
+
+    def refuse(cls: type, *args: Any, **kwargs: Any) -> Any:
+        loop.placeholder_used(placeholder_message(name, loop.where()))
+
+    return refuse
+
+
 @contextlib.contextmanager
 def _observed(loop: LoopObserver, owner: Any, name: str, *, real_graphs: bool) -> Iterator[None]:
     """The forward, the graph capture calls and (off CUDA) their eager stand-ins patched for the block."""
@@ -257,6 +268,10 @@ def _observed(loop: LoopObserver, owner: Any, name: str, *, real_graphs: bool) -
 
     with contextlib.ExitStack() as stack:
         if not real_graphs:
+            # torch's own classes stay reachable through names bound before the stand-ins: using
+            # one is a failure the gate sees (and explains), even when the engine catches it.
+            for attr, placeholder in placeholder_classes(torch.cuda).items():
+                stack.enter_context(patched(placeholder, "__new__", _placeholder_new(loop, attr)))
             for attr, stand_in in eager_cuda_calls().items():
                 stack.enter_context(patched(torch.cuda, attr, stand_in))
         graph_class = torch.cuda.CUDAGraph

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import sys
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 from ..errors import GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
@@ -124,6 +124,17 @@ class LoopObserver:
                 f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
                 f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
             )
+
+    def where(self) -> str:
+        """``"Runner bs=4: "`` for the key the loop is at, as failure lines begin; empty before any key."""
+        key = self.progress.key
+        return f"{key.runner} {key_label(key)}: " if key is not None else ""
+
+    def placeholder_used(self, message: str) -> NoReturn:
+        """The engine instantiated torch's CPU placeholder of a stood-in class: kept as the failure, raised."""
+        error = UsageError(message)
+        self._record(error)
+        raise error
 
     # ------------------------------------------------------------------ events
 

@@ -122,6 +122,22 @@ def eager_cuda_calls(synchronize: Callable[..., Any] = lambda *args, **kwargs: N
 _PLACEHOLDER = re.compile(r"Tried to instantiate dummy base class (\w+)|torch\.cuda\.(\w+) requires CUDA support")
 
 
+def placeholder_message(name: str, where: str = "") -> str:
+    """The one line saying that the engine used torch's CPU placeholder of ``torch.cuda.<name>``."""
+    return (
+        f"graph_capture.engine: {where}the engine made a torch.cuda.{name} from a name bound before the gate put "
+        f"its CPU stand-ins in place (as `from torch.cuda import {name}` at import does), so it got torch's CPU "
+        f"placeholder; look it up as torch.cuda.{name} where it is called (docs/adapting.md, 'On a machine "
+        f"without a GPU')"
+    )
+
+
+def placeholder_classes(torch_cuda: Any) -> dict[str, type]:
+    """torch's own classes (CPU placeholders off CUDA) that :func:`eager_cuda_calls` stands in for, by name."""
+    stood_in = eager_cuda_calls()
+    return {name: value for name, value in vars(torch_cuda).items() if name in stood_in and isinstance(value, type)}
+
+
 def bound_too_early(exc: BaseException) -> Optional[str]:
     """The ``torch.cuda`` name behind ``exc`` when it is torch's CPU placeholder of a stood-in class, else None.
 
@@ -143,4 +159,6 @@ __all__ = [
     "eager_cuda_calls",
     "eager_graph",
     "patched",
+    "placeholder_classes",
+    "placeholder_message",
 ]

@@ -15,6 +15,7 @@ from helpers import run
 FORGIVING = """
 import pytest
 import torch
+from torch.cuda import CUDAGraph as BoundGraph
 
 
 class Engine:
@@ -39,7 +40,7 @@ class Engine:
         for _ in range(3 if self.mistake == "three warmups" and bs == 16 else 2):
             self.forward(bs)
             profiler.step()
-        graph = torch.cuda.CUDAGraph()
+        graph = BoundGraph() if self.mistake == "bound graph" and bs == 16 else torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self.forward(bs)
             if self.mistake == "step inside" and bs == 16:
@@ -55,7 +56,10 @@ class Engine:
                 self.skipped.append((bs, str(exc)))
 
 
-@pytest.mark.parametrize("mistake", ["out of order", "key raises", "forward raises", "step inside", "three warmups"])
+MISTAKES = ["out of order", "key raises", "forward raises", "step inside", "three warmups", "bound graph"]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
 def test_gate(graph_capture, golden, mistake):
     engine = Engine(mistake)
     golden.check(graph_capture.engine(engine.capture, forward=(engine, "forward"), key=engine.key, runner_name="E"))
@@ -65,7 +69,7 @@ def test_gate(graph_capture, golden, mistake):
 def test_a_failure_the_engine_catches_still_fails_the_test_and_writes_no_golden(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_forgiving=FORGIVING)
     result = run(pytester, "--update-golden", "--golden-dir=goldens", "--graph-capture-trace=per-bs")
-    result.assert_outcomes(failed=5)
+    result.assert_outcomes(failed=6)
     caught = "(the capture function caught this error and carried on; a failure the gate saw fails the capture*"
     result.stdout.fnmatch_lines_random(
         [
@@ -79,6 +83,8 @@ def test_a_failure_the_engine_catches_still_fails_the_test_and_writes_no_golden(
             f"graph*{caught}",
             f"CaptureContractError: graph_capture.engine: E bs=16: capture: expected the start of the graph "
             f"capture, but the loop ran a forward*{caught}",
+            f"UsageError: graph_capture.engine: E bs=16: the engine made a torch.cuda.CUDAGraph from a name bound "
+            f"before the gate put its CPU stand-ins in place*{caught}",
         ]
     )
     assert "internal error" not in result.stdout.str()
