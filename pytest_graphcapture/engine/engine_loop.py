@@ -101,8 +101,9 @@ def capture_engine_loop(
     object's ``device``, else CPU) decides real graphs (CUDA) or eager stand-ins.
 
     A forward that raises fails with :class:`~pytest_graphcapture.errors.CaptureError` naming
-    the key and stage; a loop that breaks the step contract with :class:`CaptureContractError`.
-    Either way every patch is restored, the profiler is stopped and no result is returned.
+    the key and stage; a loop that breaks the step contract with :class:`CaptureContractError`;
+    the first failure the gate saw is raised even when ``fn`` caught it and returned.  Either
+    way every patch is restored, the profiler is stopped and no result is returned.
     """
     owner, name = _forward_target(forward)
     settings = settings or CaptureSettings()
