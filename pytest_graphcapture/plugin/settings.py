@@ -239,8 +239,10 @@ BATCH_SIZES = declare(
     Setting(
         "--graph-capture-batch-sizes",
         "GRAPH_CAPTURE_BATCH_SIZES",
-        "comma-separated batch sizes to capture, e.g. 1,2,4 (ASCII digits, 1 to 65536): the embedded runner is "
-        "built with them, any other runner captures only these of its sizes (a size it does not list is an error)",
+        "comma-separated batch sizes to capture, e.g. 1,2,4 (ASCII digits, 1 to 65536): every runner, the "
+        "embedded one included, is built as for a full run and captures only these of its sizes (a size it does "
+        "not list is an error), so each is checked against the goldens a full run wrote; a runner of your own must "
+        "size its static buffers the same whichever sizes are selected (docs/adapting.md)",
         metavar="LIST",
     )
 )
@@ -310,7 +312,8 @@ ISOLATE = declare(
         "GRAPH_CAPTURE_ISOLATE",
         "run every graph_capture() call in a fresh subprocess (as the graph_capture_isolated marker does), "
         "so no profiler session of another test can leave kernel collection dead; the runner then comes "
-        "from a module-level factory",
+        "from a module-level factory, and graph_capture.engine() (which runs in the test process) fails "
+        "saying so",
         default="off",
         choices=("on", "off"),
         const="on",

@@ -64,14 +64,14 @@ def test_configuration_reference_says_single_trace_mode_fails_golden_checks() ->
 
 
 def _required_methods() -> list[str]:
-    """Methods of GraphRunner whose base body raises NotImplementedError: what a subclass must write."""
+    """Methods of GraphRunner whose base body raises RunnerContractError (a NotImplementedError): what a subclass must write."""
     tree = ast.parse(_read("pytest_graphcapture/engine/runner.py"))
     base = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GraphRunner")
     return [
         f.name
         for f in base.body
         if isinstance(f, ast.FunctionDef)
-        and any(isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n) for n in ast.walk(f))
+        and any(isinstance(n, ast.Raise) and "RunnerContractError" in ast.unparse(n) for n in ast.walk(f))
     ]
 
 
@@ -237,3 +237,13 @@ def test_gpu_readiness_lists_the_steps_the_gpu_check_runs() -> None:
     assert listed == script, f"scripts/gpu_check.sh runs {script}; docs/gpu-readiness.md lists {listed}"
     numbers = {"5": "five", "6": "six", "7": "seven"}
     assert f"It runs {numbers.get(str(len(script)), len(script))} steps" in page
+
+
+def test_adapting_lists_exactly_the_cpu_stand_ins_an_engine_loop_gets() -> None:
+    from pytest_graphcapture.engine.stand_ins import eager_cuda_calls
+
+    text = _read("docs/adapting.md")
+    start = text.index("**On a machine without a GPU**")
+    listed = text[start : text.index("get eager stand-ins", start)]
+    named = {name.split(".")[-1] for name in re.findall(r"`([\w.]+)`", listed)}
+    assert named == set(eager_cuda_calls())
