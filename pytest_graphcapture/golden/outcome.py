@@ -18,7 +18,7 @@ from .budget import (
     over_budget_tag,
 )
 from .diff import SECTIONS, KeyDiff, check_sections
-from .environment import toolchain_lead
+from .environment import toolchain_lead, toolchain_lead_of_some
 from .expect import Expect, expectations
 from .op_classes import DEFAULT_CLASSES, OpClasses
 from .report import summarize_labels
@@ -153,9 +153,7 @@ class CheckOutcome:
             f"{len(failed)} of {self.total} keys)"
         )
         body = failure_body(failed, self.keys, full_diff)
-        diffs = [k.diff for k in failed if k.diff is not None]
-        toolchain = list(dict.fromkeys(t for d in diffs for t in d.toolchain))
-        lead = toolchain_lead(toolchain, any(d.torch_release_changed for d in diffs))
+        lead = _lead(failed)
         if lead:  # the likeliest explanation of a kernel change leads the message
             head = f"{lead}\n{head}"
         tail = [f"goldens: {display(self.folder)}/"]
@@ -185,6 +183,22 @@ class CheckOutcome:
             else:
                 lines += k.lines
         return lines
+
+
+def _lead(failed: list[KeyOutcome]) -> Optional[str]:
+    """The toolchain line leading a failure: for every failed key, or naming the keys it holds for."""
+    diffs = [k.diff for k in failed if k.diff is not None]
+    toolchain = list(dict.fromkeys(t for d in diffs for t in d.toolchain))
+    release = any(d.torch_release_changed for d in diffs)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for k in failed:
+        if k.diff is not None and k.diff.toolchain:
+            groups.setdefault(tuple(k.diff.toolchain), []).append(k.label)
+    named = sum(len(labels) for labels in groups.values())
+    if not named or named == len(failed):
+        return toolchain_lead(toolchain, release)
+    shown = [(summarize_labels(labels), list(changes)) for changes, labels in groups.items()]
+    return toolchain_lead_of_some(shown, named, len(failed), release)
 
 
 def accept_command(harvest: str, golden_dir: str, rel: str) -> str:

@@ -300,22 +300,6 @@ class GoldenSession:
             return
         self.report.picture = os.path.relpath(target, report_md.parent).replace(os.sep, "/")
 
-    def rename_hook(self) -> Optional[Callable[[str, str], Optional[str]]]:
-        """The ``pytest_graphcapture_normalize_kernel`` hook as a callable, when a project implements it."""
-        config = self.config
-        hook = getattr(config.hook, "pytest_graphcapture_normalize_kernel", None)
-        if hook is None or not hook.get_hookimpls():
-            return None
-        return lambda name, level: hook(config=config, name=name, level=level)
-
-    def postprocess_hook(self) -> Optional[Callable[[dict], None]]:
-        """The ``pytest_graphcapture_postprocess_summary`` hook as a callable, when a project implements it."""
-        config = self.config
-        hook = getattr(config.hook, "pytest_graphcapture_postprocess_summary", None)
-        if hook is None or not hook.get_hookimpls():
-            return None
-        return lambda data: hook(config=config, summary=data)
-
     def terminal_lines(self) -> list[str]:
         lines = self.report.terminal_lines(verbose=self.config.getoption("verbose", 0) > 0)
         for target in self.written:
