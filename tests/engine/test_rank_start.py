@@ -9,6 +9,7 @@ torch reads when it is imported included, and a start-up that cannot hang.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,16 +29,14 @@ pytestmark = pytest.mark.skipif(
 def test_a_rank_sees_the_environment_of_its_run_even_what_torch_reads_at_import(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    seen = []
-    for threads in ("1", "2"):  # libgomp reads OMP_NUM_THREADS when torch loads it: the server restarts
-        monkeypatch.setenv("OMP_NUM_THREADS", threads)
-        monkeypatch.setenv("GRAPH_CAPTURE_TEST_MARK", f"run-{threads}")
-        seen += run_on_ranks("rank_targets:threads_and_variable", 2, args=("GRAPH_CAPTURE_TEST_MARK",), timeout=60)
-    assert seen == [[1, "run-1"], [1, "run-1"], [2, "run-2"], [2, "run-2"]]
+    # libgomp reads OMP_NUM_THREADS when torch loads it: the server is started again for the second run.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("GRAPH_CAPTURE_TEST_MARK", "first run")
+    first = run_on_ranks("rank_targets:threads_and_variable", 2, args=("GRAPH_CAPTURE_TEST_MARK",), timeout=60)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.delenv("GRAPH_CAPTURE_TEST_MARK")
-    assert run_on_ranks("rank_targets:threads_and_variable", 1, args=("GRAPH_CAPTURE_TEST_MARK",), timeout=60) == [
-        [2, None]
-    ]
+    second = run_on_ranks("rank_targets:threads_and_variable", 2, args=("GRAPH_CAPTURE_TEST_MARK",), timeout=60)
+    assert (first, second) == ([[1, "first run"]] * 2, [[2, None]] * 2)
 
 
 def test_a_fork_server_that_hangs_importing_is_stopped_at_the_start_up_deadline(
@@ -62,3 +61,21 @@ def test_a_fork_server_that_hangs_importing_is_stopped_at_the_start_up_deadline(
     assert spawned_pids()[before:] == []  # no rank process was ever started
     # The environment is the old one again: the next run starts a server that works.
     assert [result[0] for result in run_on_ranks("rank_targets:rank_and_world", 2, timeout=60)] == [0, 1]
+
+
+def test_each_rank_imports_the_main_module_itself_as_a_spawned_rank_does(tmp_path: Path) -> None:
+    # A main module's top level (torch.cuda.is_available(), say, which makes torch refuse CUDA in every
+    # process forked after it) must run in the rank, not in the server the ranks are forked from.
+    script = tmp_path / "main_script.py"
+    script.write_text(
+        "import os\n"
+        "IMPORTED_IN = os.getpid()\n\n\n"
+        "def imported_here(ctx):\n"
+        "    return IMPORTED_IN == os.getpid()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    from pytest_graphcapture.engine.ranks.supervisor import run_on_ranks\n\n"
+        "    print(run_on_ranks(imported_here, 2, timeout=60))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[True, True]"

@@ -36,11 +36,11 @@ import threading
 from multiprocessing import forkserver
 from typing import Any, Iterator, Optional
 
-#: What the fork server imports before it forks a rank: its guard, the main module (as spawn would import
-#: it in each rank), torch and the engine.
+#: What the fork server imports before it forks a rank: its guard, torch and the engine.  Not the main
+#: module: each rank imports it, as a spawned rank does, so a script that asks ``torch.cuda.is_available()``
+#: at its top (which makes torch refuse CUDA in every process forked after it) asks it in the rank.
 PRELOAD = [
     "pytest_graphcapture.engine.ranks.server_guard",
-    "__main__",
     "torch",
     "torch.distributed",
     "pytest_graphcapture.engine.ranks.capture",
