@@ -30,6 +30,11 @@ def tp_decode_logits(ctx, tp_size: int) -> dict:
     return {"logits": logits.tolist(), "tokens": tokens.tolist(), "cache": list(runner.k_cache.shape)}
 
 
+def threads_and_variable(ctx, name: str) -> list:
+    """torch's intra-op threads (libgomp read OMP_NUM_THREADS when torch loaded it) and ``os.environ[name]``."""
+    return [torch.get_num_threads(), os.environ.get(name)]
+
+
 def rank_and_world(ctx) -> tuple:
     """What the rank sees: its context and the initialized process group."""
     return (

@@ -15,13 +15,16 @@ pytest.importorskip("xdist", reason="pytest-xdist is needed for the concurrency 
 
 from helpers import run, use_this_checkout  # noqa: E402
 
+# FakeRunner (and torch) is imported where it is used: the xdist controller, which loads this
+# conftest too but captures nothing, does not import torch (1.5 s of CPU a run).
 CONFTEST = """
 import os
 import pytest
-from pytest_graphcapture.testing import FakeRunner
 
 @pytest.fixture
 def decode_runner():
+    from pytest_graphcapture.testing import FakeRunner
+
     return FakeRunner([1, 2, 3], hidden=int(os.environ.get("CONC_HIDDEN", "8")))
 """
 

@@ -23,17 +23,9 @@ from ..backend import make_backend
 from ..capture import CaptureSettings, capture_runner
 from ..decode_model import TinyDecodeRunner
 from ..result import CaptureResult
-from .supervisor import (
-    DEFAULT_TIMEOUT,
-    RankContext,
-    Target,
-    check_picklable,
-    default_backend,
-    progress_to_parent,
-    report_stage,
-    resolve_target,
-    run_on_ranks,
-)
+from .rank_process import progress_to_parent, report_stage
+from .supervisor import DEFAULT_TIMEOUT, run_on_ranks
+from .target import RankContext, Target, check_picklable, default_backend, resolve_target
 
 DEFAULT_FACTORY = "pytest_graphcapture.engine.ranks.capture:tensor_parallel_decode_runner"
 

@@ -7,7 +7,8 @@ start method: safe with CUDA and threads), each initializes the default process
 group (``gloo`` on CPU, ``nccl`` on CUDA — RCCL on ROCm builds — unless told
 otherwise) over a free loopback port, calls a picklable target with a
 :class:`RankContext` and sends its plain-data return value back through a queue.
-:mod:`.capture` runs the capture engine this way.
+:mod:`.capture` runs the capture engine this way; :mod:`.rank_process` is the rank's side
+and :mod:`.target` what it runs.
 
 Failure handling, the part that makes it usable as a gate:
 
@@ -35,65 +36,31 @@ Failure handling, the part that makes it usable as a gate:
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
 import os
 import queue as queue_mod
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
-import traceback
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 from ...errors import UsageError
 from .diagnose import STARTUP_ALLOWANCE, RankError, RankState, dump_stacks, failure
+from .rank_process import last_stage, rank_main
+from .start import abandon_fork_server, rank_start
+from .target import RankContext, Target, check_picklable, default_backend
+
+# RankContext and RankError are what a caller of run_on_ranks meets: its target's argument, its error.
+__all__ = ["DEFAULT_TIMEOUT", "RankContext", "RankError", "free_port", "run_on_ranks", "spawned_pids"]
 
 DEFAULT_TIMEOUT = 120.0
 #: After the first rank fails, how long the others may take to report their own errors.
 ERROR_GRACE = 3.0
-#: Extra time the process group's own timeout gets over ours, so the parent reports a hang, not gloo.
-PG_TIMEOUT_MARGIN = 30.0
 #: Spawns retried when the chosen port was taken between choosing and binding it.
 PORT_RETRIES = 3
-#: Bytes of a rank's stage kept in its stage file (a longer stage text is cut).
-STAGE_BYTES = 512
-#: ``prctl`` option: the signal this process gets when its parent dies (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
-
-Target = Union[str, Callable[..., Any]]
-
-
-@dataclass(frozen=True)
-class RankContext:
-    """What a rank's target or runner factory is told about its rank.
-
-    ``device`` is ``"cpu"`` or ``"cuda:<i>"`` (``i = rank mod visible devices``),
-    ``backend`` the process group backend, ``batch_sizes`` the session's
-    ``--graph-capture-batch-sizes`` (None: no selection) — which sizes are captured, not
-    what a factory builds: a runner built for fewer sizes captures other graphs.
-    """
-
-    rank: int
-    world_size: int
-    device: str
-    backend: str
-    batch_sizes: Optional[tuple[int, ...]] = None
-
-    @property
-    def torch_device(self) -> Any:
-        import torch
-
-        return torch.device(self.device)
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def free_port() -> int:
@@ -101,48 +68,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def default_backend(device_type: str) -> str:
-    """``nccl`` for CUDA/ROCm devices (RCCL answers to that name), ``gloo`` otherwise."""
-    return "nccl" if device_type == "cuda" else "gloo"
-
-
-def resolve_target(target: Target, *, what: str = "factory") -> Callable[..., Any]:
-    """The callable named by ``"package.module:function"``, or ``target`` itself if callable."""
-    if callable(target):
-        return target
-    if not isinstance(target, str) or ":" not in target:
-        raise UsageError(f"{what} {target!r}: expected a callable or a 'module:function' string")
-    module_name, _, attr = target.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"{what} {target!r} cannot be imported: {type(exc).__name__}: {exc}") from None
-    if not callable(obj):
-        raise UsageError(f"{what} {target!r} is not callable")
-    return obj
-
-
-def check_picklable(target: Target, *, what: str = "factory") -> None:
-    """UsageError unless ``target`` can be sent to a spawned process (a string always can)."""
-    if isinstance(target, str):
-        resolve_target(target, what=what)
-        return
-    if not callable(target):
-        raise UsageError(f"{what} {target!r}: expected a callable or a 'module:function' string")
-    from multiprocessing.reduction import ForkingPickler  # what spawn sends the target with
-
-    try:
-        ForkingPickler.dumps(target)
-    except Exception as exc:
-        name = getattr(target, "__qualname__", repr(target))
-        raise UsageError(
-            f"{what} {name} cannot be sent to the rank processes ({type(exc).__name__}: {exc}); use a module-level "
-            f"function (not a lambda, closure or runner object) or a 'module:function' string"
-        ) from None
 
 
 def _describe_exit(code: Optional[int]) -> str:
@@ -154,179 +79,6 @@ def _describe_exit(code: Optional[int]) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
-
-
-# --------------------------------------------------------------------------- the child side
-
-_CHANNEL: Optional["_Channel"] = None
-
-
-class _Channel:
-    """A rank's line to the parent: stage changes, progress lines, the result.
-
-    The queue delivers from a feeder thread, so what it holds is lost when the
-    process dies abruptly; the stage is also written, at once, over the start of
-    ``stage_file`` (:func:`_last_stage` reads it once a rank died or hangs).
-    """
-
-    def __init__(self, rank: int, queue: Any, stage_file: Optional[str] = None) -> None:
-        self.rank = rank
-        self.queue = queue
-        self.current = "starting"
-        self._stage_fd: Optional[int] = None
-        if stage_file is not None:
-            with contextlib.suppress(OSError):  # without it, the queue's stage is all there is
-                self._stage_fd = os.open(stage_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
-
-    def stage(self, text: str) -> None:
-        self.current = text
-        if self._stage_fd is not None:
-            raw = text.encode("utf-8", "replace")[:STAGE_BYTES].decode("utf-8", "ignore").encode("utf-8")
-            with contextlib.suppress(OSError):  # one fixed-size write over the last: never a truncated file
-                os.lseek(self._stage_fd, 0, os.SEEK_SET)
-                os.write(self._stage_fd, raw.ljust(STAGE_BYTES, b"\0"))
-        self.queue.put(("stage", self.rank, text))
-
-    def progress(self, line: str) -> None:
-        self.queue.put(("progress", self.rank, line))
-
-
-def _stage_file(dump_dir: str, rank: int) -> str:
-    return os.path.join(dump_dir, f"rank{rank}.stage")
-
-
-def _last_stage(dump_dir: str, rank: int) -> Optional[str]:
-    """The stage rank ``rank`` last wrote to its stage file, or None when it wrote none."""
-    try:
-        with open(_stage_file(dump_dir, rank), "rb") as handle:
-            raw = handle.read(STAGE_BYTES).split(b"\0", 1)[0]
-    except OSError:
-        return None
-    return raw.decode("utf-8", "replace") or None
-
-
-def report_stage(text: str) -> None:
-    """Tell the parent what this rank is doing (shown when it hangs); no-op outside a rank."""
-    if _CHANNEL is not None:
-        _CHANNEL.stage(text)
-
-
-def progress_to_parent() -> Optional[Callable[[str], None]]:
-    """A progress-line callback that reaches the parent, or None outside a rank."""
-    return _CHANNEL.progress if _CHANNEL is not None else None
-
-
-def _die_with_parent() -> bool:
-    """Ask the kernel to SIGKILL this process when its parent dies; False where it cannot.
-
-    Only Linux has the call (``prctl(PR_SET_PDEATHSIG)``); elsewhere this is a
-    no-op and :func:`_watch_parent`'s thread is the only guard.  The kernel's
-    signal needs nothing from this process, so a rank stuck in a C call that
-    holds the GIL dies too, which the watching thread cannot make happen.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _leave_parent_group() -> None:
-    """Make this rank the leader of a new session and process group, so the parent can stop all it started."""
-    if hasattr(os, "setsid"):
-        try:
-            os.setsid()
-        except OSError:  # already a group leader
-            pass
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Exit this rank when the parent process is gone (no orphans even if pytest is killed)."""
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent_pid:
-                os._exit(3)
-
-    threading.Thread(target=watch, name="graphcapture-parent-watch", daemon=True).start()
-
-
-def _rank_main(
-    rank: int,
-    world_size: int,
-    port: int,
-    device_type: str,
-    backend: str,
-    timeout: float,
-    target: Target,
-    args: tuple,
-    queue: Any,
-    parent_pid: int,
-    dump_dir: str,
-) -> None:
-    """Entry point of one rank process (module level, so ``spawn`` can import it)."""
-    global _CHANNEL
-    _leave_parent_group()
-    _die_with_parent()
-    if os.getppid() != parent_pid:  # the parent died before the kernel was asked to tell us
-        os._exit(3)
-    _watch_parent(parent_pid)
-    dump = None
-    if hasattr(signal, "SIGUSR1"):
-        import faulthandler
-
-        dump = open(os.path.join(dump_dir, f"rank{rank}.txt"), "w")
-        faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-    channel = _CHANNEL = _Channel(rank, queue, _stage_file(dump_dir, rank))
-    queue.put(("ready", rank, os.getpid(), threading.main_thread().ident))
-    dist = None
-    try:
-        import torch
-        import torch.distributed as dist
-
-        if sys.platform.startswith("linux"):
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is local: stay on loopback
-        device = "cpu"
-        if device_type == "cuda":
-            index = rank % max(torch.cuda.device_count(), 1)
-            torch.cuda.set_device(index)
-            device = f"cuda:{index}"
-        channel.stage("init_process_group")
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://127.0.0.1:{port}",
-            world_size=world_size,
-            rank=rank,
-            timeout=timedelta(seconds=timeout + PG_TIMEOUT_MARGIN),
-        )
-        channel.stage("running")
-        fn = resolve_target(target, what="rank target")
-        value = fn(RankContext(rank, world_size, device, backend, args[0] if args else None), *args[1:])
-        channel.stage("sending the result")
-        queue.put(("result", rank, value))
-    except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
-        stage = channel.current
-        if getattr(exc, "key", None) is not None and getattr(exc, "stage", None):  # a CaptureError knows better
-            stage = f"{exc.key} {exc.stage}"  # type: ignore[attr-defined]
-        queue.put(("error", rank, f"{type(exc).__name__}: {exc}", traceback.format_exc(), stage))
-    finally:
-        if dist is not None and dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:
-                pass
-        queue.close()
-        queue.join_thread()
-        if dump is not None:
-            dump.close()
-
-
-# --------------------------------------------------------------------------- the parent side
 
 
 #: Every rank process this process spawned (tests check none is left running).
@@ -381,9 +133,60 @@ def _run_once(
     timeout: float,
     on_progress: Optional[Callable[[int, str], None]],
 ) -> list[Any]:
-    import multiprocessing
+    with rank_start() as ctx:
+        return _supervise(ctx, target, world_size, args, device_type, backend, timeout, on_progress)
 
-    ctx = multiprocessing.get_context("spawn")
+
+def _start_ranks(
+    ctx: Any, world_size: int, rank_args: Callable[[int], tuple], procs: dict[int, Any], within: float
+) -> bool:
+    """Start the ranks into ``procs``; False when that did not end within ``within`` seconds.
+
+    A rank forked from a fork server that is still importing torch starts only when
+    the import is done, so a hung import is bounded here, as it is in a spawned rank
+    by the start-up deadline; the server is then stopped, which ends the wait.  Spawned
+    ranks start in the calling thread: the kernel's parent-death signal follows the
+    thread that started a process, and a helper thread ends before the ranks do.
+    """
+    failed: list[BaseException] = []
+
+    def start_all() -> None:
+        try:
+            for rank in range(world_size):
+                proc = ctx.Process(target=rank_main, name=f"graphcapture-rank{rank}", args=rank_args(rank))
+                proc.start()
+                procs[rank] = proc
+                _SPAWNED.append(proc.pid)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
+            failed.append(exc)
+
+    if ctx.get_start_method() != "forkserver":
+        start_all()
+        if failed:
+            raise failed[0]
+        return True
+    starter = threading.Thread(target=start_all, name="graphcapture-rank-start", daemon=True)
+    starter.start()
+    starter.join(within)
+    if starter.is_alive():
+        abandon_fork_server()
+        starter.join(10.0)
+        return False
+    if failed:
+        raise failed[0]
+    return True
+
+
+def _supervise(
+    ctx: Any,
+    target: Target,
+    world_size: int,
+    args: tuple,
+    device_type: str,
+    backend: str,
+    timeout: float,
+    on_progress: Optional[Callable[[int, str], None]],
+) -> list[Any]:
     queue = ctx.Queue()
     port = free_port()
     dump_dir = tempfile.mkdtemp(prefix="graphcapture-ranks-")
@@ -392,29 +195,33 @@ def _run_once(
     pids: list[int] = []
     timed_out = startup = False
     dumps: dict[int, str] = {}
+    environment = dict(os.environ)
+
+    def rank_args(rank: int) -> tuple:
+        parent = os.getpid()
+        return (
+            rank,
+            world_size,
+            port,
+            device_type,
+            backend,
+            timeout,
+            target,
+            args,
+            queue,
+            parent,
+            dump_dir,
+            environment,
+        )
+
     try:
-        for rank in range(world_size):
-            proc = ctx.Process(
-                target=_rank_main,
-                name=f"graphcapture-rank{rank}",
-                args=(
-                    rank,
-                    world_size,
-                    port,
-                    device_type,
-                    backend,
-                    timeout,
-                    target,
-                    args,
-                    queue,
-                    os.getpid(),
-                    dump_dir,
-                ),
-            )
-            proc.start()
-            procs[rank] = proc
-            pids.append(proc.pid)
-            _SPAWNED.append(proc.pid)
+        if not _start_ranks(ctx, world_size, rank_args, procs, max(timeout, STARTUP_ALLOWANCE)):
+            for rank, state in states.items():
+                if rank not in procs:
+                    state.stage = "waiting for the fork server to import torch"
+            pids[:] = [proc.pid for proc in procs.values()]
+            raise failure(states, timeout, True, True, {}, pids)
+        pids[:] = [proc.pid for proc in procs.values()]
         started = time.monotonic()
         startup_deadline = started + max(timeout, STARTUP_ALLOWANCE)
         run_deadline: Optional[float] = None
@@ -470,7 +277,7 @@ def _run_once(
             return [states[rank].value for rank in range(world_size)]
         for rank, state in states.items():  # the stage a dead or hung rank reached, even if its queue did not say
             if state.status in ("running", "died"):
-                state.stage = _last_stage(dump_dir, rank) or state.stage
+                state.stage = last_stage(dump_dir, rank) or state.stage
         if any(s.status == "running" for s in states.values()):
             dumps = dump_stacks(procs, states, dump_dir)
     finally:
@@ -517,6 +324,3 @@ def run_on_ranks(
             if not port_taken or attempt == PORT_RETRIES - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-# --------------------------------------------------------------------------- capture on ranks
