@@ -20,8 +20,9 @@ from .attribute import (
     REPLAY_UNATTRIBUTED,
 )
 from .graph import CapturedGraph
-from .model import Summary, count_changes
+from .model import Summary
 from .scan import _entries
+from .views import count_changes
 
 
 class KernelEvidenceWarning(UserWarning):
