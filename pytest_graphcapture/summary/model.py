@@ -35,6 +35,9 @@ SCHEMA_VERSION = 2
 
 KINDS = ("kernel", "memcpy", "memset")
 
+#: What a key of several graphs stores of each of its graphs (``graphs`` in a summary).
+GRAPH_FIELDS = ("kernels", "ops", "launches", "complete")
+
 #: Where a summary's kernels were read: the captured graph itself (in process), a profiled replay of
 #: the graph, the capture window's launch events (ROCm names kernels there), or a graph dump file.
 KERNEL_SOURCES = ("graph", "replay", "capture-window", "dot")
@@ -125,6 +128,10 @@ class Summary:
     #: The graph's shape when it was read: ``{"nodes": {type: count}, "branches": n}`` (``branches``:
     #: the most work nodes that can run at once), or None where no graph was read.
     topology: Optional[dict] = None
+    #: A key of several graphs (the pieces of a piecewise capture, a batch size that captures more than
+    #: one graph): each graph's own Summary, in capture order, while this one's kernels, ops and launches
+    #: are their sum (:func:`~.graphs.of_graphs`).  None for a key of one graph, stored as it always was.
+    graphs: Optional[list] = None
 
     def __post_init__(self) -> None:
         # Canonical order so that equal content always serializes to equal bytes.
@@ -155,7 +162,13 @@ class Summary:
             # Only where a graph or replay supplied them: summaries without (every CPU one) stay as they were.
             **({"kernel_source": self.kernel_source} if self.kernel_source is not None else {}),
             **({"topology": _topology_copy(self.topology)} if self.topology is not None else {}),
+            **({"graphs": [g.graph_dict(share_entries) for g in self.graphs]} if self.graphs else {}),
         }
+
+    def graph_dict(self, share_entries: bool = False) -> dict:
+        """What a key of several graphs stores of each graph: its kernels, ops, launches and completeness."""
+        whole = self.to_dict(share_entries=share_entries)
+        return {name: whole[name] for name in GRAPH_FIELDS}
 
     def to_json(self) -> str:
         """Canonical JSON text, as goldens store it: one line per kernel, op and launch entry."""
@@ -204,6 +217,7 @@ class Summary:
         check_level(level)
         if not is_coarser_or_equal(level, self.level):
             raise UsageError(f"cannot normalize {self.key} from level {self.level!r} to the finer level {level!r}")
+        ignore_kernels, ignore_ops = tuple(ignore_kernels), tuple(ignore_ops)  # read again for each graph
         kernel_patterns = compile_patterns(ignore_kernels, what="kernel ignore pattern")
         op_patterns = compile_patterns(ignore_ops, what="op ignore pattern")
         merged: dict[tuple, dict] = {}
@@ -233,6 +247,17 @@ class Summary:
         normalized.launches = {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])}
         normalized.environment = dict(self.environment)
         normalized.level = level
+        if self.graphs:
+            normalized.graphs = [
+                g.normalized(
+                    level,
+                    ignore_kernels=ignore_kernels,
+                    ignore_ops=ignore_ops,
+                    rename=rename,
+                    share_entries=share_entries,
+                )
+                for g in self.graphs
+            ]
         return normalized
 
     def kernel_count(self) -> int:

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..errors import FileError, TraceFormatError
 from ..keys import CaptureKey, is_int
-from .model import KERNEL_SOURCES, KINDS, LAUNCH_PATTERN, SCHEMA_VERSION, Summary
+from .graphs import of_graphs
+from .model import GRAPH_FIELDS, KERNEL_SOURCES, KINDS, LAUNCH_PATTERN, SCHEMA_VERSION, Summary
 from .normalize import DEFAULT_LEVEL, LEVELS
 
 
@@ -149,7 +150,7 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
             'topology must be {"nodes": {node type: count of at least 1}, "branches": integer of at least 0} or null',
         )
         topology = {"nodes": dict(sorted(nodes.items())), "branches": topology["branches"]}
-    return Summary(
+    summary = Summary(
         key=key,
         platform=data["platform"],
         kernels=clean_kernels,
@@ -164,3 +165,32 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
         kernel_source=kernel_source,
         topology=topology,
     )
+    if data.get("graphs") is not None:
+        summary = _with_graphs(summary, data, source, error)
+    return summary
+
+
+def _with_graphs(summary: Summary, data: dict, source: str, error: type[FileError]) -> Summary:
+    """``summary`` with the graphs ``data["graphs"]`` lists, each checked like a summary; its sums must match."""
+    graphs = data["graphs"]
+    if not isinstance(graphs, list) or len(graphs) < 2:
+        raise error(source, "graphs must be a list of two or more graphs (a key of one graph stores none)")
+    parts = []
+    for i, graph in enumerate(graphs):
+        if not isinstance(graph, dict):
+            raise error(source, f"graphs[{i}] must be an object with {', '.join(GRAPH_FIELDS)}")
+        missing = [name for name in GRAPH_FIELDS if name not in graph]
+        if missing:
+            raise error(source, f"graphs[{i}] is missing {', '.join(missing)}")
+        own = {name: data[name] for name in ("schema_version", "key", "platform", "level") if name in data}
+        part = summary_from_dict({**own, **{name: graph[name] for name in GRAPH_FIELDS}}, source, error=error)
+        part.environment = summary.environment
+        parts.append(part)
+    whole = of_graphs(parts)
+    for name in ("kernels", "ops", "launches"):
+        if getattr(whole, name) != getattr(summary, name):
+            raise error(source, f"{name} must be the sum of the {len(parts)} graphs' {name} (graphs[...])")
+    whole.environment, whole.unattributed, whole.topology = summary.environment, summary.unattributed, summary.topology
+    whole.kernel_source, whole.schema_version = summary.kernel_source, summary.schema_version
+    whole.complete, whole.incomplete_reason = summary.complete, summary.incomplete_reason
+    return whole
