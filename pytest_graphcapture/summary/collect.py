@@ -97,6 +97,7 @@ class Collector:
         self._refs: dict = {}  # (name, dims key) -> span reference
         self._ref_rows: list = []  # (name, dims) per span reference, as fed
         self._op_refs: Optional[list] = None
+        self._coarse: Optional[tuple] = None  # (groups seen, mapping, rows) of op_groups()
         self._tids: dict = {}  # (pid, thread id) -> thread index
         self.threads: list = []  # (pid, thread id) of each thread index
         self._last_tid: Any = _NOTHING  # the thread asked for last, and its index
@@ -339,6 +340,9 @@ class Collector:
         Groups of unparsed JSON texts that hold equal values (``[1, 2]`` and ``[1,2]``)
         become one, exactly as if every value had been parsed.
         """
+        cached = self._coarse
+        if cached is not None and cached[0] == len(self._group_rows):
+            return cached[1], cached[2]  # a trace split into keys asks once per key
         coarse_of: dict = {}
         mapping = []
         rows = []
@@ -354,6 +358,7 @@ class Collector:
                 index = coarse_of[key] = len(rows)
                 rows.append((name, [] if dims is MISSING else dims, [] if types is MISSING else types))
             mapping.append(index)
+        self._coarse = (len(self._group_rows), mapping, rows)
         return mapping, rows
 
     @property
