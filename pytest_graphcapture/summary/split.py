@@ -69,6 +69,8 @@ class TraceKeys:
     platform: str
     #: Keys whose range holds no capture window (an annotation around nothing captured).
     empty: list = field(default_factory=list)
+    #: Capture calls that could not be paired (a capture cut off by the profiler window), one sentence each.
+    problems: list = field(default_factory=list)
 
 
 def stable_runner(path: Union[str, Path]) -> str:
@@ -105,7 +107,8 @@ def summarize_trace_keys(
         plan, split_by = _plan(path, scan, top, spans, batch_sizes, runner)
         summaries = _summaries(scan, windows, plan, platform, level, environment)
     empty = [summary.key for summary, (_, graphs) in zip(summaries, plan) if not graphs and spans]
-    return TraceKeys(path, summaries, split_by, len(spans), platform, empty)
+    problems = list(windows.problems) if windows is not None else []
+    return TraceKeys(path, summaries, split_by, len(spans), platform, empty, problems)
 
 
 def _plan(
