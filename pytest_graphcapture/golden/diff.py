@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Se
 from ..errors import GoldenError, UsageError
 from ..keys import CaptureKey, key_label
 from ..summary.attribute import op_label
+from ..summary.model import count_changes, kernel_view
 from ..summary.normalize import LEVELS
-from ..summary.views import count_changes, kernel_view
 from .environment import environment_note, toolchain_changes, torch_release_changed
 
 if TYPE_CHECKING:
