@@ -183,7 +183,8 @@ def split_single_capture(result: Any) -> Optional[TraceResult]:
         return None
     runner = str(getattr(result, "runner_name", "") or "capture")
     try:
-        read = summarize_trace_keys(path, batch_sizes=[kr.key.batch_size for kr in items], runner=runner)
+        # One window per key, in the order they were captured: the keys' own sizes may repeat (variants).
+        read = summarize_trace_keys(path, batch_sizes=list(range(1, len(items) + 1)), runner=runner)
     except TraceFormatError as exc:
         if "holds 0 capture windows" in exc.problem:
             return None

@@ -13,7 +13,8 @@ holds as many keys as its markers say:
 * **windows** — a trace of the whole capture (sglang's
   ``cuda_graph_capture-{runner}-TP-{rank}.json.gz``, the plugin's single mode) marks no
   size: its windows, in capture order, are mapped to the batch sizes the caller lists
-  in that order (sglang captures the largest first), one key each;
+  in that order (sglang captures the largest first), one key each; a size listed several
+  times in a row is one key of that many graphs (a batch size that captures more than one);
 * otherwise one key, as :func:`~..naming.key_from_trace_name` reads it (``bs=?`` when
   the trace does not say).
 
@@ -136,7 +137,13 @@ def _plan(
                 f"size{'s' if len(batch_sizes) != 1 else ''} were given; give one batch size per window, in capture "
                 f"order (sglang captures the largest first)",
             )
-        return [(CaptureKey(base, bs, None, rank), [i]) for i, bs in enumerate(batch_sizes)], "windows"
+        plan: list = []
+        for i, bs in enumerate(batch_sizes):  # a size repeated in a row: one key of several graphs
+            if plan and plan[-1][0].batch_size == bs:
+                plan[-1][1].append(i)
+            else:
+                plan.append((CaptureKey(base, bs, None, rank), [i]))
+        return plan, "windows"
     marks = [(name, start, end, pid) for name, start, end, pid in scan.annotation_spans if CAPTURE_MARK.match(name)]
     if marks:
         return _by_marks(marks, spans, runner, base, rank), "annotations"

@@ -63,7 +63,8 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
         "--batch-sizes",
         type=batch_sizes,
         metavar="B1,B2,...",
-        help="batch sizes of a single-capture trace's windows, in capture order (sglang: largest first)",
+        help="batch sizes of a single-capture trace's windows, in capture order (sglang: largest first); "
+        "a size repeated in a row is one key of that many graphs",
     )
     p.add_argument("--runner", help="runner name of every key (default: from each trace)")
     p.add_argument("--level", choices=LEVELS, default="name", help="kernel-name level compared (default name)")

@@ -76,6 +76,11 @@ def test_the_single_sglang_trace_maps_its_windows_to_the_batch_sizes_in_capture_
     assert read.summaries[2] == per_size.summaries[0]
 
 
+def test_a_batch_size_listed_twice_in_a_row_is_one_key_of_two_graphs(built):
+    read = summarize_trace_keys(_only(built("sglang-single")), batch_sizes=[8, 8, 2])
+    assert [(s.key.batch_size, graph_count(s)) for s in read.summaries] == [(8, 2), (2, 1)]
+
+
 def test_the_single_trace_without_batch_sizes_is_refused_naming_its_window_count(built):
     path = _only(built("sglang-single"))
     with pytest.raises(TraceFormatError, match="holds 3 capture windows with no batch-size marker"):
