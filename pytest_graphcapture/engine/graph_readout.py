@@ -165,14 +165,32 @@ class _Reader:
         return tuple(result[1:])
 
     def graph(self, graph: Any, ident: str) -> CapturedGraph:
-        """Nodes in the runtime's order, then the edges between them."""
+        """Nodes in the runtime's order, then the edges between them; child graphs and bodies likewise.
+
+        Graphs still to read wait on a list, not on the call stack: a graph nested
+        thousands deep reads like a flat one.
+        """
+        root = CapturedGraph(ident=ident)
+        pending: list[tuple[Any, CapturedGraph, Any]] = [(graph, root, None)]
+        while pending:
+            handle, model, _keep = pending.pop()  # ``_keep``: the parameters a body handle is a view into
+            self.fill(handle, model, pending)
+        return root
+
+    def fill(self, graph: Any, model: CapturedGraph, pending: list) -> None:
+        """Read ``graph``'s nodes and edges into ``model``; the graphs its nodes hold go on ``pending``."""
         count = self.call("cudaGraphGetNodes", graph, 0)[-1]
         handles, count = self.call("cudaGraphGetNodes", graph, count) if count else ([], 0)
-        model = CapturedGraph(ident=ident)
+        ident = model.ident
         position = {}
         for i, handle in enumerate(handles[:count]):
             position[int(handle)] = i
-            model.nodes.append(self.node(handle, f"{ident}.{i}"))
+            node, held, keep = self.node(handle, f"{ident}.{i}")
+            model.nodes.append(node)
+            for child_handle, child_ident in held:
+                child = CapturedGraph(ident=child_ident)
+                node.children.append(child)
+                pending.append((child_handle, child, keep))
         # Edge data (ports, programmatic edges) is not read: the bindings hand it back as views
         # into a buffer they have already freed.
         edges = edges_call(self.runtime)
@@ -181,12 +199,14 @@ class _Reader:
             sources, targets, _, edge_count = self.call(edges, graph, edge_count)
             for source, target in zip(sources[:edge_count], targets[:edge_count]):
                 model.edges.append((position[int(source)], position[int(target)]))
-        return model
 
-    def node(self, handle: Any, ident: str) -> GraphNode:
+    def node(self, handle: Any, ident: str) -> tuple[GraphNode, list[tuple[Any, str]], Any]:
+        """The node, the graphs it holds (handle, ident) still to read, and what their handles need kept alive."""
         kind = self.call("cudaGraphNodeGetType", handle)[0]
         name = getattr(kind, "name", str(kind)).removeprefix("cudaGraphNodeType")
         node = GraphNode(ident, NODE_TYPES.get(name, name.lower()))
+        held: list[tuple[Any, str]] = []
+        keep = None
         if node.type == "kernel":
             node.name, node.launch = self.kernel(handle)
         elif node.type == "memcpy":
@@ -194,8 +214,7 @@ class _Reader:
             kind_name = getattr(params.kind, "name", str(params.kind))
             node.name = copy_direction(kind_name)
         elif node.type == "graph":
-            child = self.call("cudaGraphChildGraphNodeGetGraph", handle)[0]
-            node.children.append(self.graph(child, f"{ident}/graph"))
+            held.append((self.call("cudaGraphChildGraphNodeGetGraph", handle)[0], f"{ident}/graph"))
         elif node.type == "conditional":
             if not hasattr(self.runtime, "cudaGraphNodeGetParams"):
                 raise GraphReadoutError(
@@ -206,11 +225,12 @@ class _Reader:
                     f"{CONDITIONAL_BODIES_SINCE} or newer)",
                 )
             # The conditional parameters are a view into this struct: it must outlive their use.
-            params = self.call("cudaGraphNodeGetParams", handle)[0]
+            keep = params = self.call("cudaGraphNodeGetParams", handle)[0]
             conditional = params.conditional
             bodies = list(conditional.phGraph_out)[: int(conditional.size)]
-            node.children += [self.graph(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
-        return node
+            node.name = condition_kind(getattr(conditional, "type", None))
+            held += [(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
+        return node, held, keep
 
     def kernel(self, handle: Any) -> tuple[str, Launch]:
         """The kernel's name and launch shape, through the driver: its function, else its library kernel."""
@@ -223,6 +243,17 @@ class _Reader:
         if int(params.func):
             return _text(self.call("cuFuncGetName", params.func)[0]), launch
         return _text(self.call("cuKernelGetName", params.kern)[0]), launch
+
+
+#: The kinds of a conditional node (``cudaGraphCondType<Kind>``): one body of an ``if`` (``if``/``else`` with
+#: two) or ``switch`` runs, or none; a ``while`` body runs any number of times.
+CONDITION_KINDS = {"If": "if", "While": "while", "Switch": "switch"}
+
+
+def condition_kind(kind: Any) -> str:
+    """A conditional node's kind (``if``, ``while``, ``switch``) from the runtime's enum; empty when unknown."""
+    name = str(getattr(kind, "name", "") or "").removeprefix("cudaGraphCondType")
+    return CONDITION_KINDS.get(name, "")
 
 
 def _text(name: Any) -> str:

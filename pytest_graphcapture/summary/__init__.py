@@ -4,8 +4,8 @@ The names most callers need are re-exported here; each module's docstring says
 what it does: :mod:`.model` (the Summary and its one validator), :mod:`.collect`
 (events → compact records), :mod:`.scan` (records → summary), :mod:`.live` (live
 profiles), :mod:`.replay` (replay kernels and the data-loss check), :mod:`.files`
-(trace and summary files), :mod:`.graph` and :mod:`.dot` (a graph's own nodes, read from
-a graph dump), :mod:`.stream` (a trace file's events in slices, bounded
+(trace, dump and summary files), :mod:`.graph` (a graph's own nodes) and :mod:`.dot`
+with :mod:`.dot_syntax` and :mod:`.dot_labels` (reading them from a graph dump), :mod:`.stream` (a trace file's events in slices, bounded
 memory), :mod:`.tracefile` (reading trace bytes, the whole-file reader),
 :mod:`.normalize` and :mod:`.demangle` (kernel-name levels), :mod:`.platform`
 (platform keys and environment from a trace).

@@ -1,7 +1,10 @@
-"""Summaries of files on disk: capture traces (with an optional replay trace) and summary JSON files."""
+"""Summaries of files on disk: capture traces (with an optional replay trace), graph dumps and summary JSON files."""
 
 from __future__ import annotations
 
+import gzip
+import re
+import zlib
 from pathlib import Path
 from typing import Optional, Union
 
@@ -9,6 +12,7 @@ from .._io import JSONProblem, gc_paused, loads_strict, require_regular
 from ..errors import TraceEventError, TraceFormatError
 from ..keys import CaptureKey
 from ..naming import key_from_trace_name
+from .dot import is_dump_name
 from .model import Summary
 from .normalize import DEFAULT_LEVEL, check_level
 from .platform import environment_from_trace, platform_from_trace
@@ -22,6 +26,32 @@ MERGED_FIELD = "graphcapture_merged"
 
 #: The field of :data:`MERGED_FIELD` that says the ranks' correlation ids were made rank-unique.
 MERGED_CORRELATION = "correlation"
+
+
+#: How a graph dump starts (after a byte-order mark, white space and comments): Graphviz's graph header.
+_DOT_START = re.compile(rb"(?:\xef\xbb\xbf)?(?:\s+|//[^\n]*|/\*.*?\*/|#[^\n]*)*(?:strict\s+)?(?:di)?graph\b", re.DOTALL)
+
+
+def is_graph_dump(path: Union[str, Path]) -> bool:
+    """Whether ``path`` is a graph dump (DOT): named ``.dot``/``.gv`` (maybe ``.gz``), or a file that starts like one.
+
+    A trace is JSON and a summary is JSON; a DOT file starts with ``digraph``, so
+    whatever its name, it is read as the graph dump it is.  A file that cannot be
+    read here is left to the reader that names the problem.
+    """
+    if is_dump_name(path):
+        return True
+    if not Path(path).is_file():  # a FIFO or a device would block the read: the reader refuses them
+        return False
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as handle:
+                head = handle.read(4096)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return _DOT_START.match(head) is not None
 
 
 def collect_trace_file(path: Union[str, Path], *, max_bytes: Optional[int] = None) -> tuple[_Scan, dict]:

@@ -14,9 +14,11 @@ the widest level of a topological layering is not that number (nodes of differen
 depths can be mutually unordered), so it is computed exactly, by Dilworth's
 theorem: the width equals the node count minus a maximum matching of the
 bipartite graph of the transitive closure.  Child graphs are expanded into their
-parent (a child runs its nodes where the child node stands); empty nodes and
-child-graph containers are structure, not work: they order nodes but are not
-counted themselves.
+parent (a child runs its nodes where the child node stands); a conditional node's
+bodies exclude each other (one ``if``/``switch`` body runs, ``while`` iterations run
+in turn), so they are spliced one after another and each counts on its own; empty
+nodes and containers are structure, not work: they order nodes but are not counted
+themselves.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
 
@@ -78,9 +80,10 @@ class GraphNode:
     """One node: its type, the kernel name or copy kind, the launch shape, and the graphs it holds.
 
     ``name`` is the kernel's symbol as the graph spells it (mangled or not) for
-    kernel nodes, the direction (``DtoD``, ``HtoD``…) for memcpy nodes, empty
-    otherwise.  ``ident`` names the node where it came from (the DOT node id, the
-    readout's index path) for messages.
+    kernel nodes, the direction (``DtoD``, ``HtoD``…) for memcpy nodes, the kind
+    (``if``, ``while``, ``switch``; empty when the source does not say) for
+    conditional nodes, empty otherwise.  ``ident`` names the node where it came from
+    (the DOT node id, the readout's index path) for messages.
     """
 
     ident: str
@@ -92,7 +95,13 @@ class GraphNode:
 
 @dataclass
 class CapturedGraph:
-    """Nodes in the order the graph lists them and edges ``(from, to)`` as indices into ``nodes``."""
+    """Nodes in the order the graph lists them and edges ``(from, to)`` as indices into ``nodes``.
+
+    A child graph runs where its node stands, every time; a conditional node's
+    bodies *may* run: one body of an ``if``/``switch`` (or none), a ``while`` body any
+    number of times.  Every traversal here is iterative, so a graph nested
+    thousands of levels deep is read like a flat one.
+    """
 
     nodes: list[GraphNode] = field(default_factory=list)
     edges: list[tuple[int, int]] = field(default_factory=list)
@@ -100,17 +109,32 @@ class CapturedGraph:
 
     def walk(self) -> Iterator[GraphNode]:
         """Every node, child graphs' nodes right after the node that holds them."""
-        for node in self.nodes:
+        for node, _ in self.walk_conditional():
             yield node
-            for child in node.children:
-                yield from child.walk()
+
+    def walk_conditional(self) -> Iterator[tuple[GraphNode, bool]]:
+        """Every node (in :meth:`walk` order) with whether it lies in a conditional node's body (it may not run)."""
+        stack: list[tuple[Iterator[GraphNode], bool]] = [(iter(self.nodes), False)]
+        while stack:
+            nodes, conditional = stack[-1]
+            node = next(nodes, None)
+            if node is None:
+                stack.pop()
+                continue
+            yield node, conditional
+            inner = conditional or node.type == "conditional"
+            for child in reversed(node.children):
+                stack.append((iter(child.nodes), inner))
 
     def node_counts(self) -> dict[str, int]:
-        """Nodes by type over the whole graph, child graphs included."""
+        """Nodes by type over the whole graph, child graphs and conditional bodies included."""
         return dict(sorted(Counter(node.type for node in self.walk()).items()))
 
     def kernels(self, level: str = DEFAULT_LEVEL) -> list[dict]:
-        """Each distinct (kernel name at ``level``, launch shape) with its count, sorted by name then shape."""
+        """Each distinct (kernel name at ``level``, launch shape) with its count, sorted by name then shape.
+
+        Kernels of conditional bodies are listed too: they are what the graph may launch.
+        """
         check_level(level)
         raw = Counter((node.name, node.launch) for node in self.walk() if node.type == "kernel")
         names = {name: normalize_kernel_name(name, level) if name else "?" for name, _ in raw}
@@ -122,13 +146,13 @@ class CapturedGraph:
             for (name, launch), count in sorted(counts.items())
         ]
 
-    def copies(self) -> list[dict]:
-        """Memcpy nodes by direction (``DtoD``…; ``?`` where the graph does not say), with counts."""
-        counts = Counter(node.name or "?" for node in self.walk() if node.type == "memcpy")
-        return [{"name": kind, "count": count} for kind, count in sorted(counts.items())]
-
     def branches(self) -> int:
-        """The most work nodes that can run at once (maximum antichain of the expanded dependency DAG)."""
+        """The most work nodes that can run at once (maximum antichain of the expanded dependency DAG).
+
+        A conditional node's bodies never run at once (one ``if``/``switch`` body runs,
+        ``while`` iterations run one after another), so each body counts on its own:
+        the answer is the most over the bodies, never their sum.
+        """
         work, successors = self.expanded()
         return max_antichain(len(work), successors, counted=[i for i, n in enumerate(work) if n.type not in STRUCTURAL])
 
@@ -137,7 +161,10 @@ class CapturedGraph:
 
         A container node stays as an entry point that precedes its child graphs' roots,
         and a join node (empty, added here) follows their leaves and precedes the
-        container's successors, so the order the child imposes is kept.
+        container's successors, so the order the child imposes is kept.  A conditional
+        node's bodies are spliced one after another (the first body's leaves precede the
+        next body's roots): bodies that exclude each other are never counted as
+        running at once, and a node outside still orders against them as before.
         """
         nodes: list[GraphNode] = []
         successors: list[list[int]] = []
@@ -147,33 +174,52 @@ class CapturedGraph:
             successors.append([])
             return len(nodes) - 1
 
-        def splice(graph: CapturedGraph) -> tuple[list[int], list[int]]:
-            """Add ``graph``; return (entry index, exit index) per original node."""
+        # First every node of every graph occurrence, then the edges: no recursion, however deep.
+        spliced: list[tuple[CapturedGraph, list[int], list[int]]] = []
+        held: list[tuple[int, int, GraphNode, list[int]]] = []  # (entry, exit, container, child occurrences)
+        pending = [(self, -1, -1, None)]
+        while pending:
+            graph, first, last, container = pending.pop()
             entry: list[int] = []
             exit_: list[int] = []
             for node in graph.nodes:
-                first = add(node)
-                last = first
+                start = add(node)
+                end = add(GraphNode(f"{node.ident} (end)", "empty")) if node.children else start
+                entry.append(start)
+                exit_.append(end)
+            spliced.append((graph, entry, exit_))
+            if container is not None:
+                container[3].append(len(spliced) - 1)
+            for node, start, end in zip(graph.nodes, entry, exit_):
                 if node.children:
-                    last = add(GraphNode(f"{node.ident} (end)", "empty"))
-                    for child in node.children:
-                        child_entry, child_exit = splice(child)
-                        has_pred = _has_predecessor(child)
-                        has_succ = _has_successor(child)
-                        for i in range(len(child.nodes)):
-                            if not has_pred[i]:
-                                successors[first].append(child_entry[i])
-                            if not has_succ[i]:
-                                successors[child_exit[i]].append(last)
-                        if not child.nodes:
-                            successors[first].append(last)
-                entry.append(first)
-                exit_.append(last)
+                    record = (start, end, node, [])
+                    held.append(record)
+                    for child in reversed(node.children):
+                        pending.append((child, start, end, record))
+        for graph, entry, exit_ in spliced:
             for a, b in graph.edges:
                 successors[exit_[a]].append(entry[b])
-            return entry, exit_
-
-        splice(self)
+        for start, end, node, occurrences in held:
+            # ``pending`` is a stack: the children came off it in their own order
+            chained = node.type == "conditional"
+            previous_exits = [start]
+            for occurrence in occurrences:
+                child, entry, exit_ = spliced[occurrence]
+                has_pred = _has_predecessor(child)
+                has_succ = _has_successor(child)
+                roots = [entry[i] for i in range(len(child.nodes)) if not has_pred[i]]
+                leaves = [exit_[i] for i in range(len(child.nodes)) if not has_succ[i]]
+                for before in previous_exits if chained else [start]:
+                    successors[before].extend(roots or [end])
+                if chained:
+                    previous_exits = leaves or previous_exits
+                else:
+                    for leaf in leaves:
+                        successors[leaf].append(end)
+            if chained:
+                for leaf in previous_exits:
+                    if leaf != start or not occurrences:
+                        successors[leaf].append(end)
         return nodes, successors
 
     def topology(self) -> dict:
@@ -186,20 +232,61 @@ class CapturedGraph:
 
     def graphs(self) -> Iterator["CapturedGraph"]:
         """This graph and every child graph in it."""
-        yield self
-        for node in self.nodes:
-            for child in node.children:
-                yield from child.graphs()
+        pending = [self]
+        while pending:
+            graph = pending.pop()
+            yield graph
+            for node in reversed(graph.nodes):
+                pending.extend(reversed(node.children))
 
-    def summary(self, level: str = DEFAULT_LEVEL, *, source: str) -> dict:
-        """The graph as a reader wants it: kernels with launch shapes, copies, topology; ``source`` says whence."""
-        return {
-            "source": source,
-            "level": check_level(level),
-            "topology": self.topology(),
-            "kernels": self.kernels(level),
-            "copies": self.copies(),
-        }
+    def run_bounds(self, label: Callable[[GraphNode], Optional[str]]) -> tuple[Counter, dict[str, Optional[int]]]:
+        """How often the nodes of each ``label`` run in one launch of the graph: (at least, extra at most).
+
+        ``label`` names a node's group (None: not counted).  Nodes outside conditional
+        bodies always run: they are the first count.  A conditional node adds, for each
+        label, the most any one of its bodies runs (an ``if``/``switch`` runs one body or
+        none), or no bound at all (None) for a ``while`` body or a conditional of unknown
+        kind; nested bodies count the same way.
+        """
+        order: list[CapturedGraph] = []
+        pending = [self]
+        while pending:  # every graph before the graphs it holds; handled below in reverse: children first
+            graph = pending.pop()
+            order.append(graph)
+            for node in graph.nodes:
+                pending.extend(node.children)
+        done: dict[int, tuple[Counter, dict[str, Optional[int]]]] = {}
+        for graph in reversed(order):
+            required: Counter = Counter()
+            extra: dict[str, Optional[int]] = {}
+            for node in graph.nodes:
+                name = label(node)
+                if name is not None:
+                    required[name] += 1
+                bodies = [done[id(child)] for child in node.children]
+                if node.type != "conditional":  # a child graph runs with its node
+                    for body_required, body_extra in bodies:
+                        required.update(body_required)
+                        _add_extra(extra, body_extra)
+                    continue
+                most: dict[str, Optional[int]] = {}
+                for body_required, body_extra in bodies:
+                    for key in set(body_required) | set(body_extra):
+                        more = body_extra.get(key, 0)
+                        total = None if more is None else body_required.get(key, 0) + more
+                        if node.name not in ("if", "switch") or total is None:
+                            most[key] = None
+                        elif most.get(key, 0) is not None:
+                            most[key] = max(most.get(key) or 0, total)
+                _add_extra(extra, most)
+            done[id(graph)] = (required, extra)
+        return done[id(self)]
+
+
+def _add_extra(extra: dict[str, Optional[int]], more: dict[str, Optional[int]]) -> None:
+    for key, count in more.items():
+        current = extra.get(key, 0)
+        extra[key] = None if current is None or count is None else current + count
 
 
 def _has_predecessor(graph: CapturedGraph) -> list[bool]:

@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import UsageError
+from ..keys import CaptureKey
 from .attribute import (
     GRAPH_NO_CAPTURE,
     GRAPH_NODES_DIFFER,
@@ -19,8 +20,9 @@ from .attribute import (
     REPLAY_NODES_DIFFER,
     REPLAY_UNATTRIBUTED,
 )
-from .graph import CapturedGraph
+from .graph import CapturedGraph, GraphNode
 from .model import Summary
+from .normalize import normalize_kernel_name
 from .scan import _entries
 from .views import count_changes
 
@@ -197,7 +199,8 @@ def with_graph(
     unattributed and ``unattributed`` says why.
 
     The profiler as a cross-check: with ``replay_kernels`` (a profiled replay of the
-    same graph), the replay's kernel multiset must equal the graph's.  A difference
+    same graph), the replay's kernel multiset must equal what the graph always runs, and
+    may add what its conditional bodies run, up to what one launch can (:func:`replay_changes`).  A difference
     means the profiler lost records: the result is marked incomplete naming them
     (kernels not compared, never a false regression) and a
     :class:`KernelEvidenceWarning` naming the key is emitted.
@@ -216,7 +219,7 @@ def with_graph(
     if unattributed and any(k["kind"] == "kernel" and not k.get("op") for k in kernels):
         result.unattributed = unattributed
     if replay_kernels is not None:
-        changes = count_changes(_node_counts(kernels), _node_counts(_entries(replay_kernels, summary.level)))
+        changes = replay_changes(graph, replay_kernels, summary.level)
         if changes:
             reason = (
                 f"the profiled replay's kernels differ from the graph's ({_describe(changes)}): "
@@ -230,6 +233,63 @@ def with_graph(
                 stacklevel=2,
             )
     return result
+
+
+def replay_changes(graph: CapturedGraph, replay_kernels: Sequence[dict], level: str) -> list[tuple[str, int, int]]:
+    """How a profiled replay's kernels disagree with what one launch of ``graph`` runs: ``(label, bound, seen)``.
+
+    What always runs is compared exactly: a replay that shows fewer is missing records
+    (``bound`` is the count it must show).  A conditional node's bodies may run: what a
+    replay shows of them is allowed, not required — up to the most one launch can run
+    (one ``if``/``switch`` body; no bound for a ``while`` body), past which ``bound`` is
+    that most.  Labels are :func:`_node_counts` ones at ``level``.
+    """
+    names: dict[str, str] = {}
+
+    def label(node: GraphNode) -> Optional[str]:
+        if node.type == "kernel":
+            name = node.name or "?"
+            normal = names.get(name)
+            if normal is None:
+                normal = names[name] = normalize_kernel_name(name, level)
+            return normal
+        return f"<{node.type}>" if node.type in ("memcpy", "memset") else None
+
+    required, extra = graph.run_bounds(label)
+    seen = _node_counts(_entries(replay_kernels, level))
+    changes = []
+    for key in sorted(set(required) | set(extra) | set(seen)):
+        low = required.get(key, 0)
+        more = extra.get(key, 0)
+        count = seen.get(key, 0)
+        if count < low:
+            changes.append((key, low, count))
+        elif more is not None and count > low + more:
+            changes.append((key, low + more, count))
+    return changes
+
+
+#: Why a graph dump's kernels name no op: a dump holds the graph's nodes, not the CPU ops that made them.
+DUMP_UNATTRIBUTED = "a graph dump holds the graph's nodes, not the CPU ops that launched them, so they name no op"
+
+
+def graph_summary(graph: CapturedGraph, *, key: CaptureKey, platform: str, level: str, source: str) -> Summary:
+    """The summary of a graph read on its own (a dump): its kernels, copies and memsets, launch shapes, topology.
+
+    The same entries :func:`with_graph` gives a capture (copies named as a profiled
+    replay names them), with no ops and no launch calls.
+    """
+    kernels = _entries(graph_node_records(graph), level)
+    return Summary(
+        key=key,
+        platform=platform,
+        kernels=kernels,
+        ops=[],
+        level=level,
+        unattributed=DUMP_UNATTRIBUTED if any(k["kind"] == "kernel" for k in kernels) else None,
+        kernel_source=source if kernels else None,
+        topology={"nodes": graph.node_counts(), "branches": graph.branches()},
+    )
 
 
 _GRAPH_REASONS = (GRAPH_NO_CAPTURE, GRAPH_NODES_DIFFER)

@@ -11,8 +11,9 @@ that was not one.  ``graphcapture --version`` prints the version.
   summary JSON (the golden layout: one line per entry); a list for several traces.
   A trace that does not say its batch size (eager, replay-only, sent by someone) gets
   a key saying ``bs=?`` (0 in the JSON) and a note on stderr; ``--batch-size`` sets it.
-  A ``.dot`` file is a graph dump (``CUDAGraph.debug_dump``, ``cudaGraphDebugDotPrint``,
-  ``hipGraphDebugDotPrint``): its kernels with launch shapes, copies and topology (:mod:`..summary.dot`).
+  A graph dump (``.dot``, ``.gv``, maybe gzipped; ``CUDAGraph.debug_dump``, ``cudaGraphDebugDotPrint``,
+  ``hipGraphDebugDotPrint``) gives a summary too: its kernels with launch shapes, copies and topology
+  (:mod:`..summary.dot`), which ``diff`` and ``show`` read like any summary.
 * ``graphcapture diff EXPECTED ACTUAL [--level L] [--batch-size N]`` — each side a summary
   JSON file or a trace; both are compared at the coarser of their levels (and ``--level``).
   Two directories (capture or summary trees) are compared key by key (:mod:`.dirdiff`):
@@ -40,11 +41,11 @@ import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .._io import dumps_entries, write_atomic
+from .._io import write_atomic
 from ..errors import GraphCaptureError, UsageError
 from ..keys import UNKNOWN_BATCH_SIZE
 from ..summary.dot import summarize_dot_file
-from ..summary.files import summarize_trace_file
+from ..summary.files import is_graph_dump, summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
 from .dirdiff import describe_differences, diff_dirs
@@ -66,26 +67,23 @@ PROG = "graphcapture"
 # --------------------------------------------------------------------------- commands
 
 
-def _is_graph_dump(path: str) -> bool:
-    return path.lower().endswith(".dot")
-
-
 def _cmd_summarize(args: argparse.Namespace) -> int:
     if args.replay is not None and len(args.traces) != 1:
         raise UsageError("--replay belongs to one capture trace; pass exactly one TRACE with it")
-    if args.replay is not None and _is_graph_dump(args.traces[0]):
+    if args.replay is not None and is_graph_dump(args.traces[0]):
         raise UsageError(f"--replay belongs to a capture trace; {args.traces[0]} is a graph dump, which needs none")
     texts = []
     for trace in args.traces:
-        if _is_graph_dump(trace):
-            texts.append(dumps_entries(summarize_dot_file(trace, level=args.level)))
-            continue
-        summary = summarize_trace_file(
-            trace, level=args.level, replay_path=args.replay, batch_size=args.batch_size, unknown_batch_size_ok=True
-        )
+        dump = is_graph_dump(trace)
+        if dump:
+            summary = summarize_dot_file(trace, level=args.level, batch_size=args.batch_size)
+        else:
+            summary = summarize_trace_file(
+                trace, level=args.level, replay_path=args.replay, batch_size=args.batch_size, unknown_batch_size_ok=True
+            )
         if summary.key.batch_size == UNKNOWN_BATCH_SIZE:
             print(
-                f"note: {trace}: the trace does not say its batch size (key bs=?, written as 0); "
+                f"note: {trace}: the {'dump' if dump else 'trace'} does not say its batch size (key bs=?, written as 0); "
                 "--batch-size N sets it",
                 file=sys.stderr,
             )
@@ -222,7 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("summarize", help="print or write the summary JSON of trace files or graph dumps")
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="capture trace (.json or .json.gz) or graph dump (.dot)")
+    p.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="capture trace (.json or .json.gz) or graph dump (.dot, .gv, .dot.gz)",
+    )
     p.add_argument("--level", choices=LEVELS, default="name", help="kernel-name normalization level (default name)")
     p.add_argument("--replay", metavar="REPLAY_TRACE", help="trace of the graph's replay (kernel source on NVIDIA)")
     p.add_argument("--out", metavar="FILE", help="write the JSON here instead of stdout")

@@ -1,6 +1,6 @@
 """The kernel × batch-size matrix, and loading summaries from whatever a user points at.
 
-:func:`load_any` reads a summary JSON file or a trace; :func:`kernel_matrix` turns
+:func:`load_any` reads a summary JSON file, a trace or a graph dump; :func:`kernel_matrix` turns
 the summaries of one runner/variant/rank into the table that ``graphcapture show``
 prints (:func:`render_matrix_text`) and the HTML picture draws; :func:`collect`
 finds every summary and trace under a folder, recursively, for both.
@@ -17,7 +17,8 @@ from ..errors import TraceFormatError, UsageError
 from ..golden.store import migrate
 from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..naming import is_merged_trace
-from ..summary.files import summarize_trace_file
+from ..summary.dot import summarize_dot_file
+from ..summary.files import is_graph_dump, summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
 from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
@@ -26,33 +27,65 @@ PathLike = Union[str, Path]
 
 
 def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size: Optional[int] = None) -> Summary:
-    """A Summary from a summary JSON file or a trace file (``.json``/``.json.gz``).
+    """A Summary from a summary JSON file, a trace file (``.json``/``.json.gz``) or a graph dump (DOT).
 
-    A trace that does not say its batch size gets the unknown one (``bs=?``), or
-    ``batch_size`` when given (which also sets it on a summary whose key says unknown).
+    A trace or dump that does not say its batch size gets the unknown one (``bs=?``),
+    or ``batch_size`` when given (which also sets it on a summary whose key says unknown).
     """
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(path, "no such file")
     if path.is_dir():
-        raise TraceFormatError(path, "is a directory, expected a summary JSON or trace file")
+        raise TraceFormatError(path, "is a directory, expected a summary JSON file, a trace or a graph dump")
+    if is_graph_dump(path):
+        return summarize_dot_file(path, level=level or "name", batch_size=batch_size)
     data = read_trace_bytes(path)
     if data[:2] != b"\x1f\x8b":
         try:
             obj = loads_strict(data.decode("utf-8"))
         except (UnicodeDecodeError, JSONProblem):
             obj = None  # let the trace parser produce the precise error
-        if isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj:
-            # Summary files of an older schema read like goldens do: migrated first.
-            summary = Summary.from_dict(migrate(obj, path), source=str(path))
-            if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
-                summary.key = replace(summary.key, batch_size=batch_size)
-            if level is not None and summary.level != level:
-                summary = summary.normalized(level)
-            return summary
+        if _is_summary(obj):
+            return _summary_from(obj, path, level=level, batch_size=batch_size)
+        if isinstance(obj, list) and obj and all(_is_summary(item) for item in obj):
+            if len(obj) == 1:
+                return _summary_from(obj[0], path, level=level, batch_size=batch_size)
+            raise TraceFormatError(
+                path,
+                f"holds {len(obj)} summaries (what graphcapture summarize writes for several files); diff compares "
+                "one summary with one: summarize each file on its own, or put the files in a folder (show DIR, "
+                "diff DIR_A DIR_B)",
+            )
         if obj is not None:
             parse_trace_bytes(data, path)  # validates the trace shape with a clear error
     return summarize_trace_file(path, level=level or "name", batch_size=batch_size, unknown_batch_size_ok=True)
+
+
+def load_all(path: Union[str, Path], *, batch_size: Optional[int] = None) -> list[Summary]:
+    """Every summary in ``path``: the summaries of a list file (``graphcapture summarize A B``), else :func:`load_any`'s."""
+    path = Path(path)
+    if path.is_file() and path.name.endswith(".json"):
+        try:
+            obj = loads_strict(path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, JSONProblem):
+            obj = None  # load_any names the problem
+        if isinstance(obj, list) and len(obj) > 1 and all(_is_summary(item) for item in obj):
+            return [_summary_from(item, path, level=None, batch_size=batch_size) for item in obj]
+    return [load_any(path, batch_size=batch_size)]
+
+
+def _is_summary(obj: object) -> bool:
+    return isinstance(obj, dict) and "schema_version" in obj and "traceEvents" not in obj
+
+
+def _summary_from(obj: dict, path: Path, *, level: Optional[str], batch_size: Optional[int]) -> Summary:
+    """A summary dict as read from ``path``: migrated like a golden, the batch size and level applied."""
+    summary = Summary.from_dict(migrate(obj, path), source=str(path))
+    if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
+        summary.key = replace(summary.key, batch_size=batch_size)
+    if level is not None and summary.level != level:
+        summary = summary.normalized(level)
+    return summary
 
 
 def path_kind(path: PathLike) -> str:
@@ -136,7 +169,8 @@ def collect(root: PathLike, *, recursive: bool = True, batch_size: Optional[int]
     root = require_directory(root)
     pairs = []
     for path in _summary_files(root, recursive=recursive):
-        pairs.append((path.parent.relative_to(root).as_posix(), load_any(path, batch_size=batch_size)))
+        folder = path.parent.relative_to(root).as_posix()
+        pairs.extend((folder, summary) for summary in load_all(path, batch_size=batch_size))
     return pairs
 
 

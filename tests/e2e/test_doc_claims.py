@@ -18,10 +18,8 @@ from pytest_graphcapture.naming import TRACE_SUBDIR
 from pytest_graphcapture.plugin.settings import CI_OFF_VALUES, CI_VARIABLES, TRACE
 
 REPO = Path(__file__).resolve().parents[2]
+# The recipes a user copies to gate their own project (this repository's own workflows are in .github/).
 RECIPES = sorted((REPO / "examples" / "ci").glob("*.yml"))
-# The recipes a user copies to gate their own project; torch-matrix.yml runs this repository's own
-# scripts/compat.sh, so it installs the plugin from the checkout it tests.
-USER_RECIPES = [p for p in RECIPES if "scripts/compat.sh" not in p.read_text(encoding="utf-8")]
 
 
 def _read(rel: str) -> str:
@@ -122,21 +120,22 @@ def test_recipes_say_to_accept_a_harvest_never_to_copy_it(recipe: Path) -> None:
             assert "copy it over" not in sentence and "graphcapture accept" in sentence, sentence
 
 
-def test_the_torch_matrix_is_the_only_recipe_for_this_repository_itself() -> None:
-    assert [p.name for p in RECIPES if p not in USER_RECIPES] == ["torch-matrix.yml"]
+def test_the_recipes_to_copy_are_not_this_repositorys_own_workflows() -> None:
+    assert RECIPES and not any("scripts/compat.sh" in p.read_text(encoding="utf-8") for p in RECIPES)
+    assert (REPO / ".github" / "workflows" / "torch-matrix.yml").is_file()
 
 
-@pytest.mark.parametrize("recipe", USER_RECIPES, ids=lambda p: p.name)
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_recipes_install_the_plugin_in_a_users_repository(recipe: Path) -> None:
     yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extras: pip install -e '.[test]'")
     name = re.search(r'^name = "([^"]+)"', _read("pyproject.toml"), flags=re.M).group(1)  # type: ignore[union-attr]
-    job = next(iter(yaml.safe_load(recipe.read_text(encoding="utf-8"))["jobs"].values()))
+    workflow = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    job = next(iter(workflow["jobs"].values()))
     install = next(s for s in job["steps"] if s.get("name", "").startswith("Install"))
-    env = install.get("env", {})
-    plugin = [v for v in env.values() if str(v).startswith(name)]
-    assert plugin, f"{recipe.name}: no step installs {name} itself; `-e .` installs the user's project"
-    variable = next(k for k, v in env.items() if v == plugin[0])
-    assert f'"${variable}"' in install["run"] and "pip install -e ." in install["run"], install["run"]
+    assert workflow["env"]["GRAPHCAPTURE_PLUGIN"] == "", f"{recipe.name}: no default the user could forget to pin"
+    assert f"{name} @ git+https://" in recipe.read_text(encoding="utf-8"), "the comment shows a pinned requirement"
+    script = install["run"]
+    assert '"$GRAPHCAPTURE_PLUGIN"' in script and 'pip install -e "$PACKAGE_DIR"' in script, script
 
 
 def test_changelog_has_one_section_per_heading_and_no_repeated_entry() -> None:

@@ -33,7 +33,9 @@ from pytest_graphcapture.engine.graph_readout import (
     edges_call,
     read_captured_graph,
 )
-from pytest_graphcapture.summary.dot import summarize_dot_file
+from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.summary.dot import DUMP_PLATFORM, summarize_dot_file
+from pytest_graphcapture.summary.replay import graph_summary
 
 DUMPS = Path(__file__).resolve().parents[1] / "data" / "graph_dumps"
 REDUCE = (
@@ -184,8 +186,10 @@ class FakeRuntime13(FakeCuda):
         return self._edges("cudaGraphGetEdges", graph, numEdges, with_data=True)
 
     def cudaGraphNodeGetParams(self, node: Any) -> tuple:
-        bodies = self.nodes[int(node)]["bodies"]
-        conditional = SimpleNamespace(phGraph_out=[Handle(b) for b in bodies], size=len(bodies))
+        spec = self.nodes[int(node)]
+        bodies = spec["bodies"]
+        kind = SimpleNamespace(name=f"cudaGraphCondType{spec.get('condition', 'If')}")
+        conditional = SimpleNamespace(phGraph_out=[Handle(b) for b in bodies], size=len(bodies), type=kind)
         return self._result("cudaGraphNodeGetParams", SimpleNamespace(conditional=conditional))
 
 
@@ -300,7 +304,12 @@ def test_readout_summarizes_exactly_as_the_dump_of_the_same_graph(
     cuda = runtime()
     graph = _read(cuda, build(cuda))
     assert graph is not None
-    assert graph.summary(level, source="graph") == {**summarize_dot_file(DUMPS / dump, level=level), "source": "graph"}
+    key = CaptureKey("Runner", 8)
+    read = graph_summary(graph, key=key, platform=DUMP_PLATFORM, level=level, source="graph")
+    assert read.to_dict() == {
+        **summarize_dot_file(DUMPS / dump, level=level, key=key).to_dict(),
+        "kernel_source": "graph",
+    }
 
 
 def test_readout_keeps_the_runtimes_node_order_and_edges_and_reads_children_recursively() -> None:
@@ -489,3 +498,29 @@ def test_the_fake_has_the_real_signatures(real: Any) -> None:
                 continue  # a call of another release, which the readout does not make with this one
             real_parameters = tuple(inspect.signature(getattr(module, name)).parameters)
             assert tuple(inspect.signature(method).parameters)[1:] == real_parameters, name
+
+
+@pytest.mark.parametrize("condition, kind", [("If", "if"), ("While", "while"), ("Switch", "switch"), ("Odd", "")])
+def test_a_conditional_nodes_kind_and_bodies_are_read(condition: str, kind: str) -> None:
+    cuda = FakeRuntime13()
+    then, other = (cuda.graph([cuda.kernel(name, (1, 1, 1), (32, 1, 1), 0)], []) for name in ("then_k", "else_k"))
+    root = cuda.graph(
+        [{"type": NodeType.cudaGraphNodeTypeConditional, "bodies": [then, other], "condition": condition}], []
+    )
+    graph = _read(cuda, root)
+    assert graph is not None
+    (node,) = graph.nodes
+    assert (node.type, node.name) == ("conditional", kind)
+    assert [[n.name for n in body.nodes] for body in node.children] == [["then_k"], ["else_k"]]
+    assert graph.branches() == 1  # the two bodies never run at once
+
+
+def test_child_graphs_nested_thousands_deep_are_read_without_recursion() -> None:
+    cuda = FakeRuntime13()
+    inner = cuda.graph([cuda.kernel("leaf", (1, 1, 1), (32, 1, 1), 0)], [])
+    for _ in range(3000):
+        inner = cuda.graph([{"type": NodeType.cudaGraphNodeTypeGraph, "child": inner}], [])
+    graph = _read(cuda, inner)
+    assert graph is not None
+    assert graph.node_counts() == {"graph": 3000, "kernel": 1}
+    assert graph.branches() == 1

@@ -111,13 +111,18 @@ def test_hip_kernel_params_dump_with_its_unclosed_style_and_plain_labels() -> No
 
 def test_summary_demangles_and_normalizes_kernel_names_like_trace_kernels() -> None:
     summary = summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level="family")
-    assert summary["source"] == "dot" and summary["level"] == "family"
-    names = {(k["name"], k["launch"]) for k in summary["kernels"]}
+    assert summary.kernel_source == "dot" and summary.level == "family"
+    names = {(k["name"], k.get("launch")) for k in summary.kernels}
     assert ("at::native::reduce_kernel", "<<<8,{32,4},2048>>>") in names
     assert ("GEMM", "<<<64,256,49152>>>") in names
-    exact = summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level="exact")["kernels"]
+    exact = summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level="exact").kernels
     assert any(k["name"].startswith("void at::native::reduce_kernel<128, 4,") for k in exact)
-    assert summary["copies"] == [{"name": "DtoD", "count": 1}]
+    # copies are named as a profiled replay names them, so a dump's summary compares with a capture's
+    assert [(k["name"], k["count"]) for k in summary.kernels if k["kind"] == "memcpy"] == [
+        ("Memcpy DtoD (Device -> Device)", 1)
+    ]
+    assert summary.topology == {"nodes": {"kernel": 5, "memcpy": 1, "memset": 1}, "branches": 2}
+    assert summary.key.runner == "cuda_verbose_two_branch" and summary.platform == "graph-dump"
 
 
 def test_default_flag_labels_without_launch_shapes() -> None:
@@ -371,12 +376,16 @@ def test_unreadable_files(tmp_path: Path) -> None:
 
 def test_cli_summarize_prints_a_dumps_kernels_launches_and_topology(capsys: pytest.CaptureFixture) -> None:
     assert main(["summarize", str(DUMPS / "cuda_verbose_two_branch.dot"), "--level", "family"]) == 0
-    out = capsys.readouterr().out
-    data = json.loads(out)
-    assert data["topology"] == {"branches": 2, "edges": 7, "nodes": {"kernel": 5, "memcpy": 1, "memset": 1}}
-    assert {"name": "at::native::reduce_kernel", "count": 1, "launch": "<<<8,{32,4},2048>>>"} in data["kernels"]
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["topology"] == {"branches": 2, "nodes": {"kernel": 5, "memcpy": 1, "memset": 1}}
+    assert data["kernel_source"] == "dot" and data["ops"] == []
+    assert {"name": "at::native::reduce_kernel", "kind": "kernel", "count": 1, "launch": "<<<8,{32,4},2048>>>"} in (
+        data["kernels"]
+    )
     # one kernel a line, as in a summary
-    assert sum(1 for line in out.splitlines() if '"launch"' in line) == len(data["kernels"])
+    assert sum(1 for line in captured.out.splitlines() if '"launch"' in line) == 5
+    assert "the dump does not say its batch size" in captured.err
 
 
 def test_cli_summarize_a_bad_dump_or_a_replay_with_one_is_a_one_line_error(
@@ -397,7 +406,7 @@ def test_cli_summarize_a_dump_beside_a_trace_prints_a_list(tmp_path: Path) -> No
     out = tmp_path / "both.json"
     assert main(["summarize", str(DUMPS / "hip_kernel_params.dot"), str(trace), "--out", str(out)]) == 0
     dump, summary = json.loads(out.read_text(encoding="utf-8"))
-    assert dump["source"] == "dot" and dump["topology"]["nodes"]["kernel"] == 3
+    assert dump["kernel_source"] == "dot" and dump["topology"]["nodes"]["kernel"] == 3
     assert summary["key"]["runner"] == "TinyDecodeRunner"
 
 
