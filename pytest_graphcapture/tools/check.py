@@ -18,6 +18,7 @@ obtained summary in the golden layout (and the full diff) for ``graphcapture acc
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -179,11 +180,32 @@ def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, o
         lines.append(f"warning: {message}")
     print("\n".join(lines))
     if args.report_md:
+        target = Path(args.report_md)
         try:
-            write_atomic(Path(args.report_md), report.markdown())
+            if out_folder is not None:  # the picture beside the report, as the pytest gate writes it
+                _write_picture(target, out_folder, golden_dir, outcome, report, args.level)
+            write_atomic(target, report.markdown())
         except GraphCaptureError as exc:
             raise UsageError(f"--report-md {args.report_md}: {getattr(exc, 'problem', exc)}") from None
     return 1 if failed else 0
+
+
+def _write_picture(report_md: Path, out_folder: Path, golden_dir: Path, outcome, report, level: str) -> None:
+    """The kernel × batch-size picture of the obtained summaries against the goldens, beside the report."""
+    from .picture import session_picture
+
+    folder = out_folder.relative_to(out_folder.parents[1]).as_posix()  # <platform>/<name>
+    harvest = out_folder.parents[1]
+    page = session_picture(
+        harvest,
+        golden_dir,
+        [folder],
+        level=level,
+        source=f"obtained summaries in {shown(harvest)} against goldens in {shown(golden_dir)}",
+    )
+    target = report_md.with_suffix(".html")
+    write_atomic(target, page)
+    report.picture = os.path.relpath(target, report_md.parent).replace(os.sep, "/")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:  # pragma: no cover - the console script goes through cli

@@ -161,6 +161,7 @@ def test_golden_out_harvests_for_accept_and_report_md_is_written(goldens, built,
     assert (harvested / "decoder_bs_4_PIECEWISE.json").is_file() and (harvested / "diff.txt").is_file()
     text = report.read_text()
     assert "bs=4 variant=PIECEWISE" in text and "failed" in text
+    assert "[summary.html](<summary.html>)" in text and (tmp_path / "summary.html").is_file()  # the picture beside it
     assert main(["accept", str(harvest), "--golden-dir", str(goldens)]) == 0
     capsys.readouterr()
     assert check(capsys, built("vllm", drop=(4, "PIECEWISE", 2)), "--golden-dir", goldens)[0] == 0
