@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -28,6 +27,7 @@ from .._io import write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
 from ..golden.gate import CheckOptions, check_result
+from ..golden.harvest import reset_harvest
 from ..golden.lock import GoldenLock, ci_environment
 from ..golden.report import FileRecord, KeyRecord, SessionReport
 from ..golden.traces import collect_traces, describe
@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             f"--golden-out {args.golden_out}: holds the golden dir; the harvest goes to a folder of its own"
         )
     result = collect_traces(args.traces, batch_sizes=args.batch_sizes, runner=args.runner, level=args.level)
+    if out_dir is not None:
+        reset_harvest(out_dir, f"--golden-out {args.golden_out}")
     for line in describe(result):
         print(line)
     name = safe_name(args.name)
@@ -143,13 +145,9 @@ def _unused(folder: Path, used: set, *, delete: bool, root: Path) -> list[Path]:
 
 
 def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, out_folder: Optional[Path]) -> int:
-    rerun = (
-        "graphcapture check " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-        if len(sys.argv) > 2
-        else "graphcapture check"
-    )
-    report = SessionReport(golden_dir=str(shown(golden_dir)), update_mode=args.update,
-                           obtained_dir=str(shown(out_folder)) if out_folder else None)  # fmt: skip
+    rerun = _rerun_command(args, golden_dir)
+    obtained = str(shown(out_folder)) if out_folder else None
+    report = SessionReport(golden_dir=str(shown(golden_dir)), update_mode=args.update, obtained_dir=obtained)
     node = f"graphcapture check {args.name}"
     for key in outcome.keys:
         rel = key.golden.relative_to(golden_dir).as_posix()
@@ -188,6 +186,20 @@ def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, o
         except GraphCaptureError as exc:
             raise UsageError(f"--report-md {args.report_md}: {getattr(exc, 'problem', exc)}") from None
     return 1 if failed else 0
+
+
+def _rerun_command(args: argparse.Namespace, golden_dir: Path) -> str:
+    """The ``graphcapture check`` command that checks the same traces against the same goldens."""
+    words = ["graphcapture", "check", *args.traces, "--golden-dir", str(shown(golden_dir))]
+    if args.name != DEFAULT_NAME:
+        words += ["--name", args.name]
+    if args.batch_sizes:
+        words += ["--batch-sizes", ",".join(map(str, args.batch_sizes))]
+    if args.runner:
+        words += ["--runner", args.runner]
+    if args.level != "name":
+        words += ["--level", args.level]
+    return " ".join(shlex.quote(str(w)) for w in words)
 
 
 def _write_picture(report_md: Path, out_folder: Path, golden_dir: Path, outcome, report, level: str) -> None:

@@ -81,7 +81,9 @@ def test_a_missing_golden_fails_and_names_the_command_that_creates_it(tmp_path, 
     code, out, _ = check(capsys, built("sglang-per-bs"), "--golden-dir", tmp_path / "g")
     assert code == 1
     assert "has no golden for bs=2, bs=4, bs=8" in out
-    assert "--update" in out.splitlines()[-1]
+    last = out.splitlines()[-1]
+    assert last.startswith(f"create them with: graphcapture check {built('sglang-per-bs')} --golden-dir ")
+    assert last.endswith(" --update")
 
 
 def test_sglang_per_size_files_gate_each_size(tmp_path, built, capsys):
@@ -165,3 +167,12 @@ def test_golden_out_harvests_for_accept_and_report_md_is_written(goldens, built,
     assert main(["accept", str(harvest), "--golden-dir", str(goldens)]) == 0
     capsys.readouterr()
     assert check(capsys, built("vllm", drop=(4, "PIECEWISE", 2)), "--golden-dir", goldens)[0] == 0
+
+
+def test_golden_out_refuses_a_folder_it_did_not_write(goldens, built, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    code, _, err = check(capsys, built("vllm"), "--golden-dir", goldens, "--golden-out", mine)
+    assert code == 2 and "did not write" in err
+    assert (mine / "notes.txt").read_text() == "keep me"
