@@ -107,7 +107,8 @@ def summarize_trace_keys(
         spans = windows.spans if windows is not None else []
         plan, split_by = _plan(path, scan, top, spans, batch_sizes, runner)
         summaries = _summaries(scan, windows, plan, platform, level, environment)
-    empty = [summary.key for summary, (_, graphs) in zip(summaries, plan) if not graphs and spans]
+    # A range around no capture window captured nothing (with no window at all, every range is empty).
+    empty = [s.key for s, (_, graphs) in zip(summaries, plan) if not graphs and (spans or split_by == "annotations")]
     problems = list(windows.problems) if windows is not None else []
     return TraceKeys(path, summaries, split_by, len(spans), platform, empty, problems)
 
