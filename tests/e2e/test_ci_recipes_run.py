@@ -143,7 +143,7 @@ def test_cpu_recipe_gates_a_scratch_engine_repository(plugin_wheel: Path, tmp_pa
     uploaded = {p.relative_to(repo).as_posix() for p in first.uploaded["graph-capture-cpu"]}
     assert uploaded == {"graph_capture_out", "golden_out"}
     assert (repo / "graph_capture_out" / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    assert len(list((repo / "graph_capture_out" / "graph_capture_profile").glob("*.json.gz"))) == 2, "one trace a size"
+    assert len(list((repo / "graph_capture_out" / "graph_capture_profile").rglob("*.json.gz"))) == 2, "one trace a size"
     harvest = sorted((repo / "golden_out").rglob("*.json"))
     assert [p.name for p in harvest] == ["TinyDecodeRunner_bs_1.json", "TinyDecodeRunner_bs_2.json"]
 

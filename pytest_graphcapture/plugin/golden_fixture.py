@@ -1,9 +1,9 @@
-"""What the ``golden`` fixture returns: :class:`GoldenChecker`, whose checks hand off to the golden gate.
+"""The ``golden`` fixture: ``golden.check(result)`` compares a capture result with its goldens, and
+``golden.check_traces(paths)`` the capture traces an engine wrote.
 
-``golden.check(result)`` compares a capture result with its goldens and
-``golden.check_traces(paths)`` the capture traces an engine wrote; both go through
-:func:`pytest_graphcapture.golden.gate.check_result`, record the outcome in the
-session report and turn a failed outcome into one pytest failure.
+The comparing is the golden gate's (:func:`pytest_graphcapture.golden.gate.check_result`);
+``golden.check`` only records the gate's outcome in the session report and turns a
+failed outcome into a pytest failure.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from ..golden.store import golden_folder
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME
 from . import settings
+from .capture_fixture import GraphCapture
 from .golden_session import GoldenSession
+from .stash import GOLDEN
 
 
 class GoldenChecker:
@@ -73,6 +75,7 @@ class GoldenChecker:
         """
         s = self._session
         try:
+            _check_is_result(result)
             options = CheckOptions(
                 level=level or s.level,
                 ignore_kernels=ignore_kernels,  # type: ignore[arg-type]
@@ -225,3 +228,36 @@ class GoldenChecker:
         except FileError:
             return None
         return path
+
+
+def _check_is_result(result: Any) -> None:
+    """UsageError naming the fix when ``golden.check`` is given something other than a capture result.
+
+    The likely slips are the ``graph_capture`` fixture itself (not called) and the runner
+    (not captured); anything else that is not a CaptureResult is named by its type.
+    """
+    from ..engine.result import CaptureResult
+    from ..golden.traces import TraceResult
+
+    if isinstance(result, (CaptureResult, TraceResult)):  # a TraceResult: golden.check_traces's keys
+        return
+    if isinstance(result, GraphCapture):
+        raise UsageError(
+            "golden.check got the graph_capture fixture itself, not a capture result: call it first, "
+            "golden.check(graph_capture()) or golden.check(graph_capture(runner))"
+        )
+    if callable(getattr(result, "capture_keys", None)) or callable(getattr(result, "forward_for", None)):
+        raise UsageError(
+            f"golden.check got a runner ({type(result).__name__}), not a capture result: capture it first, "
+            f"golden.check(graph_capture(runner))"
+        )
+    raise UsageError(
+        f"golden.check expects the CaptureResult that graph_capture(...) or graph_capture.engine(...) returns, "
+        f"got {type(result).__name__}"
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> GoldenChecker:
+    """Compare a graph capture result with its golden files: ``golden.check(result)``."""
+    return GoldenChecker(request.config.stash[GOLDEN], request.node.nodeid)
