@@ -18,7 +18,9 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..keys import CaptureKey, key_label
 from ..summary.graphs import graph_count
-from .diff import MAX_NAME_WIDTH, SECTIONS, KeyDiff, compare
+from .change import MAX_NAME_WIDTH, SECTIONS, KeyDiff
+from .diff import compare
+from .op_classes import DEFAULT_CLASSES, OpClasses
 
 
 @dataclass
@@ -47,7 +49,11 @@ class GraphsDiff:
     def ok(self) -> bool:
         return self.graphs == self.golden_graphs and not self.parts
 
-    def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> list[str]:
+    def render(
+        self, width: Optional[int] = MAX_NAME_WIDTH, *, brief: bool = False, full_diff: Optional[str] = None
+    ) -> list[str]:
+        """Lines like :meth:`~.change.KeyDiff.render`'s, each graph's diff under a heading naming the graph."""
+        options = {"brief": brief, "full_diff": full_diff}
         label = key_label(self.key)
         where = f" ({self.golden})" if self.golden else ""
         lines: list[str] = []
@@ -55,10 +61,10 @@ class GraphsDiff:
             lines.append(f"{label}: {_graphs(self.graphs)}, goldens have {self.golden_graphs}{where}")
             if self.whole is not None and self.whole.changes:
                 lines.append(f"  summed over the graphs, {label}:")
-                lines += ["  " + line for line in self.whole.render(width)[1:]]
+                lines += ["  " + line for line in self.whole.render(width, **options)[1:]]
             return lines + [f"  note: {n}" for n in self.notes]
         for number, diff in self.parts:
-            body = diff.render(width)
+            body = diff.render(width, **options)
             lines.append(f"{label} graph {number} of {self.graphs}{where}:")
             lines += [line for line in body[1:] if not line.startswith("  note: ")]
         return lines + [f"  note: {n}" for n in self.notes]
@@ -78,9 +84,17 @@ def compare_keys(
     sections: Sequence[str] = SECTIONS,
     golden: Optional[str] = None,
     rename: Optional[Callable[[str, str], Optional[str]]] = None,
+    classes: OpClasses = DEFAULT_CLASSES,
 ) -> Any:
     """:func:`~.diff.compare` for keys of one graph; a :class:`GraphsDiff` where either side has several."""
-    options = dict(level=level, ignore_kernels=ignore_kernels, ignore_ops=ignore_ops, sections=sections, rename=rename)
+    options = dict(
+        level=level,
+        ignore_kernels=ignore_kernels,
+        ignore_ops=ignore_ops,
+        sections=sections,
+        rename=rename,
+        classes=classes,
+    )
     n, m = graph_count(actual), graph_count(expected)
     if n == 1 and m == 1:
         return compare(expected, actual, golden=golden, **options)
