@@ -4,6 +4,8 @@ Modes:
 
 * ``floor`` — the parse floor: ``gzip.open`` + stdlib ``json.load`` of the file;
 * ``ours`` — ``pytest_graphcapture.summary.summarize_trace_file`` (explicit key);
+* ``summarize`` — ``graphcapture summarize TRACE --out OUT_FILE`` (the CLI, in process);
+* ``check`` — ``graphcapture check TRACE --golden-dir GOLDEN_DIR`` (its output discarded);
 * ``hta`` — Holistic Trace Analysis: ``Trace(trace_dir=HTA_DIR).parse_traces(...)``,
   run with the HTA virtual environment's Python (this file imports nothing of
   ours in that mode).
@@ -60,6 +62,19 @@ def _ours(path: str) -> int:
     return summary.op_count() + summary.kernel_count()
 
 
+def _cli(argv: list) -> int:
+    import contextlib
+    import io
+
+    from pytest_graphcapture.tools.cli import main
+
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+        code = main(argv)
+    if code not in (0,):
+        raise RuntimeError(f"graphcapture {argv[0]} exited {code}: {out.getvalue()[-300:]}")
+    return code
+
+
 def _hta_prepare() -> None:
     import logging
 
@@ -81,12 +96,14 @@ def _hta(trace_dir: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("floor", "ours", "hta"):
-        print("usage: child.py floor|ours|hta TRACE [HTA_DIR]", file=sys.stderr)
+    if len(argv) < 2 or argv[0] not in ("floor", "ours", "summarize", "check", "hta"):
+        print("usage: child.py floor|ours|summarize|check|hta TRACE [HTA_DIR | OUT_FILE | GOLDEN_DIR]", file=sys.stderr)
         return 2
     mode, path = argv[0], argv[1]
-    if mode == "ours":
+    if mode in ("ours", "summarize", "check"):
         import pytest_graphcapture.summary  # noqa: F401  (import cost excluded)
+        import pytest_graphcapture.tools.check  # noqa: F401
+        import pytest_graphcapture.tools.cli  # noqa: F401
     elif mode == "hta":
         _hta_prepare()
     before = _max_rss()
@@ -96,6 +113,10 @@ def main(argv: list[str]) -> int:
             items = _floor(path)
         elif mode == "ours":
             items = _ours(path)
+        elif mode == "summarize":
+            items = _cli(["summarize", path, "--out", argv[2]])
+        elif mode == "check":
+            items = _cli(["check", path, "--golden-dir", argv[2]])
         else:
             items = _hta(argv[2] if len(argv) > 2 else os.path.dirname(path))
     except Exception as exc:  # reported as a result row, never a traceback

@@ -4,7 +4,8 @@ B1 capture cost of the embedded runner against bare loops; B2 trace summarize
 time against the parse floor, and peak memory; B3 our trace load against
 Holistic Trace Analysis; B4 the golden check of 36 batch sizes against reading
 the files; B5 reading a 5,000-node graph dump (DOT); B6 gating an engine's own
-capture loop against gating it through an adapter.  Every benchmark interleaves its variants round by round and reports
+capture loop against gating it through an adapter; B7 ``graphcapture check`` of an
+engine-written trace of 61 keys against ``graphcapture summarize`` of it.  Every benchmark interleaves its variants round by round and reports
 medians; the run ends with one table, also written as Markdown (``--out``).
 See docs/benchmarks.md for what each row means and the measured figures.
 """
@@ -24,7 +25,7 @@ sys.path.insert(1, str(HERE.parent))  # run from a checkout without installing
 
 from common import REPO, Row, Section, machine_description, markdown_table, progress, real_traces_dir, text_table  # noqa: E402
 
-BENCHES = ("B1", "B2", "B3", "B4", "B5", "B6")
+BENCHES = ("B1", "B2", "B3", "B4", "B5", "B6", "B7")
 LARGE_SOURCE = "hta_negative_queue_length_values_check__rank0.json.gz"
 QUICK_TRACE = "tracelens_sglang_decode__sglang_Qwen3-8B_decode.json.gz"
 #: B1 at the realistic model size (benchmarks/b1_capture.py MODELS): batch sizes and rounds, sized to
@@ -47,7 +48,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         default=",".join(BENCHES),
         metavar="LIST",
-        help="comma-separated subset of B1,B2,B3,B4,B5,B6 (default: all)",
+        help="comma-separated subset of B1,B2,B3,B4,B5,B6,B7 (default: all)",
     )
     parser.add_argument(
         "--out",
@@ -261,6 +262,12 @@ def run_b6(args: argparse.Namespace, device: str) -> Section:
     )
 
 
+def run_b7(args: argparse.Namespace) -> Section:
+    import b7_engine_traces
+
+    return b7_engine_traces.run(keys=8 if args.quick else 61, rounds=1 if args.quick else 5, work_dir=args.work_dir)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -278,6 +285,8 @@ def main(argv: list[str]) -> int:
         sections.append(run_b5(args))
     if "B6" in args.only:
         sections.append(run_b6(args, device))
+    if "B7" in args.only:
+        sections.append(run_b7(args))
     rows: list[Row] = [row for s in sections for row in s.rows]
     notes = [note for s in sections for note in s.notes]
     notes.append(

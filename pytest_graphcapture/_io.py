@@ -381,14 +381,30 @@ def dumps_entries(data: dict) -> str:
     them (sorted and stable).  A one-op change is then a one-line diff.  Still plain
     JSON: any JSON reader loads it.  Raises TypeError/ValueError for what JSON cannot hold.
     """
-    header = sorted(k for k in data if k not in ENTRY_SECTIONS)
-    names = header + [k for k in ENTRY_SECTIONS if k in data]
-    lines = ["{"]
+    return "\n".join(_entry_lines(data, "")) + "\n"
+
+
+#: A summary's list of its graphs (a key of several graphs): each graph laid out like a summary, last.
+GRAPHS_SECTION = "graphs"
+
+
+def _entry_lines(data: dict, indent: str, comma: str = "") -> list[str]:
+    """The lines of :func:`dumps_entries` for ``data`` at ``indent``; a key's graphs follow its own entries."""
+    sections = (*ENTRY_SECTIONS, GRAPHS_SECTION)
+    header = sorted(k for k in data if k not in sections)
+    names = header + [k for k in sections if k in data]
+    lines = [indent + "{"]
+    inner = indent + "  "
     for i, name in enumerate(names):
         last = i == len(names) - 1
-        if name in ENTRY_SECTIONS:
-            lines += _expanded(name, data[name], "  ", last)
+        if name == GRAPHS_SECTION and isinstance(data[name], list) and all(isinstance(g, dict) for g in data[name]):
+            lines.append(f"{inner}{_compact_json(name)}: [")
+            for j, graph in enumerate(data[name]):
+                lines += _entry_lines(graph, inner + "  ", "" if j == len(data[name]) - 1 else ",")
+            lines.append(f"{inner}]{'' if last else ','}")
+        elif name in ENTRY_SECTIONS:
+            lines += _expanded(name, data[name], inner, last)
         else:
-            lines.append(f"  {_compact_json(name)}: {_compact_json(data[name])}{'' if last else ','}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            lines.append(f"{inner}{_compact_json(name)}: {_compact_json(data[name])}{'' if last else ','}")
+    lines.append(indent + "}" + comma)
+    return lines

@@ -211,3 +211,24 @@ def wait_gone(pids: list[int], within: float) -> list[int]:
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
+
+
+def engine_traces():
+    """``examples/engine_traces/make_traces.py`` (builds sglang and vLLM layouts from the real sglang capture).
+
+    Skips, saying where to put the shared real traces, when they are not found.
+    """
+    import importlib.util
+
+    source = real_traces_dir() / "tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
+    if not source.is_file():
+        pytest.skip(
+            f"real trace {source.name} not found in {real_traces_dir()}; set GRAPH_CAPTURE_REAL_TRACES to the "
+            "folder holding the shared real_traces (see tests/helpers.py)"
+        )
+    path = REPO_ROOT / "examples" / "engine_traces" / "make_traces.py"
+    spec = importlib.util.spec_from_file_location("make_traces", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.SOURCE = source
+    return module

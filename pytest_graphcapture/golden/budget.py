@@ -15,8 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .._io import format_bytes
 from ..errors import GoldenError, UsageError
-from ..keys import CaptureKey, key_label
-from ..summary.model import is_int
+from ..keys import CaptureKey, is_int, key_label
 
 #: Optional golden field: the most launches this key's capture may record (see :func:`launch_budget_violations`).
 #: It is not part of the summary, so it is never diffed; ``--update-golden`` carries it over.

@@ -27,9 +27,10 @@ from .budget import (
     launch_budget_violations,
     memory_budget_violations,
 )
-from .diff import compare, compare_dicts, completeness, require_level
+from .diff import compare_dicts, completeness, require_level
 from .environment import keeping_environment_of
 from .expect import EXPECT_FIELD, golden_expectations, unmet
+from .graphs import compare_keys
 from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
 
@@ -201,7 +202,7 @@ class _Gate:
                 raise old_error
             expected = store.summary_from_dict(old, path)
             o = self.options
-            diff = compare(
+            diff = compare_keys(
                 expected,
                 actual,
                 level=o.level,
@@ -329,6 +330,20 @@ def check_result(
     if not items:
         raise UsageError(f"golden.check: the capture result of {runner} has no captured keys, nothing to compare")
     if getattr(result, "mode", None) == "single" and all(kr.summary is None for kr in items):
+        from .traces import split_single_capture  # the windows of the one trace, mapped to the keys
+
+        split = split_single_capture(result)
+        if split is not None:
+            return check_result(
+                split,
+                golden_dir=golden_dir,
+                folder=folder,
+                out_folder=out_folder,
+                update=update,
+                options=options,
+                postprocess=postprocess,
+                display=display,
+            )
         raise UsageError(
             "golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
             "for the whole capture phase and no per-batch-size summaries to compare; golden checks "

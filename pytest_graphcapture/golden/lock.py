@@ -29,6 +29,7 @@ LOCK_NAME = ".graphcapture-write.lock"
 WRITERS = {
     "pytest": "another pytest run{pid} is writing goldens here (--update-golden)",
     "accept": "a graphcapture accept{pid} is writing goldens here",
+    "check": "a graphcapture check --update{pid} is writing goldens here",
 }
 
 
@@ -123,3 +124,35 @@ def _read_holder(fd: int) -> tuple[Optional[int], str]:
     lines = text.split()
     pid = int(lines[0]) if lines and lines[0].isdigit() else None
     return pid, lines[1] if len(lines) > 1 and lines[1] in WRITERS else "pytest"
+
+
+# --------------------------------------------------------------------------- updating on CI
+
+#: Environment variables by which CI services announce themselves (the tests' isolation uses this list too).
+CI_VARIABLES = (
+    "CI",
+    "GITHUB_ACTIONS",
+    "GITLAB_CI",
+    "BUILDKITE",
+    "JENKINS_URL",
+    "TF_BUILD",
+    "CIRCLECI",
+    "TRAVIS",
+    "TEAMCITY_VERSION",
+    "BITBUCKET_BUILD_NUMBER",
+    "DRONE",
+)
+
+
+#: Values of a CI variable that mean "not on CI" (compared lowercased; an empty value too).
+CI_OFF_VALUES = ("0", "false", "no")
+
+
+def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
+    """Name of the CI environment variable that is set, or None when not on CI."""
+    environ = os.environ if environ is None else environ
+    for name in CI_VARIABLES:
+        value = environ.get(name, "")
+        if value and value.lower() not in CI_OFF_VALUES:
+            return name
+    return None

@@ -1,4 +1,5 @@
-"""The ``golden`` fixture: ``golden.check(result)`` compares a capture result with its goldens.
+"""The ``golden`` fixture: ``golden.check(result)`` compares a capture result with its goldens, and
+``golden.check_traces(paths)`` the capture traces an engine wrote.
 
 The comparing is the golden gate's (:func:`pytest_graphcapture.golden.gate.check_result`);
 ``golden.check`` only records the gate's outcome in the session report and turns a
@@ -110,6 +111,49 @@ class GoldenChecker:
             pytest.fail(problem, pytrace=False)
         self._record(outcome, result)
 
+    def check_traces(
+        self,
+        paths: Union[str, Path, Sequence[Union[str, Path]]],
+        *,
+        batch_sizes: Optional[Sequence[int]] = None,
+        runner: Optional[str] = None,
+        level: Optional[str] = None,
+        ignore_kernels: Sequence[str] = (),
+        ignore_ops: Sequence[str] = (),
+        sections: Optional[Sequence[str]] = None,
+        max_launches: Union[int, Mapping[int, int], None] = None,
+        name: Optional[str] = None,
+    ) -> None:
+        """The gate of :meth:`check` over capture traces an engine wrote (files, or folders searched for them).
+
+        Each trace is split into its capture keys by the engine's markers: vLLM's
+        ``capture_{bs}_{mode}`` ranges, sglang's per-size file names, or, for one trace
+        of a whole capture, its windows mapped to ``batch_sizes`` (capture order: sglang
+        captures the largest first).  ``runner`` names every key's runner.  A folder
+        without traces, a trace without a capture window or a key that captured
+        nothing fails the test in one line: nothing to check is never a pass.
+        """
+        from ..golden.traces import collect_traces
+
+        given = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        try:
+            result = collect_traces(given, batch_sizes=batch_sizes, runner=runner, level=level or self._session.level)
+        except GraphCaptureError as exc:
+            problem = f"golden.check_traces: {exc}"
+        else:
+            problem = None
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
+        self.check(
+            result,
+            level=level,
+            ignore_kernels=ignore_kernels,
+            ignore_ops=ignore_ops,
+            sections=sections,
+            max_launches=max_launches,
+            name=name,
+        )
+
     def _claim(self, folder: Path, result: Any, name: Optional[str]) -> None:
         """Refuse a second check that would read and write the goldens of an earlier one in this test."""
         runner = str(getattr(result, "runner_name", "") or "capture")
@@ -148,8 +192,9 @@ def _check_is_result(result: Any) -> None:
     (not captured); anything else that is not a CaptureResult is named by its type.
     """
     from ..engine.result import CaptureResult
+    from ..golden.traces import TraceResult
 
-    if isinstance(result, CaptureResult):
+    if isinstance(result, (CaptureResult, TraceResult)):  # a TraceResult: golden.check_traces's keys
         return
     if isinstance(result, GraphCapture):
         raise UsageError(

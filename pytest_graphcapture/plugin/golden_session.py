@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -22,27 +21,13 @@ import pytest
 from .._io import write_atomic
 from ..errors import FileError, GoldenError, GraphCaptureError, UsageError
 from ..golden import store
+from ..golden.harvest import HARVEST_MARK, HARVEST_MARK_TEXT, reset_folder, reset_harvest  # noqa: F401
 from ..golden.lock import GoldenLock
 from ..golden.op_classes import op_classes, parse_globs
 from ..golden.report import FileRecord, SessionReport
 from ..golden.store import unused_goldens
 from ..keys import CaptureKey
 from . import settings as s
-
-#: The file that marks a --golden-out folder as a harvest this plugin wrote (and may empty).
-HARVEST_MARK = ".graphcapture-harvest"
-HARVEST_MARK_TEXT = "Obtained summaries written by pytest-graphcapture (--golden-out); emptied by each session.\n"
-
-
-def reset_folder(folder: Path) -> None:
-    """Make ``folder`` an empty folder (created when missing)."""
-    if folder.is_dir() and not folder.is_symlink():
-        for entry in folder.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
 
 
 class GoldenSession:
@@ -136,20 +121,7 @@ class GoldenSession:
 
     def _reset_harvest(self, folder: Path) -> None:
         where = s.where(s.GOLDEN_OUT, s.resolve_with_source(self.config, s.GOLDEN_OUT)[1])
-        try:
-            entries = list(folder.iterdir()) if folder.is_dir() else []
-        except OSError as exc:
-            raise UsageError(f"{where} {self.display(folder)}: cannot read: {exc.strerror or exc}") from None
-        if entries and not (folder / HARVEST_MARK).is_file():
-            raise UsageError(
-                f"{where} {self.display(folder)}: the folder holds files pytest-graphcapture did not write; "
-                f"each session starts from an empty harvest folder: give a new or empty folder"
-            )
-        try:
-            reset_folder(folder)
-            (folder / HARVEST_MARK).write_text(HARVEST_MARK_TEXT, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{where} {self.display(folder)}: cannot write: {exc.strerror or exc}") from None
+        reset_harvest(folder, f"{where} {self.display(folder)}")
 
     def release(self) -> None:
         """End of the session: let the next writer of the golden tree in."""

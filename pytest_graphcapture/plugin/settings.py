@@ -20,6 +20,7 @@ from typing import Any, Optional
 import pytest
 
 from ..errors import UsageError
+from ..golden.lock import CI_OFF_VALUES, CI_VARIABLES, ci_environment  # noqa: F401  (the plugin reads them here)
 from ..naming import GOLDEN_DIR_DEFAULT, GOLDEN_DIR_ENV, GOLDEN_DIR_OPTION, setting_path
 
 
@@ -162,36 +163,6 @@ def parse_seconds(value: object, where: str) -> float:
     if not 0 < seconds < math.inf:
         raise UsageError(f"{where}: the timeout must be a positive, finite number of seconds, got {value!r}")
     return seconds
-
-
-#: Environment variables by which CI services announce themselves (the tests' isolation uses this list too).
-CI_VARIABLES = (
-    "CI",
-    "GITHUB_ACTIONS",
-    "GITLAB_CI",
-    "BUILDKITE",
-    "JENKINS_URL",
-    "TF_BUILD",
-    "CIRCLECI",
-    "TRAVIS",
-    "TEAMCITY_VERSION",
-    "BITBUCKET_BUILD_NUMBER",
-    "DRONE",
-)
-
-
-#: Values of a CI variable that mean "not on CI" (compared lowercased; an empty value too).
-CI_OFF_VALUES = ("0", "false", "no")
-
-
-def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
-    """Name of the CI environment variable that is set, or None when not on CI."""
-    environ = os.environ if environ is None else environ
-    for name in CI_VARIABLES:
-        value = environ.get(name, "")
-        if value and value.lower() not in CI_OFF_VALUES:
-            return name
-    return None
 
 
 def resolve_path(config: pytest.Config, setting: Setting) -> Optional[Path]:

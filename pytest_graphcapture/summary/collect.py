@@ -24,56 +24,19 @@ the same whichever way the events arrive.
 from __future__ import annotations
 
 import json
-import re
 from array import array
 from typing import Any, Iterable, Optional
 
-from .._io import is_text
-from ..errors import TraceEventError
+from .apis import (  # noqa: F401  (re-exported: readers classify with the same rules)
+    _GPU_CATS,
+    _INTERESTING_RUNTIME,
+    _RUNTIME_CATS,
+    KERNEL_LAUNCH_APIS,
+    classify_runtime,
+)
+from .apis import api_base as _api_base  # noqa: F401
+from .checks import MISSING, _check_signature, _parsed, _require_text, _short  # noqa: F401
 from .normalize import normalize_op_name
-
-KERNEL_LAUNCH_APIS = frozenset(
-    {
-        "cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cudaLaunchKernelEx",
-        "cudaLaunchCooperativeKernel",
-        "cudaLaunchCooperativeKernelMultiDevice",
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "cuLaunchCooperativeKernel",
-        "hipLaunchKernel",
-        "hipExtModuleLaunchKernel",
-        "hipModuleLaunchKernel",
-        "hipExtLaunchKernel",
-        "hipLaunchCooperativeKernel",
-        "hipModuleLaunchCooperativeKernel",
-        "hipLaunchKernelExC",
-        "hipExtLaunchKernelGGL",
-        "hipHccModuleLaunchKernel",
-    }
-)
-
-_MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
-
-_MEMSET_API = re.compile(r"^(?:cuda|cu|hip)Memset\w*Async$")
-
-_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
-
-_BEGIN_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
-
-_END_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
-
-_GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch(?:_v\d+|_ptsz|_spt)*$")
-
-_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
-
-_GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-
-_INTERESTING_RUNTIME = re.compile(
-    r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
-    r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)"
-)
 
 _NUMBER_TYPES = (int, float)
 
@@ -81,36 +44,7 @@ _NUMBER_TYPES = (int, float)
 #: activity records of version 5 and later; absent from torch 2.11's traces).
 GRAPH_NODE_ARG = "graph node id"
 
-_SKIP = ("skip", None)
-
-#: ``args`` field absent (a JSON ``null`` is kept apart: it groups differently).
-MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
-
 _NO_DIMS_TEXT = str([])
-
-
-def _api_base(name: str) -> str:
-    return _API_SUFFIX.sub("", name)
-
-
-def _classify_runtime(name: str) -> tuple:
-    """(role, base API) of a runtime call name; role ``skip`` for calls a summary ignores."""
-    if not _INTERESTING_RUNTIME.match(name):
-        return _SKIP
-    if _BEGIN_CAPTURE.match(name):
-        return ("begin", None)
-    if _END_CAPTURE.match(name):
-        return ("end", None)
-    if _GRAPH_LAUNCH.match(name):
-        return ("graph", None)
-    api = _api_base(name)
-    if api in KERNEL_LAUNCH_APIS:
-        return ("kernel", api)
-    if _MEMCPY_API.match(api):
-        return ("memcpy", api)
-    if _MEMSET_API.match(api):
-        return ("memset", api)
-    return _SKIP
 
 
 def _dims3(value: Any) -> Optional[list]:
@@ -148,6 +82,7 @@ class Collector:
 
     def __init__(self) -> None:
         self.annotations: list = []
+        self.annotation_spans: list = []  # (name, start, end, pid) of annotations with a time and duration
         # CPU ops: every op with a string name, in event order.
         self.op_ts = array("d")
         self.op_group = array("l")
@@ -162,6 +97,7 @@ class Collector:
         self._refs: dict = {}  # (name, dims key) -> span reference
         self._ref_rows: list = []  # (name, dims) per span reference, as fed
         self._op_refs: Optional[list] = None
+        self._coarse: Optional[tuple] = None  # (groups seen, mapping, rows) of op_groups()
         self._tids: dict = {}  # (pid, thread id) -> thread index
         self.threads: list = []  # (pid, thread id) of each thread index
         self._last_tid: Any = _NOTHING  # the thread asked for last, and its index
@@ -251,7 +187,17 @@ class Collector:
             elif cat == "user_annotation":
                 name = event.get("name")
                 if name.__class__ is str:
-                    self.annotations.append(name)
+                    self.add_annotation(name, event.get("ts"), event.get("dur"), event.get("pid"))
+
+    def add_annotation(self, name: str, ts: Any, dur: Any, pid: Any = None) -> None:
+        """One ``user_annotation`` (a ``record_function`` range): its name, and its span where it has one.
+
+        Spans are what engines mark each captured shape with (``capture_8_FULL``), so
+        a trace can be split into keys (:mod:`.split`).
+        """
+        self.annotations.append(name)
+        if ts.__class__ in _NUMBER_TYPES and dur.__class__ in _NUMBER_TYPES:
+            self.annotation_spans.append((name, ts, ts + dur, pid if pid.__class__ in (int, str) else None))
 
     def add_op(self, name: str, ts: Any, dur: Any, tid: Any, dims: Any, types: Any, pid: Any = None) -> None:
         """One ``cpu_op`` event (``pid``/``tid``: its process and thread).
@@ -331,7 +277,7 @@ class Collector:
         """One runtime (``cuda_runtime``/``cuda_driver``/``hip_*``) call (``stream``: its ``args.stream``, if any)."""
         role = self._roles.get(name)
         if role is None:
-            role = self._roles[name] = _classify_runtime(name)
+            role = self._roles[name] = classify_runtime(name)
         tag, api = role
         if tag == "skip":
             return
@@ -394,6 +340,9 @@ class Collector:
         Groups of unparsed JSON texts that hold equal values (``[1, 2]`` and ``[1,2]``)
         become one, exactly as if every value had been parsed.
         """
+        cached = self._coarse
+        if cached is not None and cached[0] == len(self._group_rows):
+            return cached[1], cached[2]  # a trace split into keys asks once per key
         coarse_of: dict = {}
         mapping = []
         rows = []
@@ -409,6 +358,7 @@ class Collector:
                 index = coarse_of[key] = len(rows)
                 rows.append((name, [] if dims is MISSING else dims, [] if types is MISSING else types))
             mapping.append(index)
+        self._coarse = (len(self._group_rows), mapping, rows)
         return mapping, rows
 
     @property
@@ -477,71 +427,6 @@ _NOTHING: Any = object()
 def _shown(value: Any) -> Any:
     """A value kept by :func:`_hashable`, as the trace wrote it."""
     return value[1] if value.__class__ is tuple else value
-
-
-def _parsed(value: Any) -> Any:
-    """An args value as the stdlib parses it (the fast reader hands some over as JSON text)."""
-    return json.loads(value) if value.__class__ is bytes else value
-
-
-def _event(kind: str, name: Any, ts: Any) -> str:
-    """How a message names an event: its kind, name and time, escaped to plain ASCII."""
-    label = json.dumps(name) if name.__class__ is str else "?"
-    if len(label) > 80:
-        label = label[:77] + '..."'
-    return f"{kind} event {label}" + (f" at ts {_short(ts)}" if ts.__class__ in _NUMBER_TYPES else "")
-
-
-def _require_text(text: str, kind: str, name: Any, ts: Any, field: str) -> None:
-    """A string a summary writes must be Unicode text: a lone surrogate escape (``\\ud800``) cannot be written."""
-    if not is_text(text):
-        raise TraceEventError(
-            f"{_event(kind, name, ts)}: {field} holds a lone surrogate escape, which is not text "
-            "(no profiler writes one) and no summary can hold"
-        )
-
-
-def _is_shape(value: Any) -> bool:
-    """A list of integers, or of such lists (a tensor list): what Kineto records for one input."""
-    if value.__class__ is not list:
-        return False
-    for item in value:
-        if item.__class__ is not int and not _is_shape(item):
-            return False
-    return True
-
-
-def _check_signature(name: str, ts: Any, dims: Any, types: Any) -> None:
-    """Refuse ``Input Dims``/``Input type`` values no profiler writes, naming the event.
-
-    Absent or null means "not recorded" and is kept; otherwise ``Input Dims`` is a list
-    with one shape per input and ``Input type`` a list of strings.  Anything else (a
-    string, a number, a float dimension) is refused rather than dropped or copied into
-    a golden, where it would compare as a real shape.
-    """
-    try:
-        dims, types = _parsed(dims), _parsed(types)
-    except ValueError as exc:  # an integer with more digits than int() reads
-        raise TraceEventError(f"{_event('cpu_op', name, ts)}: Input Dims or Input type does not parse: {exc}") from None
-    if dims is not MISSING and dims is not None:
-        if dims.__class__ is not list or not all(_is_shape(shape) for shape in dims):
-            raise TraceEventError(
-                f"{_event('cpu_op', name, ts)}: Input Dims is {_short(dims)}, expected a list with one shape "
-                "(a list of integers, or of such lists) per input"
-            )
-    if types is not MISSING and types is not None:
-        if types.__class__ is not list or not all(item.__class__ is str for item in types):
-            raise TraceEventError(
-                f"{_event('cpu_op', name, ts)}: Input type is {_short(types)}, expected a list of type names (strings)"
-            )
-        for item in types:
-            _require_text(item, "cpu_op", name, ts, "Input type")
-
-
-def _short(value: Any) -> str:
-    """A value as JSON for a message, cut to a readable length."""
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _EMPTY_ARGS: dict = {}

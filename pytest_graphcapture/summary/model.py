@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .._io import dumps_entries
-from ..errors import FileError, TraceFormatError, UsageError
-from ..keys import CaptureKey, is_int
+from ..errors import UsageError
+from ..keys import CaptureKey
 from .normalize import (
     DEFAULT_LEVEL,
-    LEVELS,
     check_level,
     compile_patterns,
     is_coarser_or_equal,
@@ -35,6 +34,9 @@ SCHEMA_VERSION = 2
 
 
 KINDS = ("kernel", "memcpy", "memset")
+
+#: What a key of several graphs stores of each of its graphs (``graphs`` in a summary).
+GRAPH_FIELDS = ("kernels", "ops", "launches", "complete")
 
 #: Where a summary's kernels were read: the captured graph itself (in process), a profiled replay of
 #: the graph, the capture window's launch events (ROCm names kernels there), or a graph dump file.
@@ -126,6 +128,10 @@ class Summary:
     #: The graph's shape when it was read: ``{"nodes": {type: count}, "branches": n}`` (``branches``:
     #: the most work nodes that can run at once), or None where no graph was read.
     topology: Optional[dict] = None
+    #: A key of several graphs (the pieces of a piecewise capture, a batch size that captures more than
+    #: one graph): each graph's own Summary, in capture order, while this one's kernels, ops and launches
+    #: are their sum (:func:`~.graphs.of_graphs`).  None for a key of one graph, stored as it always was.
+    graphs: Optional[list] = None
 
     def __post_init__(self) -> None:
         # Canonical order so that equal content always serializes to equal bytes.
@@ -156,7 +162,13 @@ class Summary:
             # Only where a graph or replay supplied them: summaries without (every CPU one) stay as they were.
             **({"kernel_source": self.kernel_source} if self.kernel_source is not None else {}),
             **({"topology": _topology_copy(self.topology)} if self.topology is not None else {}),
+            **({"graphs": [g.graph_dict(share_entries) for g in self.graphs]} if self.graphs else {}),
         }
+
+    def graph_dict(self, share_entries: bool = False) -> dict:
+        """What a key of several graphs stores of each graph: its kernels, ops, launches and completeness."""
+        whole = self.to_dict(share_entries=share_entries)
+        return {name: whole[name] for name in GRAPH_FIELDS}
 
     def to_json(self) -> str:
         """Canonical JSON text, as goldens store it: one line per kernel, op and launch entry."""
@@ -178,7 +190,9 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<summary>") -> "Summary":
-        """Validate and build a Summary (:func:`summary_from_dict`); TraceFormatError(source, problem) on bad content."""
+        """Validate and build a Summary (:func:`~.validate.summary_from_dict`); TraceFormatError(source, problem) on bad content."""
+        from .validate import summary_from_dict  # the validator builds Summaries: imported when used
+
         return summary_from_dict(data, source)
 
     def normalized(
@@ -203,6 +217,7 @@ class Summary:
         check_level(level)
         if not is_coarser_or_equal(level, self.level):
             raise UsageError(f"cannot normalize {self.key} from level {self.level!r} to the finer level {level!r}")
+        ignore_kernels, ignore_ops = tuple(ignore_kernels), tuple(ignore_ops)  # read again for each graph
         kernel_patterns = compile_patterns(ignore_kernels, what="kernel ignore pattern")
         op_patterns = compile_patterns(ignore_ops, what="op ignore pattern")
         merged: dict[tuple, dict] = {}
@@ -232,6 +247,17 @@ class Summary:
         normalized.launches = {"total": self.launches["total"], "by_api": dict(self.launches["by_api"])}
         normalized.environment = dict(self.environment)
         normalized.level = level
+        if self.graphs:
+            normalized.graphs = [
+                g.normalized(
+                    level,
+                    ignore_kernels=ignore_kernels,
+                    ignore_ops=ignore_ops,
+                    rename=rename,
+                    share_entries=share_entries,
+                )
+                for g in self.graphs
+            ]
         return normalized
 
     def kernel_count(self) -> int:
@@ -281,191 +307,4 @@ def _merge_kernel(
     entry["count"] += count
 
 
-def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileError] = TraceFormatError) -> Summary:
-    """Check a summary dict field by field and build the :class:`Summary`; ``error(source, problem)`` otherwise.
-
-    The one validator of summary dicts: goldens, summary files and dicts edited by
-    ``pytest_graphcapture_postprocess_summary`` all come through here, so a bad
-    file fails with the field that is wrong, never with a traceback.
-    """
-
-    def expect(cond: bool, problem: str) -> None:
-        if not cond:
-            raise error(source, problem)
-
-    expect(isinstance(data, dict), f"summary must be a JSON object, got {type(data).__name__}")
-    required = ("schema_version", "key", "platform", "kernels", "ops", "launches", "complete")
-    missing = [k for k in required if k not in data]
-    expect(not missing, f"summary is missing {', '.join(missing)}")
-    version = data["schema_version"]
-    expect(is_int(version), f"schema_version must be an integer, got {version!r}")
-    expect(
-        version == SCHEMA_VERSION, f"schema_version {version} is not supported (this version reads {SCHEMA_VERSION})"
-    )
-    key_data = data["key"]
-    expect(
-        isinstance(key_data, dict) and isinstance(key_data.get("runner"), str),
-        "key must be an object with runner, batch_size, variant, rank",
-    )
-    expect(
-        is_int(key_data.get("batch_size")) and is_int(key_data.get("rank", 0)),
-        "key.batch_size and key.rank must be integers",
-    )
-    expect(
-        key_data.get("variant") is None or isinstance(key_data.get("variant"), str),
-        "key.variant must be a string or null",
-    )
-    try:
-        key = CaptureKey.from_dict(key_data)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise error(source, f"bad key: {exc}") from None
-    expect(isinstance(data["platform"], str) and bool(data["platform"]), "platform must be a non-empty string")
-    level = data.get("level", DEFAULT_LEVEL)
-    expect(level in LEVELS, f"level must be one of {', '.join(LEVELS)}, got {level!r}")
-    kernels = data["kernels"]
-    expect(isinstance(kernels, list), f"kernels must be a list, got {type(kernels).__name__}")
-    clean_kernels = []
-    for i, entry in enumerate(kernels):
-        where = f"kernels[{i}]"
-        expect(isinstance(entry, dict), f"{where} must be an object")
-        expect(isinstance(entry.get("name"), str), f"{where}.name must be a string")
-        expect(is_int(entry.get("count")) and entry["count"] >= 1, f"{where}.count must be an integer of at least 1")
-        kind = entry.get("kind", "kernel")
-        expect(kind in KINDS, f"{where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        item = {"name": entry["name"], "kind": kind, "count": entry["count"]}
-        for dim in ("grid", "block"):
-            if dim in entry:
-                value = entry[dim]
-                expect(
-                    isinstance(value, list) and all(is_int(v) for v in value),
-                    f"{where}.{dim} must be a list of integers",
-                )
-                item[dim] = list(value)
-        if "launch" in entry:
-            launch = entry["launch"]
-            expect(
-                isinstance(launch, str) and LAUNCH_PATTERN.fullmatch(launch) is not None,
-                f"{where}.launch must be a launch shape like <<<{{16,10,2}},128,0>>> (grid, block, shared "
-                f"memory bytes), got {launch!r}",
-            )
-            item["launch"] = launch
-        if entry.get("op") is not None:
-            op = entry["op"]
-            expect(
-                isinstance(op, dict) and isinstance(op.get("name"), str) and isinstance(op.get("input_dims"), list),
-                f'{where}.op must be {{"name": string, "input_dims": list}} or null',
-            )
-            item["op"] = {"name": op["name"], "input_dims": op["input_dims"]}
-        clean_kernels.append(item)
-    ops = data["ops"]
-    expect(isinstance(ops, list), f"ops must be a list, got {type(ops).__name__}")
-    clean_ops = []
-    for i, entry in enumerate(ops):
-        where = f"ops[{i}]"
-        expect(isinstance(entry, dict), f"{where} must be an object")
-        expect(isinstance(entry.get("name"), str), f"{where}.name must be a string")
-        expect(isinstance(entry.get("input_dims", []), list), f"{where}.input_dims must be a list")
-        expect(isinstance(entry.get("input_types", []), list), f"{where}.input_types must be a list")
-        expect(is_int(entry.get("count")) and entry["count"] >= 1, f"{where}.count must be an integer of at least 1")
-        clean_ops.append(
-            {
-                "name": entry["name"],
-                "input_dims": entry.get("input_dims", []),
-                "input_types": entry.get("input_types", []),
-                "count": entry["count"],
-            }
-        )
-    launches = data["launches"]
-    expect(isinstance(launches, dict), f"launches must be an object, got {type(launches).__name__}")
-    expect(is_int(launches.get("total")), "launches.total must be an integer")
-    by_api = launches.get("by_api", {})
-    expect(
-        isinstance(by_api, dict) and all(isinstance(k, str) and is_int(v) for k, v in by_api.items()),
-        "launches.by_api must map API names to integers",
-    )
-    complete = data["complete"]
-    if isinstance(complete, bool):
-        value, reason = complete, data.get("incomplete_reason")
-    else:
-        expect(
-            isinstance(complete, dict) and isinstance(complete.get("value"), bool),
-            'complete must be {"value": bool, "reason": string or null}',
-        )
-        value, reason = complete["value"], complete.get("reason")
-    expect(reason is None or isinstance(reason, str), "complete.reason must be a string or null")
-    environment = data.get("environment")
-    environment = {} if environment is None else environment
-    expect(isinstance(environment, dict), "environment must be an object")
-    unattributed = data.get("unattributed")
-    expect(unattributed is None or isinstance(unattributed, str), "unattributed must be a string or null")
-    kernel_source = data.get("kernel_source")
-    expect(
-        kernel_source is None or kernel_source in KERNEL_SOURCES,
-        f"kernel_source must be one of {', '.join(KERNEL_SOURCES)} or null, got {kernel_source!r}",
-    )
-    topology = data.get("topology")
-    if topology is not None:
-        nodes = topology.get("nodes") if isinstance(topology, dict) else None
-        expect(
-            isinstance(nodes, dict)
-            and all(isinstance(k, str) and is_int(v) and v >= 1 for k, v in nodes.items())
-            and is_int(topology.get("branches"))
-            and topology["branches"] >= 0,
-            'topology must be {"nodes": {node type: count of at least 1}, "branches": integer of at least 0} or null',
-        )
-        topology = {"nodes": dict(sorted(nodes.items())), "branches": topology["branches"]}
-    return Summary(
-        key=key,
-        platform=data["platform"],
-        kernels=clean_kernels,
-        ops=clean_ops,
-        launches={"total": launches["total"], "by_api": dict(by_api)},
-        complete=value,
-        incomplete_reason=reason,
-        environment=environment,
-        level=level,
-        schema_version=version,
-        unattributed=unattributed,
-        kernel_source=kernel_source,
-        topology=topology,
-    )
-
-
-# --------------------------------------------------------------------------- views shared by every comparison
-
-
-def kernel_label(entry: Mapping[str, Any]) -> str:
-    """How a kernel entry is named wherever kernels are compared: name, then ``(kind)``, grid/block and the
-    graph's launch shape (``<<<grid,block,shared memory>>>``) where set."""
-    extras = []
-    kind = entry.get("kind")
-    if kind not in (None, "kernel"):
-        extras.append(f"({kind})")
-    for dim in ("grid", "block"):
-        if dim in entry:
-            extras.append(f"{dim}={json.dumps(entry[dim], separators=(',', ':'))}")
-    if "launch" in entry:
-        extras.append(entry["launch"])
-    return " ".join([entry["name"], *extras])
-
-
-def kernel_view(kernels: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """``{kernel label: count}`` of kernel entries."""
-    view: dict[str, int] = {}
-    for item in kernels:
-        label = kernel_label(item)
-        view[label] = view.get(label, 0) + int(item["count"])
-    return view
-
-
-def count_changes(expected: Mapping[str, int], actual: Mapping[str, int]) -> list[tuple[str, int, int]]:
-    """``(label, expected count, actual count)`` for every label whose count differs (0 = absent), sorted.
-
-    The one multiset comparison: the golden diff's kernel section and the replay's
-    data-loss check are both built on it.
-    """
-    return [
-        (label, expected.get(label, 0), actual.get(label, 0))
-        for label in sorted(set(expected) | set(actual))
-        if expected.get(label, 0) != actual.get(label, 0)
-    ]
+from .views import count_changes, kernel_label, kernel_view  # noqa: E402,F401  (re-exported)

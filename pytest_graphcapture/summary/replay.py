@@ -21,9 +21,10 @@ from .attribute import (
     REPLAY_UNATTRIBUTED,
 )
 from .graph import CapturedGraph, GraphNode
-from .model import Summary, count_changes
+from .model import Summary
 from .normalize import normalize_kernel_name
 from .scan import _entries
+from .views import count_changes
 
 
 class KernelEvidenceWarning(UserWarning):

@@ -84,9 +84,11 @@ class CaptureWindows:
     ``problems`` holds one sentence per kind of capture call that could not be paired.
     """
 
-    def __init__(self, of: list, problems: list) -> None:
+    def __init__(self, of: list, problems: list, spans: Optional[list] = None) -> None:
         self.of = of
         self.problems = problems
+        #: Every window once, in capture order: ``(start, end, pid of the capturing thread)``.
+        self.spans = spans or []
 
 
 def pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
@@ -169,7 +171,12 @@ def pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
         if nameless:
             what = "BeginCapture" if role == "begin" else "EndCapture"
             problems.append(_unpaired(scan, nameless, what, "time stamp", "unknown"))
-    return CaptureWindows(of, problems)
+    spans = sorted({(w[0], w[1], threads[t][0]) for t, ws in by_thread.items() for w in ws}, key=_span_order)
+    return CaptureWindows(of, problems, spans)
+
+
+def _span_order(span: tuple) -> tuple:
+    return (span[0], span[1], str(span[2]))
 
 
 def _unpaired(scan: Collector, calls: list, what: str, missing: str, window: str) -> str:
@@ -247,6 +254,10 @@ class _Scan(Collector):
             for ts, group, thread in zip(self.op_ts, op_group, self.op_thread):
                 if inside(ts, of[thread]):
                     fine[group] = fine.get(group, 0) + 1
+        return self.entries_of(fine)
+
+    def entries_of(self, fine: dict) -> list:
+        """Op entries of ``{op group: count}`` (the groups as fed), equal parsed values merged."""
         mapping, rows = self.op_groups()
         counts: dict = {}
         for group, count in fine.items():
@@ -297,25 +308,50 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         raise UsageError(f"key must be a CaptureKey, got {type(key).__name__}")
     windows = scan.windows()
     ops = scan.op_entries(windows)
-
-    rows = scan.desc_rows
     launch_desc = scan.launch_desc
     if windows is None:
-        launches_in = range(len(launch_desc))
-    else:
-        of = windows.of
-        launches_in = [
-            i for i, (ts, thread) in enumerate(zip(scan.launch_ts, scan.launch_tid)) if _inside(ts, of[thread])
-        ]
+        return build_summary(scan, key, platform, level, environment, ops, range(len(launch_desc)), None, None)
+    of = windows.of
+    launches_in = [i for i, (ts, thread) in enumerate(zip(scan.launch_ts, scan.launch_tid)) if _inside(ts, of[thread])]
+    by = launching_ops(scan, launches_in)
+    return build_summary(scan, key, platform, level, environment, ops, launches_in, by, windows.problems)
+
+
+def launching_ops(scan: _Scan, launches: list) -> list:
+    """The op (index into ``scan.op_refs``, -1 for none) whose call made each launch of ``launches``."""
+    if not launches:
+        return []
+    call_ts = array("d", (scan.launch_ts[i] for i in launches))
+    call_tid = array("l", (scan.launch_tid[i] for i in launches))
+    return enclosing_ops(scan, call_ts, call_tid)
+
+
+def build_summary(
+    scan: _Scan,
+    key: CaptureKey,
+    platform: str,
+    level: str,
+    environment: Optional[dict],
+    ops: list,
+    launches_in: Any,
+    by: Optional[list],
+    problems: Optional[list],
+) -> Summary:
+    """The Summary of ``ops`` and the launches ``launches_in`` (indexes into the scan's launches).
+
+    ``by`` (the launching op of each launch, :func:`launching_ops`) is None for a trace
+    without capture windows: its kernels are then the executed GPU events.
+    ``problems``: the capture calls that could not be paired, which mark it incomplete.
+    """
+    rows = scan.desc_rows
+    launch_desc = scan.launch_desc
     by_api = Counter(rows[launch_desc[i]][0] for i in launches_in)
     launches = {"total": len(launches_in), "by_api": dict(by_api)}
 
     complete, reason = True, None
     launch_ops = None
-    if windows is not None:
-        call_ts = array("d", (scan.launch_ts[i] for i in launches_in))
-        call_tid = array("l", (scan.launch_tid[i] for i in launches_in))
-        by = enclosing_ops(scan, call_ts, call_tid) if launches_in else []
+    if by is not None:
+        call_ts = [scan.launch_ts[i] for i in launches_in]
         named = [j for j, i in enumerate(launches_in) if rows[launch_desc[i]][1] != "kernel" or rows[launch_desc[i]][2]]
         counted: dict = {}
         for j in named:
@@ -340,9 +376,9 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
                 f"{unnamed} of {len(launches_in)} launches in the capture window carry no kernel name "
                 "(NVIDIA records names only for executed kernels); a graph replay must supply the kernels"
             )
-        if windows.problems:
+        if problems:
             complete = False
-            reason = "; ".join(([reason] if reason else []) + windows.problems)
+            reason = "; ".join(([reason] if reason else []) + problems)
     else:
         gpu_rows = scan.gpu_rows
         found = [(*gpu_rows[desc], op, count) for (desc, op), count in scan.gpu_kernels().items()]
@@ -359,7 +395,7 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
         level=level,
         launch_ops=launch_ops,
         # Kernels named by the capture's launch events (ROCm); an eager trace's kernels ran, no source.
-        kernel_source="capture-window" if windows is not None and kernels else None,
+        kernel_source="capture-window" if by is not None and kernels else None,
     )
 
 

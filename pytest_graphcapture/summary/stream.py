@@ -43,7 +43,9 @@ import sys
 from typing import Any, Callable, Iterator, Optional, Union
 
 from ..errors import TraceEventError
-from .collect import _GPU_CATS, _RUNTIME_CATS, GRAPH_NODE_ARG, MISSING, Collector
+from . import records
+from .collect import Collector
+from .records import feed_records as _feed_records
 from .tracefile import MAX_NESTING, nesting_depth, resolve_max_bytes, trace_blocks
 
 try:  # the fast parser; the stdlib does the same work more slowly without it
@@ -68,98 +70,10 @@ def fast_parser_name() -> str:
     return f"msgspec {msgspec.__version__}" if msgspec is not None else "json (stdlib)"
 
 
-if msgspec is not None:
-
-    class _Args(msgspec.Struct):
-        correlation: Any = None
-        kernel: Any = None
-        grid: Any = None
-        block: Any = None
-        graph_node_id: Any = msgspec.field(default=None, name=GRAPH_NODE_ARG)
-        stream: Any = None
-        # Kept as JSON text: parsing them into lists costs more than grouping by their text.
-        input_dims: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input Dims")
-        input_type: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input type")
-
-    class _Event(msgspec.Struct):
-        name: Any = None
-        cat: Any = None
-        ts: Any = None
-        dur: Any = None
-        tid: Any = None
-        pid: Any = None
-        args: Optional[_Args] = None
-
-    _DECODER = msgspec.json.Decoder(list[_Event])
-    _UNSET = msgspec.UNSET
-
-
-def _feed_records(collector: Collector, events: list) -> None:
-    """Hand typed records (msgspec) to ``collector`` with the rules of ``Collector.feed_dicts``."""
-    runtime_cats = _RUNTIME_CATS
-    gpu_cats = _GPU_CATS
-    unset = _UNSET
-    add_op = collector.add_op
-    add_runtime = collector.add_runtime
-    add_gpu = collector.add_gpu
-    for event in events:
-        cat = event.cat
-        if cat.__class__ is not str:  # a list or object is no category a summary reads
-            continue
-        if cat == "cpu_op":
-            name = event.name
-            if name.__class__ is str:
-                args = event.args
-                if args is None:
-                    add_op(name, event.ts, event.dur, event.tid, MISSING, MISSING, event.pid)
-                else:
-                    dims = args.input_dims
-                    types = args.input_type
-                    add_op(
-                        name,
-                        event.ts,
-                        event.dur,
-                        event.tid,
-                        MISSING if dims is unset else bytes(dims),
-                        MISSING if types is unset else bytes(types),
-                        event.pid,
-                    )
-        elif cat in runtime_cats:
-            name = event.name
-            if name.__class__ is str:
-                args = event.args
-                if args is None:
-                    add_runtime(name, event.ts, event.tid, None, None, None, None, event.pid)
-                else:
-                    add_runtime(
-                        name,
-                        event.ts,
-                        event.tid,
-                        args.correlation,
-                        args.kernel,
-                        args.grid,
-                        args.block,
-                        event.pid,
-                        args.stream,
-                    )
-        elif cat in gpu_cats:
-            name = event.name
-            if name.__class__ is str:
-                args = event.args
-                if args is None:
-                    add_gpu(gpu_cats[cat], name, event.ts, None, None, None)
-                else:
-                    add_gpu(gpu_cats[cat], name, event.ts, args.correlation, args.grid, args.block, args.graph_node_id)
-        elif cat == "user_annotation":
-            name = event.name
-            if name.__class__ is str:
-                collector.annotations.append(name)
-
-
 def _parse_slice_records(data: Any) -> Any:
     """The events of ``data`` (``[`` + slice + ``]``); else where trailing bytes start, or None."""
     try:
-        return _DECODER.decode(data)
+        return records.DECODER.decode(data)
     except msgspec.DecodeError as exc:
         trailing = _MSGSPEC_TRAILING.search(str(exc))
         return int(trailing.group(1)) - 1 if trailing else None  # msgspec counts bytes from 1

@@ -26,6 +26,8 @@ the command reads.  ``graphcapture --version`` prints the version.
   :func:`kernel_matrix` builds the table data so other renderers can reuse it.
 * ``graphcapture accept HARVEST_DIR [--golden-dir DIR] [--only PATTERN] [--dry-run]`` —
   bring goldens written by ``--golden-out`` into the golden tree, key by key (:mod:`.accept`).
+* ``graphcapture check TRACE_OR_DIR... [--golden-dir DIR]`` — the golden gate over the capture traces an
+  engine wrote (sglang's, vLLM's, the plugin's), exit 0/1/2 (:mod:`.check`).
 * ``graphcapture merge DIR [--out-dir OUT]`` — merge the per-rank traces of a
   multi-rank capture (``*_rank<r>.json.gz``, ``*-TP-<r>.json.gz``) into one Chrome
   trace per batch size, every event's process labelled by its rank (:mod:`.merge`).
@@ -300,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", metavar="PATTERN", help="accept only files whose path below HARVEST_DIR matches (fnmatch)")
     p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
     p.set_defaults(func=_cmd_accept)
+
+    from .check import add_parser as add_check
+
+    add_check(sub)
 
     p = sub.add_parser("merge", help="merge per-rank traces into one Chrome trace per batch size")
     p.add_argument(

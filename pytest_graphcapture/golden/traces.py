@@ -1,0 +1,202 @@
+"""The golden gate over capture traces an engine wrote: the same gate as ``golden.check``, fed from files.
+
+sglang and vLLM profile their own CUDA-graph capture and write the traces in their
+own layouts; :func:`collect_traces` reads every trace given (files, or folders
+searched for ``*.json``/``*.json.gz``), splits each into its capture keys by the
+engine's markers (:mod:`~..summary.split`) and returns a result that
+:func:`~.gate.check_result` checks exactly like a capture result: the same golden
+layout, diff, failure text and update rules.  ``graphcapture check`` and
+``golden.check_traces`` both go through here.
+
+Nothing to check is an error, never a pass (:class:`~..errors.UsageError`, one line):
+a folder without traces (vLLM's V2 model runner ignores ``capture_torch_profiler``
+and leaves ``capture_traces/`` empty), a trace without a capture window on a GPU
+platform, a key whose range holds no capture window or that launched nothing on a
+GPU platform, a capture cut off by the profiler window, and two traces giving one key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence, Union
+
+from ..errors import TraceFormatError, UsageError
+from ..keys import CaptureKey, key_label
+from ..naming import is_hidden, is_merged_trace, is_trace_path
+from ..summary.graphs import graph_count
+from ..summary.model import Summary
+from ..summary.platform import CPU
+from ..summary.split import TraceKeys, summarize_trace_keys
+
+PathLike = Union[str, Path]
+
+#: What to do when a folder holds no capture trace: vLLM's V2 model runner writes none.
+EMPTY_HINT = (
+    "an engine that profiled its capture writes them there (sglang: graph_capture_profile/, vLLM: "
+    "capture_traces/; vLLM's V2 model runner ignores capture_torch_profiler and writes none: "
+    "start vLLM with VLLM_USE_V2_MODEL_RUNNER=0)"
+)
+
+
+@dataclass
+class TraceKey:
+    """One key read from a trace: what :func:`~.gate.check_result` reads of a capture result's key."""
+
+    key: CaptureKey
+    summary: Summary
+    path: Path
+    metrics: Any = None
+
+
+@dataclass
+class TraceResult:
+    """The keys of a set of traces, shaped like a capture result (iterable over keys, ``platform``, ``runner_name``)."""
+
+    platform: str
+    runner_name: str
+    keys: list = field(default_factory=list)
+    traces: list = field(default_factory=list)
+    mode: str = "per-bs"
+    world_size: int = 1
+
+    def __iter__(self) -> Iterator[TraceKey]:
+        return iter(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def trace_files(paths: Sequence[PathLike]) -> list[Path]:
+    """The trace files ``paths`` name: files as given, folders searched (recursively) for ``*.json[.gz]``.
+
+    Dot-files (writes in progress) and merged multi-rank traces (their ranks are read
+    on their own) are skipped.  A missing path, or a folder without traces, is an error.
+    """
+    if not paths:
+        raise UsageError("no trace given: name the trace files or the folder the engine wrote them to")
+    found: list[Path] = []
+    for given in map(Path, paths):
+        if given.is_dir():
+            inside = sorted(
+                p
+                for p in given.rglob("*")
+                if p.is_file() and is_trace_path(p) and not is_merged_trace(p)
+                if not any(is_hidden(part) for part in p.relative_to(given).parts)
+            )
+            if not inside:
+                raise UsageError(f"{given}: no capture traces (*.json, *.json.gz) in this folder; {EMPTY_HINT}")
+            found += inside
+        elif given.is_file():
+            found.append(given)
+        else:
+            raise UsageError(f"{given}: no such file or folder")
+    return list(dict.fromkeys(found))
+
+
+def collect_traces(
+    paths: Sequence[PathLike],
+    *,
+    batch_sizes: Optional[Sequence[int]] = None,
+    runner: Optional[str] = None,
+    level: str = "name",
+    max_bytes: Optional[int] = None,
+) -> TraceResult:
+    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result.
+
+    ``batch_sizes`` (capture order) maps the windows of a single-capture trace; with
+    several such traces each gets the same list.  ``runner`` names every key's runner.
+    """
+    files = trace_files(paths)
+    read = [
+        summarize_trace_keys(p, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes) for p in files
+    ]
+    platforms = sorted({t.platform for t in read})
+    if len(platforms) > 1:
+        where = "; ".join(f"{t.path}: {t.platform}" for t in read)
+        raise UsageError(f"the traces come from {len(platforms)} platforms ({where}); check each platform's on its own")
+    result = TraceResult(platforms[0], _runner_name(read), traces=read)
+    seen: dict = {}
+    for trace in read:
+        _refuse_empty(trace)
+        for summary in trace.summaries:
+            if summary.key in seen:
+                raise UsageError(
+                    f"{key_label(summary.key, explicit_rank=True)} of {summary.key.runner} is in two traces "
+                    f"({seen[summary.key]} and {trace.path}); give each trace once"
+                )
+            seen[summary.key] = trace.path
+            result.keys.append(TraceKey(summary.key, summary, trace.path))
+    return result
+
+
+def _runner_name(read: list) -> str:
+    runners = sorted({s.key.runner for t in read for s in t.summaries})
+    return ", ".join(runners) if runners else "traces"
+
+
+def _refuse_empty(trace: TraceKeys) -> None:
+    """One line for a trace or key that holds nothing to check (the module docstring lists them)."""
+    gpu = trace.platform != CPU
+    if not trace.summaries:
+        raise TraceFormatError(trace.path, "holds no capture key: nothing to check")
+    if trace.windows == 0 and gpu:
+        raise TraceFormatError(
+            trace.path,
+            "holds no capture window (no BeginCapture/EndCapture call): the profiler did not record a graph "
+            "capture, so there is nothing to check",
+        )
+    for key in trace.empty:
+        raise TraceFormatError(
+            trace.path, f"the range of {key_label(key)} holds no capture window: that shape captured nothing"
+        )
+    for summary in trace.summaries:
+        if gpu and summary.launches["total"] == 0 and not summary.kernels:
+            raise TraceFormatError(
+                trace.path, f"{key_label(summary.key)}: the capture launched nothing, so there is nothing to check"
+            )
+    if trace.problems:
+        raise TraceFormatError(trace.path, f"incomplete capture: {'; '.join(trace.problems)}")
+
+
+def describe(result: TraceResult) -> list[str]:
+    """One line per trace: how its keys were found, and how many graphs each key holds where more than one."""
+    lines = []
+    for trace in result.traces:
+        keys = ", ".join(
+            key_label(s.key) + (f" ({graph_count(s)} graphs)" if graph_count(s) > 1 else "") for s in trace.summaries
+        )
+        lines.append(f"{trace.path}: {len(trace.summaries)} key(s) by {trace.split_by}: {keys}")
+    return lines
+
+
+def split_single_capture(result: Any) -> Optional[TraceResult]:
+    """The keys of a capture run with one trace for the whole capture (``--graph-capture-trace=single``).
+
+    Its capture windows, in capture order, are the result's keys in the order they were
+    captured; None when the result has no single trace, or the trace has no capture
+    window to split (an eager CPU capture records none).
+    """
+    path = getattr(result, "single_trace_path", None)
+    items = list(result)
+    if path is None or not items or not Path(path).is_file():
+        return None
+    runner = str(getattr(result, "runner_name", "") or "capture")
+    try:
+        # One window per key, in the order they were captured: the keys' own sizes may repeat (variants).
+        read = summarize_trace_keys(path, batch_sizes=list(range(1, len(items) + 1)), runner=runner)
+    except TraceFormatError as exc:
+        if "holds 0 capture windows" in exc.problem:
+            return None
+        raise UsageError(
+            f"golden.check: the capture's single trace {exc}; the keys captured were {len(items)}"
+        ) from None
+    out = TraceResult(
+        str(result.platform), runner, traces=[read], world_size=int(getattr(result, "world_size", 1) or 1)
+    )
+    for item, summary in zip(items, read.summaries):
+        summary.key = item.key
+        for graph in summary.graphs or ():
+            graph.key = item.key
+        out.keys.append(TraceKey(item.key, summary, Path(path), getattr(item, "metrics", None)))
+    return out
