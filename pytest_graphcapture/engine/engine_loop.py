@@ -45,6 +45,7 @@ from .capture import (
     current_rank,
     make_profiler,
 )
+from .capture_observer import CaptureObserver, fire_torch_hooks, observe_captures
 from .guard import check_capture_evidence
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
@@ -192,24 +193,45 @@ class StepContract:
 
 
 class EagerCUDAGraph:
-    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again."""
+    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    It fires torch's global graph hooks where torch has them, where and in the order
+    ``torch/cuda/graphs.py`` fires them (:func:`~.capture_observer.fire_torch_hooks`).
+    """
+
+    def __init__(self, keep_graph: bool = False, *args: Any, **kwargs: Any) -> None:
         self.calls: list[tuple[Callable[..., Any], tuple, dict]] = []
         self.capturing = False
+        self.keep_graph = keep_graph
+        self.instantiated = False
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:
         self.capturing = True
+        fire_torch_hooks("capture start", self)
 
     def capture_end(self) -> None:
         self.capturing = False
+        fire_torch_hooks("capture end", self)
+        if not self.keep_graph:
+            self.instantiate()
+
+    def instantiate(self) -> None:
+        self.instantiated = True
+        fire_torch_hooks("instantiate", self)
 
     def replay(self) -> None:
-        for forward, args, kwargs in self.calls:
-            forward(*args, **kwargs)
+        if not self.instantiated:
+            self.instantiate()
+        fire_torch_hooks("replay start", self)
+        try:
+            for forward, args, kwargs in self.calls:
+                forward(*args, **kwargs)
+        finally:
+            fire_torch_hooks("replay end", self)
 
     def reset(self) -> None:
         self.calls.clear()
+        self.instantiated = False
 
     def pool(self) -> object:
         return object()
@@ -307,10 +329,13 @@ class _EngineLoop:
         self.metrics: dict[CaptureKey, KeyMetrics] = {}
         self.started: dict[CaptureKey, float] = {}
         self.graphs: dict[CaptureKey, Any] = {}
+        self.captures: Optional[CaptureObserver] = None
 
     # ------------------------------------------------------------------ events
 
     def _feed(self, event: str, key: Optional[CaptureKey]) -> None:
+        if self.captures is not None:
+            self.captures.raise_kept()  # a failure in a capture hook comes first: torch swallowed it
         first = key is not None and key != self.contract.key
         closes = self.contract.feed(event, key)
         current = self.contract.key
@@ -499,6 +524,7 @@ def capture_engine_loop(
                 fn(_Stepper(loop))
             else:
                 fn()
+            loop.captures.raise_kept()  # a failure inside a capture hook, which torch would have swallowed
         loop.contract.finish()
         _keep_selected_sizes(result, settings)
         if profiler is not None:
@@ -567,20 +593,7 @@ def _observed(loop: _EngineLoop, owner: Any, name: str, *, real_graphs: bool) ->
         if not real_graphs:
             for attr, stand_in in eager_cuda_calls().items():
                 stack.enter_context(patched(torch.cuda, attr, stand_in))
-        graph_class = torch.cuda.CUDAGraph
-        begin, end = graph_class.capture_begin, graph_class.capture_end
-
-        def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            loop.capture_begin(graph)
-            return begin(graph, *args, **kwargs)
-
-        def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            out = end(graph, *args, **kwargs)
-            loop.capture_end(graph)
-            return out
-
-        stack.enter_context(patched(graph_class, "capture_begin", capture_begin))
-        stack.enter_context(patched(graph_class, "capture_end", capture_end))
+        loop.captures = stack.enter_context(observe_captures(loop, real_graphs=real_graphs))
         stack.enter_context(patched(owner, name, observed_forward))
         yield
 

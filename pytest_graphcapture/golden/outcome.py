@@ -71,6 +71,8 @@ class KeyOutcome:
     over_launch: bool = False
     over_memory: bool = False
     incomplete: Optional[str] = None
+    #: Why no golden may be written from this capture (its profiler was silenced): set, nothing is written.
+    no_golden: Optional[str] = None
     #: The comparison behind ``lines`` when they start with its rendering.
     diff: Optional[KeyDiff] = None
 
