@@ -250,15 +250,23 @@ class CudaGraphBackend(Backend):
         self.read_graph(key, graph)
 
     def read_graph(self, key: CaptureKey, graph: Any) -> None:
-        """Instantiate ``graph``, then read its nodes into :attr:`graph_readouts`.
-
-        torch's ``get_graph_data()`` first, where its answer is whole (:mod:`.graph_data`);
-        else the cuda-bindings walk of the kept ``cudaGraph_t``.  A failed walk is said
-        (a :class:`GraphReadoutWarning` naming the key and the call) and the key's kernels
-        come from the profiler replay, as without a readout.
-        """
+        """Instantiate ``graph`` (captured with ``keep_graph=True``), then :meth:`read_instantiated` it."""
         started = time.perf_counter()
         graph.instantiate()  # get_graph_data() needs the exec graph; the kept template stays readable
+        self.read_instantiated(key, graph)
+        self.readout_seconds[key] = time.perf_counter() - started
+
+    def read_instantiated(self, key: CaptureKey, graph: Any) -> None:
+        """Read an instantiated graph whose template is live into :attr:`graph_readouts`.
+
+        torch's ``get_graph_data()`` first, where its answer is whole (:mod:`.graph_data`);
+        else the cuda-bindings walk of the ``cudaGraph_t``.  A failed walk is said (a
+        :class:`GraphReadoutWarning` naming the key and the call) and the key's kernels
+        come from the profiler replay, as without a readout.  The engine-loop gate calls
+        this from torch's instantiate hook, where the template is live in both
+        ``keep_graph`` modes.
+        """
+        started = time.perf_counter()
         try:
             found = read_any(graph, self.bindings)
         except (GraphReadoutError, RuntimeError) as exc:

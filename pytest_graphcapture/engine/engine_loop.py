@@ -44,6 +44,7 @@ from .capture import (
     _stop_quietly,
     current_rank,
     make_profiler,
+    refuse_cupti_conflict,
 )
 from .capture_observer import CaptureObserver, fire_torch_hooks, observe_captures
 from .guard import check_capture_evidence
@@ -429,6 +430,18 @@ class _EngineLoop:
         if self.plugin_steps:
             self._feed(STEP, key)
 
+    def graph_instantiated(self, graph: Any) -> None:
+        """torch instantiated a graph: a key's real graph is read now, while its template is live."""
+        read = getattr(self.backend, "read_instantiated", None)
+        key = next((k for k, g in self.graphs.items() if g is graph), None)
+        if read is not None and key is not None and key not in self.backend.graph_readouts:
+            read(key, graph)
+
+    def refusal_name(self) -> str:
+        """``graph_capture.engine Runner bs=4`` for the key the loop is at, as refusals name it."""
+        key = self.contract.key
+        return f"graph_capture.engine {self.runner_name}" + (f" {key_label(key)}" if key is not None else "")
+
     def on_step(self) -> None:
         key = self.graph.key if self.graph is not None else self.contract.key
         if self.graph is not None:
@@ -502,6 +515,7 @@ def capture_engine_loop(
     rank = current_rank()
     backend = make_backend(device) if device.type == "cuda" else make_backend("cpu")
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
+    refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
     profiler = make_profiler(settings, backend.device, runner_name, rank)
     with_profiler = takes_profiler(fn)
     loop = _EngineLoop(
@@ -593,7 +607,12 @@ def _observed(loop: _EngineLoop, owner: Any, name: str, *, real_graphs: bool) ->
         if not real_graphs:
             for attr, stand_in in eager_cuda_calls().items():
                 stack.enter_context(patched(torch.cuda, attr, stand_in))
-        loop.captures = stack.enter_context(observe_captures(loop, real_graphs=real_graphs))
+        # On CUDA each capture begins only without another CUPTI client (an engine's torch.cuda.graph
+        # with the cupti annotation backend brings one up right before it).
+        check = (
+            (lambda: refuse_cupti_conflict(loop.backend, loop.settings, loop.refusal_name())) if real_graphs else None
+        )
+        loop.captures = stack.enter_context(observe_captures(loop, real_graphs=real_graphs, before_begin=check))
         stack.enter_context(patched(owner, name, observed_forward))
         yield
 
