@@ -20,6 +20,7 @@ from pytest_graphcapture.engine import capture_observer, engine_loop
 from pytest_graphcapture.engine.backend import EagerBackend
 from pytest_graphcapture.engine.capture import CaptureSettings
 from pytest_graphcapture.engine.capture_observer import HookFailure, observation_mode, observe_captures
+from pytest_graphcapture.engine.cupti_clients import INJECTION, CuptiConflictError, refuse_other_clients
 from pytest_graphcapture.engine.engine_loop import CaptureContractError, EagerCUDAGraph, capture_engine_loop
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.torch_caps import graph_hooks
@@ -201,3 +202,28 @@ def test_the_patching_path_observes_the_loop_and_leaves_torch_cuda_as_it_was(mon
     assert cuda_after.keys() == cuda_before.keys()
     assert all(cuda_after[name] is value for name, value in cuda_before.items())
     assert dict(vars(torch.cuda.CUDAGraph)) == graph_class_before
+
+
+@pytest.mark.parametrize("mode", ["hooks", "patch"])
+def test_a_cupti_client_found_as_a_capture_begins_is_that_captures_failure(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU the gate checks for another CUPTI client as each capture begins (an engine's torch.cuda.graph
+    with the cupti annotation backend brings one up right before): kept on the hook path, raised on patching."""
+    if mode == "hooks" and not HAS_HOOKS:
+        pytest.skip(needs_hooks.kwargs["reason"])
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", EagerCUDAGraph)
+    monkeypatch.setenv(INJECTION, "/opt/recorder.so")
+    listener = Listener(fail_at="")
+    with observe_captures(
+        listener, real_graphs=False, before_begin=lambda: refuse_other_clients("Engine bs=4"), mode=mode
+    ) as observer:
+        graph = torch.cuda.CUDAGraph()
+        if mode == "hooks":
+            graph.capture_begin()  # torch swallowed the refusal
+        else:
+            with pytest.raises(CuptiConflictError):
+                graph.capture_begin()
+    assert listener.calls == []  # the listener never heard of a capture that was refused
+    with pytest.raises(CuptiConflictError, match=f"Engine bs=4: another CUPTI client .*{INJECTION}=/opt/recorder.so"):
+        observer.raise_kept()
