@@ -104,8 +104,9 @@ def active_clients(
                 "torch's CUPTI-Python profiler backend (torch.profiler._cuspy holds a CUPTI subscription; "
                 "torch.cuda.graph(enable_annotations=True, annotation_config={'backend': 'cupti'}) and "
                 "record_py_stacks=True bring it up)",
-                "run the capture in a fresh process (@pytest.mark.graph_capture_isolated) in which nothing brings "
-                "it up: it keeps its subscription for the life of the process",
+                "it keeps its subscription for the life of the process: capture in a process in which nothing "
+                "brings it up (for a runner, @pytest.mark.graph_capture_isolated), with annotation_config="
+                "{'backend': 'edge_walk'} where annotations are wanted",
             )
         )
     return found
