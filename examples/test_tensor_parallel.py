@@ -16,7 +16,7 @@ from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 def tp_decode_runner(ctx):
     # Runs inside each rank process: a module-level function, so it can be sent there.
     # Column/row-parallel projections with an all-reduce after o_proj and down; heads split by rank.
-    return TinyDecodeRunner(ctx.batch_sizes or (1, 2, 4), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
+    return TinyDecodeRunner((1, 2, 4), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
 
 
 @pytest.mark.graph_capture_ranks(2)

@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from .engine.capture import CaptureSettings, capture_runner
-from .engine.engine_loop import KeyLike, as_key, eager_cuda_calls, patched, user_key_sequence
 from .engine.result import CaptureResult
 from .engine.runner import GraphRunner
+from .engine.stand_ins import eager_cuda_calls, patched
+from .engine.step_contract import KeyLike, as_key, user_key_sequence
 from .keys import capture_order
 from .naming import trace_dir, trace_file_name
 from .testing import (

@@ -9,7 +9,8 @@ One module owns the conventions so that a writer and its reader can never drift:
 * golden ``{runner}_bs_{bs}[_{variant}][_rank{r}].json`` in the folder
   ``<platform>/<module path>/<class>.../<test>/`` (:func:`golden_file_name`,
   :func:`nodeid_components`);
-* all of them under ``<graph-capture-dir>/graph_capture_profile/`` (:func:`trace_dir`);
+* all of them under ``<graph-capture-dir>/graph_capture_profile/`` (:func:`trace_dir`), a test's in
+  the folder mirroring its golden folder, ``<module path>/<class>.../<test>/`` (:func:`trace_group_for`);
 * a relative path in a setting, the plugin's and the ``graphcapture`` command's alike
   (:func:`setting_path`).
 
@@ -84,11 +85,26 @@ def setting_path(
 def trace_dir(base_dir: PathLike, group: Optional[str] = None) -> Path:
     """``<graph-capture-dir>/graph_capture_profile/[<group>/]``: where every trace is written.
 
-    ``group`` (a parametrized test's parameter id) keeps the traces of captures
-    that share a runner apart.
+    ``group`` is a relative folder, ``/``-separated (:func:`trace_group_for`): each
+    component is :func:`~pytest_graphcapture.keys.safe_name`'d, so it cannot leave the
+    trace folder.
     """
     folder = Path(base_dir) / TRACE_SUBDIR
-    return folder / safe_name(group) if group else folder
+    if not group:
+        return folder
+    return folder.joinpath(*(safe_name(part) for part in str(group).split("/") if part))
+
+
+def trace_group_for(nodeid: str, capture: int = 1) -> str:
+    """The trace folder of test ``nodeid`` below :data:`TRACE_SUBDIR`, as its golden folder below the platform.
+
+    Golden paths are unique per test, so trace paths are too: two tests capturing runners
+    of the same name never write the same file.  The test's ``capture``-th capture (from
+    2) goes to the sub-folder ``<capture>/``, so a test capturing the same runner twice
+    keeps both captures' traces.
+    """
+    parts = nodeid_components(nodeid) + ([str(capture)] if capture > 1 else [])
+    return "/".join(parts)
 
 
 def key_stem(key: CaptureKey) -> str:
@@ -119,9 +135,9 @@ def single_trace_path(base_dir: PathLike, runner: str, rank: int, group: Optiona
     return trace_dir(base_dir, group) / single_trace_name(runner, rank)
 
 
-def memory_snapshot_path(base_dir: PathLike, runner: str, rank: int) -> Path:
+def memory_snapshot_path(base_dir: PathLike, runner: str, rank: int, group: Optional[str] = None) -> Path:
     """``{runner}_rank{rank}_memory_snapshot.pickle`` under :func:`trace_dir`: one per runner and rank."""
-    return trace_dir(base_dir) / f"{safe_name(runner)}_rank{rank}_memory_snapshot.pickle"
+    return trace_dir(base_dir, group) / f"{safe_name(runner)}_rank{rank}_memory_snapshot.pickle"
 
 
 def is_trace_path(path: PathLike) -> bool:

@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from .engine.backend import Backend, CaptureProgress, Forward, Steppable
-from .engine.engine_loop import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP
 from .engine.runner import GraphRunner
+from .engine.step_contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP
 from .keys import CaptureKey
 
 # The step contract's calls (forward, step, graph enter/exit) are named where the engine-loop gate checks them.

@@ -295,9 +295,11 @@ def render() -> str:
         "## The `graphcapture` command line",
         "",
         "Exit codes: 0 success / equal, 1 `diff` found differences, 2 bad input (one line on stderr); "
-        "when the reader of the output leaves early (`| head`), still 1 for a difference, else 141 "
-        "(as a tool killed by SIGPIPE), so `set -o pipefail` scripts see no false success. "
-        "`graphcapture --version` prints the version.",
+        "when the reader of the output leaves before all of it is written (`| head -1`), still 1 for a "
+        "difference, else 141 (as a tool killed by SIGPIPE), with no traceback, so `set -o pipefail` "
+        "scripts see no false success. An output file that is one of the command's inputs (`summarize X "
+        "--out X`, `show DIR --html DIR/a.json`; the same file under any name) is refused with exit 2 and "
+        "the input left as it was. `graphcapture --version` prints the version.",
         "",
     ]
     out += _cli()

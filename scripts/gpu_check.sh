@@ -10,17 +10,17 @@
 #    graph node ids, memsets, streams, a second profiler session -> DIR/probe.json;
 # 4. capture timings with profiling off / summary-only / per-bs export (median of 3), their ratios and
 #    the per-key metrics (warmup/capture/replay time, graph memory) -> DIR/timings.json;
-#    then whether the harvested (live) summaries agree with the per-bs trace files -> DIR/agree.json;
-# 5. the graph readout (scripts/gpu_probe.py graph): per example key, the graph read in process vs the
+# 5. whether the harvested (live) summaries agree with the per-bs trace files -> DIR/agree.json;
+# 6. the graph readout (scripts/gpu_probe.py graph): per example key, the graph read in process vs the
 #    profiled replay (equal kernel multisets), the share of kernels named with their op, the readout's
 #    time per key -> DIR/graph.json (needs cuda-bindings: pip install 'pytest-graphcapture[cuda]');
-# 6. the engine-loop gate's observation (scripts/gpu_engine_probe.py hooks): torch's global capture hooks
+# 7. the engine-loop gate's observation (scripts/gpu_engine_probe.py hooks): torch's global capture hooks
 #    on torch >= 2.15 (nothing patched), else capture_begin/_end patched; torch.cuda as it was after; each
 #    key's kernel_source (graph-data / graph / replay) -> DIR/hooks.json;
-# 7. the one-CUPTI-client refusal (scripts/gpu_engine_probe.py cupti): CUDA_INJECTION64_PATH set after CUDA
+# 8. the one-CUPTI-client refusal (scripts/gpu_engine_probe.py cupti): CUDA_INJECTION64_PATH set after CUDA
 #    is up refuses a runner and an engine-loop capture in one line; a capture with torch's cupti annotation
 #    backend ends without a result -> DIR/cupti.json;
-# 8. the 3 smallest per-bs traces of the examples copied to DIR/traces/.
+# then the 3 smallest per-bs traces of the examples are copied to DIR/traces/.
 # DIR/summary.md lists each step, its exit code and the torch/CUDA/driver versions.
 #
 # --dry-run runs the same steps on CPU (small sizes, one repetition) to check this script's plumbing;
@@ -62,9 +62,10 @@ status=0
     echo "|---|---:|---:|"
 } >"$summary"
 
-step() {  # step NAME COMMAND...: run one step under its limit ($limit, else the step limit), log it, record its rc
+step() {  # step NAME COMMAND...: run one step under its time limit, log it, record its exit code
     local name="$1"; shift
-    local limit="${limit:-$step_limit}"
+    local limit=$step_limit
+    case "$name" in hooks|cupti) limit=$short_limit ;; esac
     local informational=0
     if [ "$name" = examples ] && [ $dry = 0 ]; then informational=1; fi
     local started=$SECONDS
@@ -89,16 +90,21 @@ step timings "$python" scripts/gpu_probe.py timings "$out/timings.json" --device
 step agree "$python" scripts/gpu_probe.py agree "$out/agree.json" --goldens "$out/goldens" \
     --traces "$out/examples/graph_capture_profile"
 step graph "$python" scripts/gpu_probe.py graph "$out/graph.json" --device "$device" --batch-sizes "$sizes"
-limit=$short_limit step hooks "$python" scripts/gpu_engine_probe.py hooks "$out/hooks.json" --device "$device"
-limit=$short_limit step cupti "$python" scripts/gpu_engine_probe.py cupti "$out/cupti.json" --device "$device"
+step hooks "$python" scripts/gpu_engine_probe.py hooks "$out/hooks.json" --device "$device"
+step cupti "$python" scripts/gpu_engine_probe.py cupti "$out/cupti.json" --device "$device"
 
+# Each test's traces are in its own folder (two tests may capture runners of the same name): the
+# copies keep that folder, relative to the trace dir.
 mkdir -p "$out/traces"
-find "$out/examples/graph_capture_profile" -name '*_bs_*.json.gz' -printf '%s %p\n' 2>/dev/null \
-    | sort -n | head -3 | cut -d' ' -f2- | while read -r trace; do cp "$trace" "$out/traces/"; done
+find "$out/examples/graph_capture_profile" -name '*_bs_*.json.gz' -printf '%s %P\n' 2>/dev/null \
+    | sort -n | head -3 | cut -d' ' -f2- | while read -r trace; do
+        mkdir -p "$out/traces/$(dirname "$trace")"
+        cp "$out/examples/graph_capture_profile/$trace" "$out/traces/$trace"
+    done
 {
     echo
     echo "harvested goldens: $(find "$out/goldens" -name '*.json' 2>/dev/null | wc -l) under goldens/"
-    echo "traces copied: $(ls "$out/traces" | wc -l) under traces/"
+    echo "traces copied: $(find "$out/traces" -name '*.json.gz' | wc -l) under traces/"
 } >>"$summary"
 cat "$summary"
 exit $status

@@ -196,7 +196,14 @@ def agree(goldens: Path, traces: Path) -> dict:
         golden = load_summary_file(golden_path)
         # Keyed by the golden's path: two tests may hold goldens of the same runner and key.
         stem = golden_path.relative_to(goldens).as_posix()[: -len(".json")]
-        found = sorted(traces.rglob(trace_file_name(golden.key)))
+        # A test's traces are in the folder mirroring its golden folder below the platform (a named
+        # check's goldens are one folder deeper than the test's traces).
+        folder = Path(*golden_path.relative_to(goldens).parent.parts[1:])
+        found = [
+            traces / up / trace_file_name(golden.key)
+            for up in (folder, *folder.parents)
+            if (traces / up / trace_file_name(golden.key)).is_file()
+        ]
         if not found:
             keys[stem] = "no trace"
             continue

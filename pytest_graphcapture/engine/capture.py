@@ -62,7 +62,7 @@ class CaptureSettings:
     batch_sizes: Optional[tuple[int, ...]] = None
     #: How messages name where ``batch_sizes`` came from.
     batch_sizes_origin: str = "batch_sizes"
-    #: Exported traces go to this sub-folder of the trace folder (keeps parametrized tests' traces apart).
+    #: Exported traces go to this sub-folder of the trace folder (a test's own: :func:`~..naming.test_trace_group`).
     trace_group: Optional[str] = None
 
     def __post_init__(self) -> None:
@@ -149,7 +149,7 @@ def capture_runner(
 
     progress = CaptureProgress(on_stage=settings.on_stage)
     history = backend.memory_history() if settings.memory_snapshot else None
-    snapshot = Recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank))
+    snapshot = Recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank, settings.trace_group))
     try:
         if profiler is not None:
             profiler.__enter__()

@@ -113,6 +113,23 @@ def stand_in_fires_hooks() -> bool:
     )
 
 
+def still_capturing(graph: Any, beginning: Any = None) -> bool:
+    """Whether ``graph``'s capture is still under way (asked on torch's hooks, where a failed end runs no hook).
+
+    The CPU stand-in says so itself (``capturing``); a real graph is capturing while the
+    current stream is (the loop's calls run on the capture stream inside the graph's
+    context).  ``beginning``: a real graph whose capture begins now makes the stream
+    capture, so that answer would be its own — the open graph then counts as capturing.
+    """
+    capturing = getattr(graph, "capturing", None)
+    if isinstance(capturing, bool):
+        return capturing
+    if beginning is not None:
+        return True
+    is_capturing = getattr(torch.cuda, "is_current_stream_capturing", None)
+    return bool(is_capturing()) if callable(is_capturing) else True
+
+
 def observation_mode(real_graphs: bool) -> str:
     """``"hooks"`` where torch has the global capture hooks (and, off CUDA, the stand-in can fire them), else ``"patch"``."""
     if graph_hooks(torch) is None:
@@ -239,4 +256,5 @@ __all__ = [
     "observation_mode",
     "observe_captures",
     "stand_in_fires_hooks",
+    "still_capturing",
 ]

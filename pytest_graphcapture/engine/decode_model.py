@@ -271,11 +271,16 @@ class TinyDecodeRunner(GraphRunner):
         self._backend = backend
 
     def padded_batch_size(self, n: int) -> int:
-        """The smallest captured batch size that holds ``n`` sequences."""
-        index = bisect.bisect_left(self._batch_sizes, n)
-        if n < 1 or index == len(self._batch_sizes):
-            raise ValueError(f"batch of {n} does not fit the captured sizes {self._batch_sizes}")
-        return self._batch_sizes[index]
+        """The smallest captured batch size that holds ``n`` sequences.
+
+        Once :meth:`use_graphs` was given a capture, only its sizes count: a capture
+        narrowed to some sizes serves each batch from one of those.
+        """
+        sizes = sorted(self._graphs) if self._graphs else self._batch_sizes
+        index = bisect.bisect_left(sizes, n)
+        if n < 1 or index == len(sizes):
+            raise ValueError(f"batch of {n} does not fit the captured sizes {sizes}")
+        return sizes[index]
 
     @torch.inference_mode()
     def decode(

@@ -4,469 +4,68 @@ An engine captures its decode graphs in its own start-up loop: per batch size (a
 variant) two warmup forwards, then the capture under ``torch.cuda.graph``, largest
 batch size first.  :func:`capture_engine_loop` runs that loop for real while it
 
-* wraps the forward method named by ``forward`` (the body every graph holds) so each
-  call is attributed to a :class:`~pytest_graphcapture.keys.CaptureKey` through ``key``;
-* wraps ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end`` (what ``torch.cuda.graph``
-  calls) so it knows each graph the engine captures and which key it holds; a graph begun
-  while a forward runs belongs to a library inside the forward, never to a key;
-* on a device other than CUDA (CPU CI), replaces ``torch.cuda.CUDAGraph``, ``torch.cuda.graph``
-  and the stream, pool and synchronize calls with eager stand-ins: the forward inside the
-  graph context runs once, for real, and replaying the stand-in runs it again;
+* wraps the forward method named by ``forward`` (the body every graph holds) and observes
+  every graph capture (:mod:`.capture_observer`: torch's global capture hooks where torch
+  has them, else wrapping ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end``), routing
+  each call to a :class:`~.loop_observer.LoopObserver` that attributes forwards and graphs
+  to keys through ``key``;
+* on a device other than CUDA (CPU CI), replaces the CUDA graph, stream and event calls
+  with the eager stand-ins of :mod:`.stand_ins`;
 * drives the plugin's per-batch-size profiler: ``fn(profiler)`` steps it where the engine
   steps its own; ``fn()`` (an engine that takes no profiler) has it stepped for it after
   each forward outside a graph and when each graph's capture ends;
-* checks the step contract on the way (:class:`StepContract`): a violation stops the
+* checks the step contract on the way (:mod:`.step_contract`): a violation stops the
   capture with one line naming the key and the stage.
 
-Everything patched is restored when ``fn`` returns or raises.  The observed sequence of
-one key is :func:`user_key_sequence`; :mod:`pytest_graphcapture.contract` checks the
-same sequence on recording fakes.
+A failure the gate sees fails the capture even when the engine catches the exception
+and goes on; no result (so no golden) comes from a failed capture.  Everything patched
+is restored when ``fn`` returns or raises.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
-import time
-from typing import Any, Callable, Iterator, NoReturn, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
 
 from ..errors import CaptureError, GraphCaptureError, UsageError
-from ..keys import CaptureKey, key_label
-from .backend import CaptureProgress, make_backend
+from ..keys import key_label
+from .backend import make_backend
 from .capture import (
     CaptureSettings,
     _attach_replay_kernels,
-    _label,
     _replay_enabled,
     _stop_quietly,
     current_rank,
     make_profiler,
     refuse_cupti_conflict,
 )
-from .capture_observer import CaptureObserver, fire_torch_hooks, observe_captures
-from .guard import check_capture_evidence
-from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
-from .result import CaptureResult, KeyMetrics, KeyResult
-
-#: The events of the step contract (also the call names of :class:`~pytest_graphcapture.testing.CallLog`).
-FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT = "forward", "profiler.step", "graph.enter", "graph.exit"
-WARMUPS = 2
-KeyLike = Union[CaptureKey, int, tuple]
-
-
-def user_key_sequence(warmups: int = WARMUPS) -> list[str]:
-    """The calls of one key in an engine's capture loop: each warmup forward then a step; the capture; a step."""
-    return [FORWARD, STEP] * warmups + [GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP]
-
-
-def _stages(warmups: int) -> list[str]:
-    """The stage each position of :func:`user_key_sequence` belongs to, as failure lines name it."""
-    stages = []
-    for n in range(1, warmups + 1):
-        stages += [f"warmup {n}", f"profiler step after warmup {n}"]
-    return stages + ["capture", "capture", "capture", "profiler step after the capture"]
-
-
-_WHAT = {
-    FORWARD: "a forward",
-    STEP: "a profiler step",
-    GRAPH_ENTER: "the start of the graph capture",
-    GRAPH_EXIT: "the end of the graph capture",
-}
-
-
-def as_key(value: KeyLike, runner: str, rank: int = 0) -> CaptureKey:
-    """A key function's answer as a key: a CaptureKey as is, else a batch size or ``(batch size, variant)``."""
-    if isinstance(value, CaptureKey):
-        return value
-    if isinstance(value, tuple):
-        return CaptureKey(runner, int(value[0]), value[1] if len(value) > 1 else None, rank)
-    return CaptureKey(runner, int(value), None, rank)
-
-
-@contextlib.contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """``owner.name = value`` for the block; the previous attribute (or its absence) restored after."""
-    missing = object()
-    before = owner.__dict__.get(name, missing) if hasattr(owner, "__dict__") else getattr(owner, name, missing)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if before is missing:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, before)
-
-
-class CaptureContractError(GraphCaptureError):
-    """An engine's capture loop broke the step contract; no summary (and no golden) comes from it."""
-
-
-class StepContract:
-    """Checks the observed calls of an engine's loop, as they happen, against :func:`user_key_sequence`.
-
-    Per key: ``warmups`` forwards each followed by a profiler step, then one graph
-    holding one forward of that key, then a step; keys largest batch size first
-    (variants of one size in any order), one graph per key.  :meth:`feed` raises
-    :class:`CaptureContractError` naming the key and the stage at the first call out of place.
-    """
-
-    def __init__(self, warmups: int = WARMUPS) -> None:
-        self.expected = user_key_sequence(warmups)
-        self.stages = _stages(warmups)
-        self.key: Optional[CaptureKey] = None
-        self.position = 0
-        self.done: list[CaptureKey] = []
-
-    @property
-    def stage(self) -> str:
-        """The stage the next call of the current key belongs to (``warmup 1`` … ``profiler step after the capture``)."""
-        return self.stages[min(self.position, len(self.stages) - 1)]
-
-    @property
-    def last_stage(self) -> str:
-        """The stage of the last call accepted: where a loop that raises now stopped."""
-        return self.stages[max(self.position - 1, 0)]
-
-    def feed(self, event: str, key: Optional[CaptureKey]) -> bool:
-        """Accept one call of ``key``; True when it closes the key (its last profiler step)."""
-        if key is not None and key != self.key:
-            if self.key is not None and self.position != len(self.expected):
-                self.fail(
-                    self.key,
-                    f"{self.stage}: the loop moved on to {key_label(key)} before this key was captured; {self._rule()}",
-                )
-            self._begin(key)
-        if self.key is None:
-            self.fail(None, f"{_WHAT[event]} came before any forward; {self._rule()}")
-        if self.position == len(self.expected):
-            self.fail(self.key, f"after the capture: {_WHAT[event]} of a key already captured; {self._rule()}")
-        want = self.expected[self.position]
-        if event != want:
-            self.fail(
-                self.key, f"{self.stage}: expected {_WHAT[want]}, but the loop ran {_WHAT[event]}; {self._rule()}"
-            )
-        self.position += 1
-        if self.position == len(self.expected):
-            self.done.append(self.key)  # type: ignore[arg-type]
-            return True
-        return False
-
-    def finish(self) -> None:
-        """The loop returned: the last key must be complete and at least one key captured."""
-        if self.key is not None and self.position != len(self.expected):
-            self.fail(
-                self.key, f"{self.stage}: the capture function returned before this key was captured; {self._rule()}"
-            )
-        if not self.done:
-            raise CaptureContractError("graph_capture.engine: the capture function captured no graph")
-
-    def _begin(self, key: CaptureKey) -> None:
-        if key in self.done:
-            self.fail(key, "warmup 1: this key was captured already; an engine captures one graph per key")
-        if self.done and key.batch_size > self.done[-1].batch_size:
-            self.fail(
-                key,
-                f"warmup 1: captured after {key_label(self.done[-1])}; keys must be captured largest "
-                f"batch size first (smaller graphs reuse the larger ones' memory pool)",
-            )
-        self.key, self.position = key, 0
-
-    def _rule(self) -> str:
-        warmups = self.expected.count(FORWARD) - 1
-        return (
-            f"per key the loop must run {warmups} warmup forwards, each followed by a profiler step, then the "
-            f"graph capture, then one more profiler step"
-        )
-
-    @staticmethod
-    def fail(key: Optional[CaptureKey], problem: str) -> NoReturn:
-        """Raise the one-line :class:`CaptureContractError` for ``key`` (None: before any key)."""
-        where = f"{key.runner} {key_label(key)}: " if key is not None else ""
-        raise CaptureContractError(f"graph_capture.engine: {where}{problem}")
-
-
-# ---------------------------------------------------------------------- eager stand-ins (no CUDA device)
-
-
-class EagerCUDAGraph:
-    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again.
-
-    It fires torch's global graph hooks where torch has them, where and in the order
-    ``torch/cuda/graphs.py`` fires them (:func:`~.capture_observer.fire_torch_hooks`).
-    """
-
-    def __init__(self, keep_graph: bool = False, *args: Any, **kwargs: Any) -> None:
-        self.calls: list[tuple[Callable[..., Any], tuple, dict]] = []
-        self.capturing = False
-        self.keep_graph = keep_graph
-        self.instantiated = False
-
-    def capture_begin(self, *args: Any, **kwargs: Any) -> None:
-        self.capturing = True
-        fire_torch_hooks("capture start", self)
-
-    def capture_end(self) -> None:
-        self.capturing = False
-        fire_torch_hooks("capture end", self)
-        if not self.keep_graph:
-            self.instantiate()
-
-    def instantiate(self) -> None:
-        self.instantiated = True
-        fire_torch_hooks("instantiate", self)
-
-    def replay(self) -> None:
-        if not self.instantiated:
-            self.instantiate()
-        fire_torch_hooks("replay start", self)
-        try:
-            for forward, args, kwargs in self.calls:
-                forward(*args, **kwargs)
-        finally:
-            fire_torch_hooks("replay end", self)
-
-    def reset(self) -> None:
-        self.calls.clear()
-        self.instantiated = False
-
-    def pool(self) -> object:
-        return object()
-
-
-class eager_graph:  # noqa: N801 - stands in for the class torch.cuda.graph
-    """Stand-in for the ``torch.cuda.graph`` context: begins and ends the (stand-in) graph's capture."""
-
-    def __init__(self, cuda_graph: Any, pool: Any = None, stream: Any = None, **kwargs: Any) -> None:
-        self.cuda_graph = cuda_graph
-
-    def __enter__(self) -> Any:
-        self.cuda_graph.capture_begin()
-        return self.cuda_graph
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.cuda_graph.capture_end()
-
-
-class EagerStream:
-    """Stand-in for ``torch.cuda.Stream`` off CUDA: nothing to wait for."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def wait_stream(self, *args: Any) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-
-def eager_cuda_calls(synchronize: Callable[..., Any] = lambda *args, **kwargs: None) -> dict[str, Any]:
-    """The ``torch.cuda`` attributes an engine's capture loop uses, as eager stand-ins (``synchronize`` given)."""
-    return {
-        "CUDAGraph": EagerCUDAGraph,
-        "graph": eager_graph,
-        "synchronize": synchronize,
-        "graph_pool_handle": lambda: object(),
-        "Stream": EagerStream,
-        "stream": lambda *args, **kwargs: contextlib.nullcontext(),
-        "current_stream": lambda *args, **kwargs: EagerStream(),
-    }
-
-
-# ---------------------------------------------------------------------- the observer
-
-
-@dataclasses.dataclass
-class _Graph:
-    """One graph the engine began: the key of the forward inside it, once one ran."""
-
-    graph: Any
-    key: Optional[CaptureKey] = None
-    started: float = 0.0
-    memory: Optional[tuple[int, int]] = None
-
-
-class _Stepper:
-    """The profiler handed to ``fn(profiler)``: each ``step()`` is checked against the contract first."""
-
-    def __init__(self, loop: "_EngineLoop") -> None:
-        self._loop = loop
-
-    def step(self) -> None:
-        self._loop.on_step()
-
-
-class _EngineLoop:
-    """The state of one observed run of an engine's capture function."""
-
-    def __init__(
-        self,
-        *,
-        key: Callable[..., KeyLike],
-        runner_name: str,
-        rank: int,
-        backend: Any,
-        profiler: Any,
-        settings: CaptureSettings,
-        result: CaptureResult,
-        plugin_steps: bool,
-        warmups: int,
-        method: str,
-    ) -> None:
-        self.key_of, self.method = key, method
-        self.runner_name, self.rank = runner_name, rank
-        self.backend, self.profiler, self.settings, self.result = backend, profiler, settings, result
-        self.plugin_steps = plugin_steps
-        self.contract = StepContract(warmups)
-        self.progress = CaptureProgress(on_stage=settings.on_stage)
-        self.depth = 0  # forwards running now (a library's graph begun inside one is not a key)
-        self.graph: Optional[_Graph] = None
-        self.library_graphs: set[int] = set()
-        self.metrics: dict[CaptureKey, KeyMetrics] = {}
-        self.started: dict[CaptureKey, float] = {}
-        self.graphs: dict[CaptureKey, Any] = {}
-        self.captures: Optional[CaptureObserver] = None
-
-    # ------------------------------------------------------------------ events
-
-    def _feed(self, event: str, key: Optional[CaptureKey]) -> None:
-        if self.captures is not None:
-            self.captures.raise_kept()  # a failure in a capture hook comes first: torch swallowed it
-        first = key is not None and key != self.contract.key
-        closes = self.contract.feed(event, key)
-        current = self.contract.key
-        self.progress.key = current
-        self.progress.enter(self.contract.last_stage if not closes else "trace export")
-        if first and current is not None:
-            self.started[current] = time.perf_counter()
-            self.metrics[current] = KeyMetrics()
-            if isinstance(self.profiler, PerBatchSizeProfiler):
-                self.profiler.begin_key(current)
-        if event == STEP:
-            if closes and isinstance(self.profiler, PerBatchSizeProfiler):
-                self.profiler.add_metadata(self.metrics[current].to_dict())  # type: ignore[index]
-            if isinstance(self.profiler, PerBatchSizeProfiler):
-                self.profiler.step()
-        if closes:
-            self._close(current)  # type: ignore[arg-type]
-
-    def forward(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if self.depth:  # the forward called from within itself: one forward
-            return original(*args, **kwargs)
-        try:
-            key = as_key(self.key_of(*args, **kwargs), self.runner_name, self.rank)
-        except Exception as exc:
-            shown = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
-            raise UsageError(
-                f"graph_capture.engine: key= could not tell the key of a call {self.method}({shown}): "
-                f"{type(exc).__name__}: {exc}; it must return a CaptureKey, a batch size or (batch size, variant)"
-            ) from None
-        if self.graph is not None:
-            if self.graph.key is None:
-                self.graph.key = key
-                self._feed(GRAPH_ENTER, key)
-                self.graph.started = time.perf_counter()
-                metrics = self.metrics[key]
-                metrics.warmup_seconds = self.graph.started - self.started[key]
-            elif self.graph.key != key:
-                self.contract.fail(
-                    self.graph.key,
-                    f"capture: one graph ran forwards of two keys ({key_label(self.graph.key)} and {key_label(key)}), "
-                    f"so its key cannot be told; capture one key per graph",
-                )
-            else:
-                self.contract.fail(key, "capture: the graph ran the forward twice; capture one forward per graph")
-            if isinstance(self.graph.graph, EagerCUDAGraph):
-                self.graph.graph.calls.append((original, args, kwargs))
-        self._feed(FORWARD, key)
-        self.depth += 1
-        try:
-            out = original(*args, **kwargs)
-        finally:
-            self.depth -= 1
-        if self.graph is None and self.plugin_steps:
-            self._feed(STEP, key)
-        return out
-
-    def capture_begin(self, graph: Any) -> bool:
-        """A graph begins; False when it is a library's (begun inside a forward), not the engine's."""
-        if self.depth:
-            self.library_graphs.add(id(graph))
-            return False
-        if self.graph is not None:
-            self.contract.fail(self.contract.key, "capture: a graph was begun inside another graph")
-        self.graph = _Graph(graph, memory=self.backend.memory_stats())
-        return True
-
-    def capture_end(self, graph: Any) -> None:
-        if self.library_graphs and id(graph) in self.library_graphs:
-            self.library_graphs.discard(id(graph))
-            return
-        entered, self.graph = self.graph, None
-        if entered is None:
-            return
-        if entered.key is None:
-            after = f" after {key_label(self.contract.done[-1])}" if self.contract.done else ""
-            where = self.contract.key if self.contract.key not in self.contract.done else None
-            self.contract.fail(
-                where,
-                f"capture: a graph{after} ran no forward of the method given as forward=, so its key cannot be "
-                f"told; capture the engine's forward inside the graph, or name the method it calls",
-            )
-        key = entered.key
-        metrics = self.metrics[key]
-        metrics.capture_seconds = time.perf_counter() - entered.started
-        after = self.backend.memory_stats()
-        if entered.memory is not None and after is not None:
-            metrics.memory_allocated = after[0] - entered.memory[0]
-            metrics.memory_reserved = after[1] - entered.memory[1]
-        self.graphs[key] = entered.graph
-        self._feed(GRAPH_EXIT, key)
-        if self.plugin_steps:
-            self._feed(STEP, key)
-
-    def graph_instantiated(self, graph: Any) -> None:
-        """torch instantiated a graph: a key's real graph is read now, while its template is live."""
-        read = getattr(self.backend, "read_instantiated", None)
-        key = next((k for k, g in self.graphs.items() if g is graph), None)
-        if read is not None and key is not None and key not in self.backend.graph_readouts:
-            read(key, graph)
-
-    def refusal_name(self) -> str:
-        """``graph_capture.engine Runner bs=4`` for the key the loop is at, as refusals name it."""
-        key = self.contract.key
-        return f"graph_capture.engine {self.runner_name}" + (f" {key_label(key)}" if key is not None else "")
-
-    def on_step(self) -> None:
-        key = self.graph.key if self.graph is not None else self.contract.key
-        if self.graph is not None:
-            self.contract.fail(
-                key or self.contract.key,
-                "capture: the profiler was stepped inside the graph (a step synchronizes the device, which "
-                "capture forbids); step it after the graph's context has exited",
-            )
-        self._feed(STEP, key)
-
-    def _close(self, key: CaptureKey) -> None:
-        done = self.profiler.results.get(key) if isinstance(self.profiler, PerBatchSizeProfiler) else None
-        if self.backend.kernel_evidence_required and done is not None:
-            check_capture_evidence(key, done.summary)
-        seconds = time.perf_counter() - self.started[key]
-        self.result.keys[key] = KeyResult(
-            key,
-            trace_path=done.trace_path if done else None,
-            summary=done.summary if done else None,
-            graph=self.graphs.get(key),
-            seconds=seconds,
-            metrics=self.metrics[key],
-        )
-        if self.settings.progress is not None:
-            self.settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({self.metrics[key].describe()})")
+from .capture_observer import observe_captures
+from .loop_observer import LoopObserver, Stepper
+from .profiling import SingleTraceProfiler
+from .result import CaptureResult
+from .stand_ins import (
+    EagerCUDAGraph,
+    bound_too_early,
+    eager_cuda_calls,
+    patched,
+    placeholder_classes,
+    placeholder_message,
+)
+from .step_contract import (
+    FORWARD,
+    GRAPH_ENTER,
+    GRAPH_EXIT,
+    STEP,
+    WARMUPS,
+    CaptureContractError,
+    KeyLike,
+    StepContract,
+    as_key,
+    user_key_sequence,
+)
 
 
 def takes_profiler(fn: Callable[..., Any]) -> bool:
@@ -505,8 +104,9 @@ def capture_engine_loop(
     object's ``device``, else CPU) decides real graphs (CUDA) or eager stand-ins.
 
     A forward that raises fails with :class:`~pytest_graphcapture.errors.CaptureError` naming
-    the key and stage; a loop that breaks the step contract with :class:`CaptureContractError`.
-    Either way every patch is restored, the profiler is stopped and no result is returned.
+    the key and stage; a loop that breaks the step contract with :class:`CaptureContractError`;
+    the first failure the gate saw is raised even when ``fn`` caught it and returned.  Either
+    way every patch is restored, the profiler is stopped and no result is returned.
     """
     owner, name = _forward_target(forward)
     settings = settings or CaptureSettings()
@@ -518,7 +118,7 @@ def capture_engine_loop(
     refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
     profiler = make_profiler(settings, backend.device, runner_name, rank)
     with_profiler = takes_profiler(fn)
-    loop = _EngineLoop(
+    loop = LoopObserver(
         key=key,
         runner_name=runner_name,
         rank=rank,
@@ -530,15 +130,17 @@ def capture_engine_loop(
         warmups=warmups,
         method=f"{_owner_name(owner)}.{name}",
     )
+    real_graphs = device.type == "cuda"
     try:
         if profiler is not None:
             profiler.__enter__()
-        with _observed(loop, owner, name, real_graphs=device.type == "cuda"):
-            if with_profiler:
-                fn(_Stepper(loop))
-            else:
-                fn()
-            loop.captures.raise_kept()  # a failure inside a capture hook, which torch would have swallowed
+        with _observed(loop, owner, name, real_graphs=real_graphs):
+            try:
+                fn(Stepper(loop)) if with_profiler else fn()
+            except Exception as exc:
+                raise _failure(loop, exc, real_graphs) from _cause(loop, exc)
+            if loop.failure is not None:  # the engine caught what failed and carried on
+                raise _failure(loop, None, real_graphs) from _cause(loop, None)
         loop.contract.finish()
         _keep_selected_sizes(result, settings)
         if profiler is not None:
@@ -560,6 +162,56 @@ def capture_engine_loop(
         _stop_quietly(profiler)
         raise CaptureError(loop.progress.key or runner_name, loop.progress.stage, exc, partial=result) from exc
     return result
+
+
+#: Said of a failure the engine's capture function caught: the gate fails the capture all the same.
+CAUGHT = (
+    " (the capture function caught this error and carried on; a failure the gate saw fails the capture, "
+    "and no golden is written)"
+)
+
+
+def _failure(loop: LoopObserver, raised: Optional[BaseException], real_graphs: bool) -> BaseException:
+    """The error a failed capture ends with: the first failure the gate saw, else what ``fn`` raised.
+
+    A failure the engine caught (``raised`` is not it) is said to have been caught; torch's
+    CPU placeholder of a stood-in class is explained as a name bound before the stand-ins.
+    """
+    kept = loop.failure
+    error = kept.error if kept is not None else raised
+    assert error is not None
+    key = kept.key if kept is not None else loop.progress.key
+    stage = kept.stage if kept is not None else loop.progress.stage
+    # A failure inside a capture hook was swallowed by torch, not caught by the engine.
+    caught = CAUGHT if kept is not None and raised is not kept.error and kept.error is not loop.swallowed else ""
+    placeholder = None if real_graphs else _placeholder_in(error)
+    if placeholder is not None:
+        where = f"{key.runner} {key_label(key)}: " if key is not None else ""
+        return UsageError(placeholder_message(placeholder, where) + caught)
+    if isinstance(error, GraphCaptureError):
+        return type(error)(f"{error}{caught}") if caught and not isinstance(error, CaptureError) else error
+    failed = CaptureError(key or loop.runner_name, stage, error, partial=loop.result)
+    failed.args = (f"{failed}{caught}",)
+    return failed
+
+
+def _cause(loop: LoopObserver, raised: Optional[BaseException]) -> Optional[BaseException]:
+    """What the failure is chained to: the engine's own exception (its frames are shown), else nothing."""
+    kept = loop.failure.error if loop.failure is not None else raised
+    return None if isinstance(kept, GraphCaptureError) else kept
+
+
+def _placeholder_in(error: BaseException) -> Optional[str]:
+    """The stood-in ``torch.cuda`` name whose CPU placeholder raised ``error`` or an exception it chains."""
+    seen: set[int] = set()
+    current: Optional[BaseException] = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name = bound_too_early(current)
+        if name is not None:
+            return name
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _keep_selected_sizes(result: CaptureResult, settings: CaptureSettings) -> None:
@@ -592,11 +244,28 @@ def _forward_target(forward: Any) -> tuple[Any, str]:
     owner, name = forward
     if not callable(getattr(owner, name, None)):
         raise UsageError(f"graph_capture.engine: forward=: {_owner_name(owner)} has no method {name!r}")
+    if name.startswith("__") and name.endswith("__") and not isinstance(owner, type):
+        # Python looks special methods up on the type: a call ``owner(...)`` never meets a
+        # wrapper set on the object, so the gate would see no forward at all.
+        raise UsageError(
+            f"graph_capture.engine: forward=({_owner_name(owner)}, {name!r}) cannot be observed: Python looks "
+            f"special methods such as {name} up on the class, never on the object; name the method {name} runs, "
+            f'e.g. forward=(model, "forward") for a torch module'
+        )
     return owner, name
 
 
+def _placeholder_new(loop: LoopObserver, name: str) -> Callable[..., Any]:
+    """``__new__`` of torch's placeholder ``torch.cuda.<name>`` for the block: the observer's one-line failure."""
+
+    def refuse(cls: type, *args: Any, **kwargs: Any) -> Any:
+        loop.placeholder_used(placeholder_message(name, loop.where()))
+
+    return refuse
+
+
 @contextlib.contextmanager
-def _observed(loop: _EngineLoop, owner: Any, name: str, *, real_graphs: bool) -> Iterator[None]:
+def _observed(loop: LoopObserver, owner: Any, name: str, *, real_graphs: bool) -> Iterator[None]:
     """The forward, the graph capture calls and (off CUDA) their eager stand-ins patched for the block."""
     original = getattr(owner, name)
 
@@ -605,6 +274,10 @@ def _observed(loop: _EngineLoop, owner: Any, name: str, *, real_graphs: bool) ->
 
     with contextlib.ExitStack() as stack:
         if not real_graphs:
+            # torch's own classes stay reachable through names bound before the stand-ins: using
+            # one is a failure the gate sees (and explains), even when the engine catches it.
+            for attr, placeholder in placeholder_classes(torch.cuda).items():
+                stack.enter_context(patched(placeholder, "__new__", _placeholder_new(loop, attr)))
             for attr, stand_in in eager_cuda_calls().items():
                 stack.enter_context(patched(torch.cuda, attr, stand_in))
         # On CUDA each capture begins only without another CUPTI client (an engine's torch.cuda.graph
@@ -612,12 +285,18 @@ def _observed(loop: _EngineLoop, owner: Any, name: str, *, real_graphs: bool) ->
         check = (
             (lambda: refuse_cupti_conflict(loop.backend, loop.settings, loop.refusal_name())) if real_graphs else None
         )
-        loop.captures = stack.enter_context(observe_captures(loop, real_graphs=real_graphs, before_begin=check))
+        loop.captures = stack.enter_context(
+            observe_captures(loop, real_graphs=real_graphs, before_begin=check, on_failure=loop.hook_failed)
+        )
         stack.enter_context(patched(owner, name, observed_forward))
         yield
 
 
 __all__ = [
+    "FORWARD",
+    "GRAPH_ENTER",
+    "GRAPH_EXIT",
+    "STEP",
     "CaptureContractError",
     "EagerCUDAGraph",
     "StepContract",

@@ -279,7 +279,11 @@ class PerBatchSizeProfiler:
                     self._prof.step()
 
     def add_metadata(self, metrics: dict) -> None:
-        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``)."""
+        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``).
+
+        Called when the capture is done and the cycle still records: the replay, timed after
+        the cycle's trace is written, is not among them.
+        """
         if self._prof is not None and self._active is not None:
             self._prof.add_metadata_json("graph_capture_metrics", json.dumps(metrics, sort_keys=True))
 

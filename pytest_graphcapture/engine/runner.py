@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from ..errors import UsageError
 from ..keys import CaptureKey, capture_order
 
 Forward = Callable[[], Any]
+
+
+class RunnerContractError(UsageError, NotImplementedError):
+    """A runner lacks a method of the runner contract; the message names the runner, the method and its job.
+
+    It is a :class:`~pytest_graphcapture.errors.UsageError` (one line, no traceback into
+    the plugin) and, as before, a ``NotImplementedError``.
+    """
 
 
 class GraphRunner:
@@ -35,13 +44,19 @@ class GraphRunner:
         return self.runner_name or type(self).__name__
 
     def batch_sizes(self) -> Sequence[int]:
-        raise NotImplementedError(f"{type(self).__name__} must implement batch_sizes()")
+        raise RunnerContractError(
+            f"runner {self.name} ({type(self).__name__}) does not implement batch_sizes(): a GraphRunner returns "
+            f"the batch sizes to capture from it, e.g. [1, 2, 4] (docs/adapting.md)"
+        )
 
     def variants(self) -> Sequence[Optional[str]]:
         return (None,)
 
     def forward_for(self, key: CaptureKey) -> Forward:
-        raise NotImplementedError(f"{type(self).__name__} must implement forward_for(key)")
+        raise RunnerContractError(
+            f"runner {self.name} ({type(self).__name__}) does not implement forward_for(key): a GraphRunner returns "
+            f"from it the function that runs one forward of the key on its static buffers (docs/adapting.md)"
+        )
 
     def post_warmup(self, key: CaptureKey) -> None:
         """Called after each warmup forward; the default does nothing."""

@@ -132,3 +132,28 @@ def toolchain_lead(changes: Sequence[str], release_changed: bool) -> Optional[st
             "decompose ops and pick kernels differently, which may explain the diff)"
         )
     return f"{listed} since the goldens were written (may explain the diff)"
+
+
+def toolchain_lead_of_some(
+    groups: Sequence[tuple[str, Sequence[str]]], named: int, failed: int, release_changed: bool
+) -> str:
+    """The first line when only some failed keys' goldens were written under another toolchain.
+
+    ``groups`` are ``(labels, changes)``: the keys (``"bs=1, bs=2"``) whose goldens share
+    :func:`toolchain_changes`; ``named`` keys in all of ``failed``.  The line names them, so
+    a reader does not take the change for the cause of every key's diff.
+    """
+    if len(groups) == 1:
+        labels, changes = groups[0]
+        listed = "; ".join(changes)
+    else:
+        labels = ", ".join(group for group, _ in groups)
+        listed = "; ".join(f"{'; '.join(changes)} ({group})" for group, changes in groups)
+    some = f"{labels} ({named} of {failed} failed keys)"
+    others = "the other failed keys show no toolchain change"
+    if release_changed:
+        return (
+            f"torch release changed for {some}: {listed} since their goldens were written (a new torch release "
+            f"can decompose ops and pick kernels differently, which may explain their diff; {others})"
+        )
+    return f"{listed} since the goldens of {some} were written (may explain their diff; {others})"

@@ -18,7 +18,7 @@ from .budget import (
     over_budget_tag,
 )
 from .diff import SECTIONS, KeyDiff, check_sections
-from .environment import toolchain_lead
+from .environment import toolchain_lead, toolchain_lead_of_some
 from .report import summarize_labels
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
@@ -138,9 +138,7 @@ class CheckOutcome:
             f"{len(failed)} of {self.total} keys)"
         )
         body = failure_body(failed, self.keys)
-        diffs = [k.diff for k in failed if k.diff is not None]
-        toolchain = list(dict.fromkeys(t for d in diffs for t in d.toolchain))
-        lead = toolchain_lead(toolchain, any(d.torch_release_changed for d in diffs))
+        lead = _lead(failed)
         if lead:  # the likeliest explanation of a kernel change leads the message
             head = f"{lead}\n{head}"
         tail = [f"goldens: {display(self.folder)}/"]
@@ -159,6 +157,22 @@ class CheckOutcome:
     def per_key_lines(self) -> list[str]:
         """Every failed key's own lines, batch size by batch size: the full record (diff file)."""
         return [line for k in self.failed for line in k.lines]
+
+
+def _lead(failed: list[KeyOutcome]) -> Optional[str]:
+    """The toolchain line leading a failure: for every failed key, or naming the keys it holds for."""
+    diffs = [k.diff for k in failed if k.diff is not None]
+    toolchain = list(dict.fromkeys(t for d in diffs for t in d.toolchain))
+    release = any(d.torch_release_changed for d in diffs)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for k in failed:
+        if k.diff is not None and k.diff.toolchain:
+            groups.setdefault(tuple(k.diff.toolchain), []).append(k.label)
+    named = sum(len(labels) for labels in groups.values())
+    if not named or named == len(failed):
+        return toolchain_lead(toolchain, release)
+    shown = [(summarize_labels(labels), list(changes)) for changes, labels in groups.items()]
+    return toolchain_lead_of_some(shown, named, len(failed), release)
 
 
 def accept_command(harvest: str, golden_dir: str, rel: str) -> str:

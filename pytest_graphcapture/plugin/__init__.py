@@ -56,12 +56,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "graph_capture_ranks(n, timeout=None): graph_capture() in this test captures on n spawned ranks "
-        "with torch.distributed initialized (gloo on CPU, nccl on GPUs); see docs/multi-rank.md",
+        "with torch.distributed initialized (gloo on CPU, nccl on GPUs); graph_capture.engine() refuses it; "
+        "see docs/multi-rank.md",
     )
     config.addinivalue_line(
         "markers",
         "graph_capture_isolated(timeout=None): graph_capture() in this test captures in a fresh subprocess, "
-        "from a module-level runner factory, so no earlier profiler session in this process can affect it",
+        "from a module-level runner factory, so no earlier profiler session in this process can affect it; "
+        "graph_capture.engine() refuses it",
     )
     try:
         config.stash[CAPTURE] = CaptureSession.from_config(config)

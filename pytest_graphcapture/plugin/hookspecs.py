@@ -54,4 +54,9 @@ def pytest_graphcapture_make_runner(config: pytest.Config, device: Any, batch_si
     Called when the default ``decode_runner`` fixture is used; return ``None`` to
     get the embedded :class:`~pytest_graphcapture.engine.decode_model.TinyDecodeRunner`.
     Overriding the ``decode_runner`` fixture in a ``conftest.py`` also works.
+
+    ``batch_sizes`` is the run's ``--graph-capture-batch-sizes`` selection (None when it
+    selects none): which sizes the plugin captures from the runner returned, not what to
+    build.  Build the runner as for a full run (static buffers sized from its own largest
+    size) so a narrowed run captures each selected size's graph as a full run does.
     """

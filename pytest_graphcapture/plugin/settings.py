@@ -230,7 +230,7 @@ DIR = declare(
     Setting(
         "--graph-capture-dir",
         "GRAPH_CAPTURE_DIR",
-        "directory under which traces go (in DIR/graph_capture_profile/)",
+        "directory under which traces go: DIR/graph_capture_profile/<test file>/<test>/, the folder of the test's goldens below the platform",
         default=".",
         metavar="DIR",
     )
@@ -239,8 +239,10 @@ BATCH_SIZES = declare(
     Setting(
         "--graph-capture-batch-sizes",
         "GRAPH_CAPTURE_BATCH_SIZES",
-        "comma-separated batch sizes to capture, e.g. 1,2,4 (ASCII digits, 1 to 65536): the embedded runner is "
-        "built with them, any other runner captures only these of its sizes (a size it does not list is an error)",
+        "comma-separated batch sizes to capture, e.g. 1,2,4 (ASCII digits, 1 to 65536): every runner, the "
+        "embedded one included, is built as for a full run and captures only these of its sizes (a size it does "
+        "not list is an error), so each is checked against the goldens a full run wrote; a runner of your own must "
+        "size its static buffers the same whichever sizes are selected (docs/adapting.md)",
         metavar="LIST",
     )
 )
@@ -296,7 +298,7 @@ MEMORY_SNAPSHOT = declare(
         "--graph-capture-memory-snapshot",
         "GRAPH_CAPTURE_MEMORY_SNAPSHOT",
         "record the CUDA allocator's history during capture and write one snapshot per runner and rank "
-        "({runner}_rank{r}_memory_snapshot.pickle in DIR/graph_capture_profile/, for pytorch.org/memory_viz); "
+        "({runner}_rank{r}_memory_snapshot.pickle in the test's trace folder, for pytorch.org/memory_viz); "
         "GPU only, nothing is written on CPU",
         default="off",
         choices=("on", "off"),
@@ -310,7 +312,8 @@ ISOLATE = declare(
         "GRAPH_CAPTURE_ISOLATE",
         "run every graph_capture() call in a fresh subprocess (as the graph_capture_isolated marker does), "
         "so no profiler session of another test can leave kernel collection dead; the runner then comes "
-        "from a module-level factory",
+        "from a module-level factory, and graph_capture.engine() (which runs in the test process) fails "
+        "saying so",
         default="off",
         choices=("on", "off"),
         const="on",

@@ -1,438 +1,180 @@
-"""A small best-effort Itanium C++ demangler for kernel symbols, with no dependency and no subprocess.
+"""Kernel-symbol demangling by the C++ runtime's ``__cxa_demangle``, the demangler the profiler uses.
 
-It covers what kernel symbols use: nested names, templates, literals,
-substitutions, pointers/references/cv-qualifiers, builtin types incl.
-``DF16b``/``Dh`` and template parameter packs (``J…E`` with ``Dp`` expansions,
-common in CK/aiter kernels), spelled as binutils' ``c++filt`` spells them.  :func:`demangle` returns None for what it cannot read, and
-:func:`mangled_base_name` then still reads the qualified base name from the
-mangled prefix.
+Why the runtime's own: the kernel names a profiler records come from ``__cxa_demangle``
+(Kineto and ``c10::demangle`` call it; binutils' ``c++filt`` is built from the same libiberty
+code as libstdc++'s), so a symbol demangled here reads exactly as the profiler prints it, and a
+graph dump's mangled kernel matches the replay's demangled one.  The runtime is the process's
+own (reached through :mod:`ctypes`, no dependency, no subprocess): libstdc++ on Linux (the one
+torch loaded, when it did), libc++/libc++abi on macOS and BSDs.
+
+Only a whole Itanium symbol (``_Z…``) is demangled; anything else (an ``extern "C"`` kernel,
+a name the profiler already demangled, a mangled *type* such as ``i``) is a name, kept as
+recorded.  A symbol the runtime cannot read (status != 0) is kept too: :func:`demangle` returns
+None.  Where the process has no ``__cxa_demangle`` at all, that is said once (a
+:class:`NoDemanglerWarning`) and every symbol stays mangled; nothing is guessed.
+
+:func:`mangled_base_name` reads the qualified name of a kernel entry point from the source
+names of a mangled prefix, which needs no demangler: the ``family`` level then names a symbol
+the runtime cannot read by the family its demangled name has.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Optional
-
-from ._itanium import _BUILTIN, _D_BUILTIN, _LITERAL_SUFFIX, _OPERATORS, _STD_SUBS
-
-
-class _DemangleError(Exception):
-    pass
-
-
-class _Pack(str):
-    """A template argument pack (``J…E``): reads as its elements joined, and keeps them for ``Dp`` expansion."""
-
-    items: tuple = ()
-
-    @classmethod
-    def of(cls, items: list[str]) -> "_Pack":
-        pack = cls(", ".join(i for i in items if i))
-        pack.items = tuple(items)
-        return pack
+import ctypes
+import ctypes.util
+import functools
+import sys
+import threading
+import warnings
+from typing import Callable, Iterator, Optional
 
 
-class _Demangler:
-    """Recursive-descent parser for the subset of the Itanium C++ ABI kernels use."""
+class NoDemanglerWarning(UserWarning):
+    """This process has no C++ runtime ``__cxa_demangle``: mangled kernel names stay mangled."""
 
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.i = 0
-        self.subs: list[str] = []
-        self.template_args: list[str] = []
-        #: Packs referenced inside the ``Dp`` pack expansion being read (None outside one).
-        self.expanding: Optional[list] = None
 
-    def peek(self, n: int = 1) -> str:
-        return self.s[self.i : self.i + n]
+NO_DEMANGLER = (
+    "pytest-graphcapture: no C++ runtime demangler (__cxa_demangle) in this process, libstdc++, libc++ "
+    "or libc++abi, so mangled kernel names (_Z…) are kept as recorded at the exact and name levels "
+    "(family still reads their qualified names); goldens written here then spell those kernels "
+    "mangled and differ from goldens written where a C++ runtime is installed"
+)
 
-    def take(self, token: str) -> bool:
-        if self.s.startswith(token, self.i):
-            self.i += len(token)
-            return True
-        return False
+#: Sonames of the C++ runtimes.  ``dlopen`` of a soname a library of the process already loaded
+#: (torch loads libstdc++) returns that library, so the process's own runtime wins.
+_SONAMES = {
+    "darwin": ("libc++abi.dylib", "/usr/lib/libc++abi.dylib", "libc++.1.dylib"),
+}.get(sys.platform, ("libstdc++.so.6", "libc++.so.1", "libc++abi.so.1"))
 
-    def expect(self, token: str) -> None:
-        if not self.take(token):
-            raise _DemangleError(f"expected {token!r} at {self.i}")
+_Demangler = Callable[[str], Optional[str]]
+_lock = threading.Lock()
+_loaded: Optional[tuple[Optional[_Demangler], Optional[str]]] = None
+_said_missing = False
 
-    def number(self) -> int:
-        start = self.i
-        while self.i < len(self.s) and self.s[self.i].isdigit():
-            self.i += 1
-        if start == self.i:
-            raise _DemangleError("number expected")
-        return int(self.s[start : self.i])
 
-    def seq_id(self, terminator: str) -> int:
-        if self.take(terminator):
-            return 0
-        start = self.i
-        while self.i < len(self.s) and (self.s[self.i].isdigit() or self.s[self.i].isupper()):
-            self.i += 1
-        digits = self.s[start : self.i]
-        self.expect(terminator)
-        if not digits:
-            raise _DemangleError("bad seq-id")
-        value = 0
-        for ch in digits:
-            value = value * 36 + (int(ch) if ch.isdigit() else ord(ch) - 55)
-        return value + 1
+def _candidate_libraries() -> Iterator[Optional[str]]:
+    """Where ``__cxa_demangle`` may be, in order: the process's own symbols, runtime sonames, the linker's search."""
+    yield None  # symbols already loaded into the global scope (a C++ host, a static runtime)
+    yield from _SONAMES
+    for name in ("stdc++", "c++", "c++abi"):
+        path = ctypes.util.find_library(name)
+        if path:
+            yield path
 
-    # ---- top level
-    def encoding(self) -> str:
-        name, is_template, is_ctor = self.name()
-        if self.i >= len(self.s) or self.peek() in ("E", "."):
-            return name
-        ret = ""
-        if is_template and not is_ctor:
-            ret = self.type() + " "
-        params = self.bare_function_params()
-        return f"{ret}{name}({params})"
 
-    def bare_function_params(self) -> str:
-        params = []
-        while self.i < len(self.s) and self.peek() not in ("E", "."):
-            param = self.type()
-            if param:  # an expanded empty pack adds no parameter
-                params.append(param)
-        if params == ["void"]:
-            return ""
-        return ", ".join(params)
+def _bind(library: Optional[str]) -> Optional[_Demangler]:
+    """A demangling function over ``__cxa_demangle`` of ``library`` (None: the process), or None."""
+    try:
+        cxa = ctypes.CDLL(library).__cxa_demangle
+        free = ctypes.CDLL(None).free
+    except (OSError, AttributeError, TypeError):
+        return None
+    cxa.restype = ctypes.c_void_p  # a malloc'd buffer we free, not a Python bytes copy
+    cxa.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int))
+    free.restype = None
+    free.argtypes = (ctypes.c_void_p,)
 
-    # ---- names: return (text, ends with template args, is ctor/dtor)
-    def name(self) -> tuple[str, bool, bool]:
-        if self.peek() == "N":
-            return self.nested_name()
-        if self.peek() == "Z":
-            return self.local_name()
-        if self.take("St"):
-            text = "std::" + self.unqualified_name()[0]
-        elif self.peek() == "S":
-            text = self.substitution()
-            if self.peek() != "I":
-                raise _DemangleError("unscoped substitution without template args")
-        else:
-            text = self.unqualified_name()[0]
-        if self.peek() == "I":
-            self.subs.append(text)
-            args = self.template_args_list()
-            self.template_args = args
-            return text + _targs(args), True, False
-        return text, False, False
-
-    def local_name(self) -> tuple[str, bool, bool]:
-        self.expect("Z")
-        saved = self.template_args
-        outer = self.encoding()
-        self.template_args = saved
-        self.expect("E")
-        if self.take("s"):
-            inner, is_template, is_ctor = "string literal", False, False
-        else:
-            inner, is_template, is_ctor = self.name()
-        if self.take("_"):
-            if self.take("_"):
-                self.number()
-                self.expect("_")
-            else:
-                self.number()
-        return f"{outer}::{inner}", is_template, is_ctor
-
-    def nested_name(self) -> tuple[str, bool, bool]:
-        self.expect("N")
-        quals = ""
-        while self.peek() in ("r", "V", "K"):
-            quals += self.s[self.i]
-            self.i += 1
-        self.take("R") or self.take("O")
-        parts: list[str] = []
-        is_template = False
-        is_ctor = False
-        last_name = ""
-        while not self.take("E"):
-            if self.i >= len(self.s):
-                raise _DemangleError("unterminated nested name")
-            ch = self.peek()
-            if ch == "I":
-                if not parts:
-                    raise _DemangleError("template args without a name")
-                args = self.template_args_list()
-                self.template_args = args
-                parts[-1] += _targs(args)
-                is_template = True
-                if self.peek() != "E":
-                    self.subs.append("::".join(parts))
-                continue
-            if ch == "S" and self.peek(2) != "St":
-                parts = [self.substitution()]
-                is_template = False
-                continue
-            if self.take("St"):
-                parts.append("std")
-                continue
-            if ch == "T":
-                parts.append(self.template_param())
-            elif ch == "D" and self.peek(2) in ("Dt", "DT"):
-                raise _DemangleError("decltype prefix")
-            else:
-                text, is_ctor = self.unqualified_name(last_name)
-                parts.append(text)
-                last_name = text
-            is_template = False
-            if self.peek() != "E":
-                self.subs.append("::".join(parts))
-        if not parts:
-            raise _DemangleError("empty nested name")
-        return "::".join(parts), is_template, is_ctor
-
-    def unqualified_name(self, enclosing: str = "") -> tuple[str, bool]:
-        ch = self.peek()
-        if ch.isdigit():
-            length = self.number()
-            text = self.s[self.i : self.i + length]
-            if len(text) != length:
-                raise _DemangleError("short source name")
-            self.i += length
-            if text.startswith("_GLOBAL__N"):
-                text = "(anonymous namespace)"
-            return text, False
-        if ch in ("C", "D") and self.peek(2) in ("C1", "C2", "C3", "C4", "C5", "D0", "D1", "D2", "D4", "D5"):
-            kind = self.s[self.i]
-            self.i += 2
-            base = re.sub(r"<.*>$", "", enclosing)
-            return (base if kind == "C" else "~" + base), True
-        if ch == "U" and self.peek(2) == "Ut":
-            self.i += 2
-            num = self.seq_id("_") + 1
-            return f"{{unnamed type#{num}}}", False
-        if ch == "U" and self.peek(2) == "Ul":
-            self.i += 2
-            params = self.bare_function_params()
-            self.expect("E")
-            num = self.seq_id("_") + 1
-            return f"{{lambda({params})#{num}}}", False
-        if ch == "L":
-            self.i += 1
-            return self.unqualified_name(enclosing)
-        two = self.peek(2)
-        if two in _OPERATORS:
-            self.i += 2
-            return "operator" + _OPERATORS[two], False
-        if two == "cv":
-            self.i += 2
-            return "operator " + self.type(), False
-        raise _DemangleError(f"unsupported name at {self.i}")
-
-    def substitution(self) -> str:
-        two = self.peek(2)
-        if two in _STD_SUBS:
-            self.i += 2
-            return _STD_SUBS[two]
-        self.expect("S")
-        index = self.seq_id("_")
-        if index >= len(self.subs):
-            raise _DemangleError("substitution out of range")
-        return self.subs[index]
-
-    def template_param(self) -> str:
-        self.expect("T")
-        index = self.seq_id("_")
-        if index >= len(self.template_args):
-            raise _DemangleError("template parameter out of range")
-        value = self.template_args[index]
-        if isinstance(value, _Pack) and self.expanding is not None:
-            self.expanding.append(value)
-            return f"\x01{len(self.expanding) - 1}\x01"  # filled in per element by pack_expansion
-        return value
-
-    def template_args_list(self) -> list[str]:
-        self.expect("I")
-        args = []
-        while not self.take("E"):
-            if self.i >= len(self.s):
-                raise _DemangleError("unterminated template args")
-            args.append(self.template_arg())
-        return args
-
-    def template_arg(self) -> str:
-        ch = self.peek()
-        if ch == "L":
-            return self.literal()
-        if ch == "J":
-            self.i += 1
-            items = []
-            while not self.take("E"):
-                if self.i >= len(self.s):
-                    raise _DemangleError("unterminated pack")
-                items.append(self.template_arg())
-            return _Pack.of(items)
-        if ch == "X":
-            raise _DemangleError("expression template argument")
-        return self.type()
-
-    def literal(self) -> str:
-        self.expect("L")
-        if self.take("_Z"):
-            saved = self.template_args
-            text = self.encoding()
-            self.template_args = saved
-            self.expect("E")
-            return "&" + re.sub(r"\(.*\)$", "", text)
-        type_code = self.peek()
-        if type_code in _BUILTIN:
-            self.i += 1
-            negative = self.take("n")
-            value = self.number()
-            self.expect("E")
-            if type_code == "b":
-                return "true" if value else "false"
-            sign = "-" if negative else ""
-            if type_code in ("i",):
-                return f"{sign}{value}"
-            if type_code in _LITERAL_SUFFIX:
-                return f"{sign}{value}{_LITERAL_SUFFIX[type_code]}"
-            return f"({_BUILTIN[type_code]}){sign}{value}"
-        type_text = self.type()
-        negative = self.take("n")
-        value = self.number()
-        self.expect("E")
-        return f"({type_text}){'-' if negative else ''}{value}"
-
-    def pack_expansion(self) -> str:
-        """``Dp <type>``: the type once per element of the pack it names (``DpRKT_`` → ``int const&, float const&``)."""
-        self.i += 2
-        saved, self.expanding = self.expanding, []
-        first_sub = len(self.subs)
+    def run(symbol: str) -> Optional[str]:
+        status = ctypes.c_int(-1)
+        buffer = cxa(symbol.encode("ascii"), None, None, ctypes.byref(status))
+        if not buffer:
+            return None
         try:
-            pattern = self.type()
-            packs = self.expanding
+            text = ctypes.string_at(buffer)
         finally:
-            self.expanding = saved
-        if not packs:
-            return pattern + "..."
-        count = len(packs[0].items)
-        if any(len(p.items) != count for p in packs):
-            raise _DemangleError("packs of different lengths in one expansion")
+            free(buffer)
+        return text.decode("utf-8", "replace") if status.value == 0 else None
 
-        def element(k: int) -> str:
-            text = pattern
-            for slot, pack in enumerate(packs):
-                text = text.replace(f"\x01{slot}\x01", pack.items[k])
-            return text
-
-        whole = ", ".join(element(k) for k in range(count))
-        for n in range(first_sub, len(self.subs)):  # substitutions name the whole expansion
-            for slot, pack in enumerate(packs):
-                self.subs[n] = self.subs[n].replace(f"\x01{slot}\x01", str(pack))
-        return whole
-
-    def type(self) -> str:
-        ch = self.peek()
-        if not ch:
-            raise _DemangleError("type expected")
-        if ch in _BUILTIN:
-            self.i += 1
-            return _BUILTIN[ch]
-        for code, text in _D_BUILTIN.items():
-            if self.take(code):
-                return text
-        if ch in ("P", "R", "O"):
-            self.i += 1
-            inner = self.type()
-            result = inner + {"P": "*", "R": "&", "O": "&&"}[ch]
-            self.subs.append(result)
-            return result
-        if ch in ("K", "V", "r"):
-            quals = []
-            while self.peek() in ("K", "V", "r"):
-                quals.append({"K": "const", "V": "volatile", "r": "restrict"}[self.s[self.i]])
-                self.i += 1
-            inner = self.type()
-            result = f"{inner} {' '.join(reversed(quals))}"
-            self.subs.append(result)
-            return result
-        if ch == "T":
-            text = self.template_param()
-            self.subs.append(text)
-            if self.peek() == "I":
-                args = self.template_args_list()
-                text = text + _targs(args)
-                self.subs.append(text)
-            return text
-        if ch == "F":
-            self.i += 1
-            ret = self.type()
-            params = self.bare_function_params()
-            self.expect("E")
-            result = f"{ret} ({params})"
-            self.subs.append(result)
-            return result
-        if ch == "A":
-            self.i += 1
-            size = str(self.number()) if self.peek().isdigit() else ""
-            self.expect("_")
-            result = f"{self.type()} [{size}]"
-            self.subs.append(result)
-            return result
-        if self.peek(2) == "Dp":
-            return self.pack_expansion()
-        if ch == "S" and self.peek(2) not in ("St",):
-            text = self.substitution()
-            if self.peek() == "I":
-                args = self.template_args_list()
-                text = text + _targs(args)
-                self.subs.append(text)
-            return text
-        if ch == "N" or ch.isdigit() or self.peek(2) == "St" or ch == "Z":
-            text = self.name()[0]
-            self.subs.append(text)
-            return text
-        raise _DemangleError(f"unsupported type at {self.i}")
+    return run
 
 
-def _targs(args: list[str]) -> str:
-    """``<a, b>`` spelled like GNU c++filt (``> >`` rather than ``>>``); an empty pack adds nothing."""
-    inner = ", ".join(a for a in args if a)
-    return f"<{inner} >" if inner.endswith(">") else f"<{inner}>"
+def _runtime() -> Optional[_Demangler]:
+    """The process's ``__cxa_demangle``, looked up once."""
+    global _loaded
+    if _loaded is None:
+        with _lock:
+            if _loaded is None:
+                found: tuple[Optional[_Demangler], Optional[str]] = (None, None)
+                for library in _candidate_libraries():
+                    bound = _bind(library)
+                    if bound is not None:
+                        found = (bound, library or "the process")
+                        break
+                _loaded = found
+    return _loaded[0]
 
 
-_MANGLED = re.compile(r"^_Z[A-Za-z0-9_$]+$")
+def _runtime_name() -> Optional[str]:
+    """Which library demangles (a soname or path; ``the process`` for its own symbols), None without one."""
+    _runtime()
+    assert _loaded is not None
+    return _loaded[1]
+
+
+def _reset() -> None:
+    """Forget the runtime found and the names demangled (tests swap the runtime)."""
+    global _loaded, _said_missing
+    with _lock:
+        _loaded = None
+        _said_missing = False
+    _demangle_symbol.cache_clear()
+
+
+def _is_symbol(name: str) -> bool:
+    return name.startswith("_Z") and len(name) > 2 and name.isascii() and "\x00" not in name
+
+
+@functools.lru_cache(maxsize=16384)
+def _demangle_symbol(name: str) -> Optional[str]:
+    run = _runtime()
+    if run is None:
+        _say_missing()
+        return None
+    return run(name)
+
+
+def _say_missing() -> None:
+    global _said_missing
+    if not _said_missing:
+        _said_missing = True
+        warnings.warn(NO_DEMANGLER, NoDemanglerWarning, stacklevel=4)
 
 
 def demangle(name: str) -> Optional[str]:
-    """Demangle an Itanium ``_Z…`` symbol; ``None`` when it is not mangled or not understood."""
-    if not _MANGLED.match(name):
-        return None
-    parser = _Demangler(name)
-    parser.i = 2
-    try:
-        text = parser.encoding()
-    except (_DemangleError, IndexError, ValueError, RecursionError):
-        return None
-    if parser.i != len(name) or not text or text.startswith("_Z"):
-        return None
-    return text
+    """The C++ runtime's reading of an Itanium symbol (``_Z…``); None when ``name`` is not one or it cannot be read.
 
-
-_BASE_PART = re.compile(r"(\d+)")
+    Names recur across a graph and across batch sizes, so each is demangled once per process.
+    """
+    if not _is_symbol(name):
+        return None
+    return _demangle_symbol(name)
 
 
 def mangled_base_name(name: str) -> Optional[str]:
-    """Qualified base name read from a mangled prefix (``_ZN3foo3barI…`` → ``foo::bar``)."""
+    """The qualified name of a kernel entry point from its mangled prefix (``_ZN3foo3barI…`` → ``foo::bar``).
+
+    A kernel is a namespace-scope function (CUDA and HIP have no member kernels), so its nested
+    name is namespaces and the function's name, optionally followed by the function's template
+    arguments (``I…``).  Only source names are read: a prefix that holds anything else
+    (a substitution, an ABI tag, a cut-off name) gives None rather than a guess.
+    """
     if not name.startswith("_Z"):
         return None
     i = 2
     nested = name.startswith("_ZN")
     if nested:
         i = 3
-        while i < len(name) and name[i] in "rVKRO":
+        while i < len(name) and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member: skipped
             i += 1
     parts = []
-    while i < len(name) and name[i].isdigit():
+    while True:
+        if name.startswith("L", i):  # internal linkage (a static kernel)
+            i += 1
         j = i
         while j < len(name) and name[j].isdigit():
             j += 1
+        if j == i:
+            break
         length = int(name[i:j])
         part = name[j : j + length]
         if len(part) != length or not length:
@@ -441,4 +183,7 @@ def mangled_base_name(name: str) -> Optional[str]:
         i = j + length
         if not nested:
             break
-    return "::".join(parts) if parts else None
+    following = name[i : i + 1]
+    if not parts or not following or following == "B" or (nested and following not in "IE"):
+        return None
+    return "::".join(parts)

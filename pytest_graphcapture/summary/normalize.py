@@ -7,7 +7,7 @@ levels trade precision against stability:
 
 ``exact``
     the recorded name; a trailing ``.kd`` (ROCm code-object symbol) is removed and
-    an Itanium-mangled name (``_Z…``) is demangled.
+    an Itanium-mangled symbol (``_Z…``) is demangled.
 ``name`` (default)
     ``exact`` without the parameter list (a trailing ``(anonymous namespace)`` is a
     namespace, not parameters), with hex addresses (``0x…`` → ``0x_``),
@@ -22,10 +22,11 @@ levels trade precision against stability:
     ``nvjet…``, hipBLASLt/Tensile ``Cijk_…``) fold into the single family ``GEMM``
     (their shapes are visible in the ops).
 
-Demangling is :mod:`.demangle`'s (no dependency, no subprocess).  A name it cannot demangle keeps its mangled
+Demangling is :mod:`.demangle`'s: the C++ runtime's ``__cxa_demangle``, so a demangled name
+reads as the profiler prints it.  A symbol the runtime cannot read keeps its mangled
 spelling at the ``exact`` and ``name`` levels, and at ``family`` becomes the
 qualified base name read from the mangled prefix (e.g. ``sgl_hip::activation::
-act_and_mul_kernel``) when that much can be read.  Every level is applied until it
+act_and_mul_kernel``, the family its demangled name has) when that much can be read.  Every level is applied until it
 reaches a fixed point, so normalizing twice equals normalizing once.
 
 Memcpy/memset graph nodes are not kernel symbols; callers leave their names alone.
@@ -73,6 +74,8 @@ _DOLLAR = re.compile(r"\$_\d+")
 _ANON = re.compile(r"_GLOBAL__N_\d+|\{anonymous\}|`anonymous namespace'")
 _ANON_NAMESPACE = "(anonymous namespace)"
 _GENERATED = re.compile(r"^((?:triton|cpp|fused|cutedsl|helion)_\w*?[A-Za-z]\w*?)(?:_\d+)+$")
+#: A CUTLASS kernel template (``cutlass::Kernel2<…>``) as its mangled prefix spells it.
+_MANGLED_CUTLASS = re.compile(r"^_ZN7cutlass\d+Kernel\d*I")
 _GEMM = re.compile(
     r"gemm|xmma|^(?:void )?nvjet|^(?:void )?Cijk_|cutlass_\d+_\w*tensorop|cutlass::Kernel\d*<|cublas|hipblaslt|tensile",
     re.IGNORECASE,
@@ -158,7 +161,9 @@ def _name_step(name: str) -> str:
 
 def _family_step(name: str) -> str:
     name = _name_step(name)
-    if name.startswith("_Z"):
+    if name.startswith("_Z"):  # not demangled: the family is read from the mangled prefix
+        if _MANGLED_CUTLASS.match(name):
+            return GEMM_FAMILY
         base = mangled_base_name(name)
         name = base if base else name
     if _GEMM.search(name):

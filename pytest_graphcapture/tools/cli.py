@@ -2,10 +2,12 @@
 
 Exit codes: 0 success / equal, 1 ``diff`` found differences, 2 bad input (one line
 on stderr naming the file and the problem, never a traceback).  When the reader of
-the output goes away (``graphcapture diff … | head``) the exit code is still the
-command's answer — 1 for a difference — and 141 (as for a tool killed by SIGPIPE)
-when the command had none yet, so ``set -o pipefail`` scripts never see a success
-that was not one.  ``graphcapture --version`` prints the version.
+the output goes away before all of it is written (``graphcapture diff … | head -1``)
+the exit code is still the command's answer — 1 for a difference — and 141 (as for
+a tool killed by SIGPIPE) when the command had none yet, so ``set -o pipefail``
+scripts never see a success that was not one.  An output file that is one of the
+inputs (the same file under any name) is refused: writing it would replace what
+the command reads.  ``graphcapture --version`` prints the version.
 
 * ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--batch-size N] [--out FILE]`` —
   summary JSON (the golden layout: one line per entry); a list for several traces.
@@ -32,12 +34,13 @@ that was not one.  ``graphcapture --version`` prints the version.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
 from .._io import write_atomic
 from ..errors import GraphCaptureError, UsageError
@@ -65,11 +68,25 @@ PROG = "graphcapture"
 # --------------------------------------------------------------------------- commands
 
 
+def _refuse_input_as_output(option: str, out: str, inputs: Iterable[Union[str, Path]]) -> None:
+    """An output that is one of the command's inputs (the same file, however it is named) is refused: it would replace it."""
+    if not os.path.exists(out):
+        return
+    for path in inputs:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(out, path):
+                raise UsageError(
+                    f"{option} {out}: is the input {path}; writing there would replace it, name another file"
+                )
+
+
 def _cmd_summarize(args: argparse.Namespace) -> int:
     if args.replay is not None and len(args.traces) != 1:
         raise UsageError("--replay belongs to one capture trace; pass exactly one TRACE with it")
     if args.replay is not None and is_graph_dump(args.traces[0]):
         raise UsageError(f"--replay belongs to a capture trace; {args.traces[0]} is a graph dump, which needs none")
+    if args.out:
+        _refuse_input_as_output("--out", args.out, [*args.traces, *([args.replay] if args.replay else [])])
     texts = []
     for trace in args.traces:
         dump = is_graph_dump(trace)
@@ -130,6 +147,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         raise UsageError("--against compares in the HTML picture; give --html OUT.html with it")
     if args.html:
         from .picture import picture_from_dirs
+
+        roots = [Path(args.directory), *([Path(args.against)] if args.against else [])]
+        _refuse_input_as_output("--html", args.html, (p for root in roots if root.is_dir() for p in root.rglob("*")))
 
         page = picture_from_dirs(args.directory, against=args.against, level=args.level)
         try:
@@ -269,7 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_accept)
 
     p = sub.add_parser("merge", help="merge per-rank traces into one Chrome trace per batch size")
-    p.add_argument("directory", metavar="DIR", help="folder with the per-rank traces (graph_capture_profile/)")
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help="folder with the per-rank traces (a test's folder under graph_capture_profile/)",
+    )
     p.add_argument("--out-dir", metavar="OUT", help="write the merged traces here instead of DIR")
     p.set_defaults(func=_cmd_merge)
     return parser

@@ -12,11 +12,17 @@ The escape is JSON's own spelling, so the JSON ``graphcapture summarize`` prints
 stays valid JSON meaning the same strings (JSON already escapes C0 controls this
 way; C1 controls and bidi controls it leaves raw).  Files the command writes
 (``--out``, ``--html``) are data, not terminal output, and are left as they are.
+
+Standard output goes straight to its file descriptor, every byte or an error
+(:class:`_WholeWrites`): Python's buffered writer keeps quiet about a write the
+pipe took only part of (the reader left mid-write, ``| head -1``) and drops the
+rest, so the command would exit 0 having printed a fraction of its answer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any, Iterator, TextIO
 
@@ -51,11 +57,47 @@ class _Printable:
         return getattr(self._stream, name)
 
 
+class _WholeWrites:
+    """A text stream writing straight to ``stream``'s file descriptor until every byte is out.
+
+    A short write is followed by another, so a reader that left ends the command in
+    ``BrokenPipeError`` (the command's exit code 141), never in output silently cut.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._fd = stream.fileno()
+
+    def write(self, text: str) -> int:
+        data = memoryview(text.encode(self._stream.encoding or "utf-8", self._stream.errors or "strict"))
+        while data:
+            data = data[os.write(self._fd, data) :]
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing is held back: every write went out whole."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _whole_writes(stream: TextIO) -> Any:
+    """``stream`` as :class:`_WholeWrites` where it is a real file on POSIX; as it is otherwise (captured in-process)."""
+    if os.name != "posix":  # text-mode newline translation is the stream's own there
+        return stream
+    try:
+        stream.flush()
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return stream
+    return _WholeWrites(stream)
+
+
 @contextlib.contextmanager
 def escaped_output() -> Iterator[None]:
-    """While inside: ``sys.stdout`` and ``sys.stderr`` print control characters as escapes."""
+    """While inside: ``sys.stdout`` and ``sys.stderr`` print control characters as escapes, stdout in whole writes."""
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Printable(sys.stdout), _Printable(sys.stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = _Printable(_whole_writes(sys.stdout)), _Printable(sys.stderr)  # type: ignore[assignment]
     try:
         yield
     finally:

@@ -7,21 +7,22 @@ registry, the runner base class, git history, pyproject.toml) and checks that th
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from pytest_graphcapture.naming import TRACE_SUBDIR
+from pytest_graphcapture.naming import TRACE_SUBDIR, trace_group_for
 from pytest_graphcapture.plugin.settings import CI_OFF_VALUES, CI_VARIABLES, TRACE
+from pytest_graphcapture.plugin.torch_setup import TORCH_WARNINGS, torch_warning_lines
 
 REPO = Path(__file__).resolve().parents[2]
+# The recipes a user copies to gate their own project (this repository's own workflows are in .github/).
 RECIPES = sorted((REPO / "examples" / "ci").glob("*.yml"))
-# The recipes a user copies to gate their own project; torch-matrix.yml runs this repository's own
-# scripts/compat.sh, so it installs the plugin from the checkout it tests.
-USER_RECIPES = [p for p in RECIPES if "scripts/compat.sh" not in p.read_text(encoding="utf-8")]
 
 
 def _read(rel: str) -> str:
@@ -63,14 +64,14 @@ def test_configuration_reference_says_single_trace_mode_fails_golden_checks() ->
 
 
 def _required_methods() -> list[str]:
-    """Methods of GraphRunner whose base body raises NotImplementedError: what a subclass must write."""
+    """Methods of GraphRunner whose base body raises RunnerContractError (a NotImplementedError): what a subclass must write."""
     tree = ast.parse(_read("pytest_graphcapture/engine/runner.py"))
     base = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GraphRunner")
     return [
         f.name
         for f in base.body
         if isinstance(f, ast.FunctionDef)
-        and any(isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n) for n in ast.walk(f))
+        and any(isinstance(n, ast.Raise) and "RunnerContractError" in ast.unparse(n) for n in ast.walk(f))
     ]
 
 
@@ -122,21 +123,22 @@ def test_recipes_say_to_accept_a_harvest_never_to_copy_it(recipe: Path) -> None:
             assert "copy it over" not in sentence and "graphcapture accept" in sentence, sentence
 
 
-def test_the_torch_matrix_is_the_only_recipe_for_this_repository_itself() -> None:
-    assert [p.name for p in RECIPES if p not in USER_RECIPES] == ["torch-matrix.yml"]
+def test_the_recipes_to_copy_are_not_this_repositorys_own_workflows() -> None:
+    assert RECIPES and not any("scripts/compat.sh" in p.read_text(encoding="utf-8") for p in RECIPES)
+    assert (REPO / ".github" / "workflows" / "torch-matrix.yml").is_file()
 
 
-@pytest.mark.parametrize("recipe", USER_RECIPES, ids=lambda p: p.name)
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_recipes_install_the_plugin_in_a_users_repository(recipe: Path) -> None:
     yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extras: pip install -e '.[test]'")
     name = re.search(r'^name = "([^"]+)"', _read("pyproject.toml"), flags=re.M).group(1)  # type: ignore[union-attr]
-    job = next(iter(yaml.safe_load(recipe.read_text(encoding="utf-8"))["jobs"].values()))
+    workflow = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    job = next(iter(workflow["jobs"].values()))
     install = next(s for s in job["steps"] if s.get("name", "").startswith("Install"))
-    env = install.get("env", {})
-    plugin = [v for v in env.values() if str(v).startswith(name)]
-    assert plugin, f"{recipe.name}: no step installs {name} itself; `-e .` installs the user's project"
-    variable = next(k for k, v in env.items() if v == plugin[0])
-    assert f'"${variable}"' in install["run"] and "pip install -e ." in install["run"], install["run"]
+    assert workflow["env"]["GRAPHCAPTURE_PLUGIN"] == "", f"{recipe.name}: no default the user could forget to pin"
+    assert f"{name} @ git+https://" in recipe.read_text(encoding="utf-8"), "the comment shows a pinned requirement"
+    script = install["run"]
+    assert '"$GRAPHCAPTURE_PLUGIN"' in script and 'pip install -e "$PACKAGE_DIR"' in script, script
 
 
 def test_changelog_has_one_section_per_heading_and_no_repeated_entry() -> None:
@@ -149,3 +151,99 @@ def test_changelog_has_one_section_per_heading_and_no_repeated_entry() -> None:
         entries = re.findall(r"^- (.+(?:\n  .+)*)", release, flags=re.M)
         repeated = {e for e in entries if entries.count(e) > 1}
         assert not repeated, repeated
+
+
+# --------------------------------------------------------------------------- traces, numpy, metrics, CLI exits
+
+
+def test_readme_main_job_counts_the_keys_it_checks_and_leaves_one_trace_per_key() -> None:
+    # tests/e2e/test_examples.py runs the main job and counts its traces against the keys it checked.
+    goldens = list((REPO / "examples" / "goldens" / "cpu").rglob("*.json"))
+    claim = next(s for s in _sentences(_read("README.md")) if s.startswith("**Main job**"))
+    assert f"({len(goldens)} keys on CPU)" in claim, claim
+    assert "one trace per key" in claim and "its own folder" in claim, claim
+
+
+def test_golden_workflow_shows_the_trace_folder_the_plugin_writes() -> None:
+    text = " ".join(_read("docs/golden-workflow.md").split())
+    nodeid = "test_decode_graphs.py::test_decode_graphs_match_goldens"
+    assert f"`{TRACE_SUBDIR}/{trace_group_for(nodeid)}/`" in text
+    assert f"`goldens/cpu/{trace_group_for(nodeid)}/`" in text  # the same folder as the goldens'
+    assert trace_group_for(nodeid, 2) == f"{trace_group_for(nodeid)}/2"
+    assert "second capture's traces to the sub-folder `2/`" in text
+
+
+def test_readme_says_what_numpy_is_for_as_the_plugin_does_it() -> None:
+    class Config:  # what torch_warning_lines reads: the warnings torch gave at import
+        stash = {TORCH_WARNINGS: ["Failed to initialize NumPy"]}
+
+    (line,) = torch_warning_lines(Config())  # type: ignore[arg-type]
+    prefix = line.split(" (", 1)[0]
+    text = " ".join(_read("README.md").split())
+    said = [s for s in _sentences(_read("README.md")) if "numpy" in s.lower() or "-W error" in s]
+    assert said and not any(re.search(r"would (fail|break)", s) for s in said), said
+    assert f"`{prefix} ...`" in text, prefix
+    assert "the plugin does not use it" in text
+    plugin_imports = [
+        path.relative_to(REPO).as_posix()
+        for path in (REPO / "pytest_graphcapture").rglob("*.py")
+        if re.search(r"^\s*(import|from) numpy\b", path.read_text(encoding="utf-8"), flags=re.M)
+    ]
+    assert plugin_imports == []
+
+
+def test_changelog_states_the_torch_requirement_pyproject_has() -> None:
+    bound = re.search(r'"torch>=([\d.]+)"', _read("pyproject.toml")).group(1)  # type: ignore[union-attr]
+    unreleased = re.split(r"^## ", _read("CHANGELOG.md"), flags=re.M)[1]
+    said = re.findall(r"`torch>=([\d.]+)`", unreleased)
+    assert said == [bound], f"the Unreleased section names torch>={said}; pyproject.toml says torch>={bound}"
+
+
+def test_trace_metrics_are_documented_as_what_an_exported_trace_holds(tmp_path: Path) -> None:
+    from pytest_graphcapture.engine.backend import EagerBackend
+    from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
+    from pytest_graphcapture.testing import FakeRunner
+
+    settings = CaptureSettings(trace="per-bs", out_dir=tmp_path, replay=True)
+    (key_result,) = capture_runner(FakeRunner((1,)), EagerBackend("cpu"), settings)
+    with gzip.open(key_result.trace_path) as handle:
+        held = set(json.load(handle)["graph_capture_metrics"])
+    assert key_result.metrics.replay_seconds is not None and "replay_seconds" not in held
+    assert held >= {"warmup_seconds", "capture_seconds"}
+    for page in ("docs/golden-workflow.md", "docs/concepts.md", "CHANGELOG.md"):
+        for sentence in _sentences(_read(page)):
+            if "graph_capture_metrics" in sentence or "trace's metadata" in sentence:
+                assert "replay" not in sentence or "after the trace is written" in sentence, (page, sentence)
+
+
+def test_the_documented_exit_code_of_a_reader_that_leaves_early_is_the_one_given(tmp_path: Path) -> None:
+    claim = next(s for s in _sentences(_read("docs/configuration.md")) if "leaves before all of it is written" in s)
+    code = int(re.search(r"else (\d+)", claim).group(1))  # type: ignore[union-attr]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::op_{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(3000)
+    ]
+    trace = tmp_path / "R_bs_1_rank0.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    command = f"{sys.executable} -m pytest_graphcapture summarize {trace} | head -n 1"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (code, ""), claim
+
+
+def test_gpu_readiness_lists_the_steps_the_gpu_check_runs() -> None:
+    script = re.findall(r"^step (\S+) ", _read("scripts/gpu_check.sh"), flags=re.M)
+    page = _read("docs/gpu-readiness.md")
+    listed = re.findall(r"^\d+\. `([a-z-]+)`:", page, flags=re.M)
+    assert listed == script, f"scripts/gpu_check.sh runs {script}; docs/gpu-readiness.md lists {listed}"
+    numbers = {"5": "five", "6": "six", "7": "seven", "8": "eight", "9": "nine"}
+    assert f"It runs {numbers.get(str(len(script)), len(script))} steps" in page
+
+
+def test_adapting_lists_exactly_the_cpu_stand_ins_an_engine_loop_gets() -> None:
+    from pytest_graphcapture.engine.stand_ins import eager_cuda_calls
+
+    text = _read("docs/adapting.md")
+    start = text.index("**On a machine without a GPU**")
+    listed = text[start : text.index("get eager stand-ins", start)]
+    named = {name.split(".")[-1] for name in re.findall(r"`([\w.]+)`", listed)}
+    assert named == set(eager_cuda_calls())

@@ -100,6 +100,8 @@ def stale_paths(doc: Path, text: str | None = None) -> list[str]:
             for target in LINK.findall(line):
                 if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
                     continue
+                if any(c in target for c in "*?{}<>$%|\\"):  # a template's link (`](<%s>)`), not a path
+                    continue
                 path = target.split("#", 1)[0]
                 if path and not (doc.parent / path).exists():
                     found.append(f"{number}: link {target!r} leads to no file")

@@ -14,8 +14,9 @@ other, as a reader follows them), with this checkout's installed plugin and no
 ``<!-- include: PATH -->``        the block must equal the repository file PATH (docs/ci/*.yml)
 
 A document whose first line after the title is ``<!-- docs-test: copy examples -->`` runs
-in a folder holding a copy of ``examples/``.  Docs written and tested elsewhere are in
-:data:`COVERED_ELSEWHERE`.  ``python tests/e2e/test_docs.py`` prints the inventory.
+in a folder holding a copy of ``examples/``.  Every ``bash`` / ``python`` block is run
+or carries ``not-run`` with its reason (:func:`test_every_command_is_run_or_says_why_not`).
+``python tests/e2e/test_docs.py`` prints the inventory.
 """
 
 from __future__ import annotations
@@ -37,11 +38,6 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUN_LANGS = ("bash", "python")
-#: Docs whose runnable blocks another test executes: {file name: why they are not run here}.
-COVERED_ELSEWHERE = {
-    "benchmarks.md": "run by tests/e2e/test_benchmarks_smoke.py (python benchmarks/run.py --quick); the full run "
-    "takes about 5 minutes",
-}
 FENCE = re.compile(r"^(`{3,}|~{3,})(\S*)\s*$")
 MARKER = re.compile(r"^<!--\s*([a-z-]+):\s*(.*?)\s*-->\s*$")
 
@@ -106,8 +102,6 @@ def inventory() -> list[tuple[str, str, str]]:
                 what = f"written to {block.get('pytest-file')[0]}, run with pytest (--update-golden, then plain)"
             elif block.get("file"):
                 what = f"written to {block.get('file')[0]}, used by later commands"
-            elif block.lang in RUN_LANGS and doc.name in COVERED_ELSEWHERE:
-                what = f"not run here: {COVERED_ELSEWHERE[doc.name]}"
             elif block.lang in RUN_LANGS:
                 what = "executed"
             else:
@@ -171,6 +165,18 @@ def test_every_block_names_a_language_and_known_markers() -> None:
                 if key == "not-run" and not value:
                     problems.append(f"{block.where}: not-run needs a reason")
     assert not problems, "\n".join(problems)
+
+
+def test_every_command_is_run_or_says_why_not() -> None:
+    """What README.md and docs/README.md promise: each bash / python block is executed here or marked not-run."""
+    allowed = ("executed", "not run: ", "written to ")
+    silent = [
+        f"{where}: {what}" for where, lang, what in inventory() if lang in RUN_LANGS and not what.startswith(allowed)
+    ]
+    assert not silent, "\n".join(silent)
+    for page in ("README.md", "docs/README.md"):
+        text = " ".join((REPO / page).read_text(encoding="utf-8").split())
+        assert "test_docs.py" in text and ("not-run" in text or "marked" in text), page
 
 
 def test_included_files_are_identical() -> None:
@@ -243,9 +249,6 @@ def test_doc_snippets_run(doc: Path, tmp_path: Path) -> None:
             target.write_text(block.text, encoding="utf-8")
             continue
         if block.lang not in RUN_LANGS:
-            continue
-        if doc.name in COVERED_ELSEWHERE:
-            skipped.append(f"{block.where}: {COVERED_ELSEWHERE[doc.name]}")
             continue
         run_block(block, work, index)
         ran += 1

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, cpu_op_names, load_trace
 
+from pytest_graphcapture.naming import TRACE_SUBDIR, trace_dir, trace_group_for
+
 EXAMPLES = REPO_ROOT / "examples"
 DEFAULT_SIZES = [1, 2, 4, 8, 12, 16, 24, 32]
 
@@ -33,11 +35,18 @@ def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Pat
     done = run_examples("-W", "error", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # Every key of every example passes (the examples grow: the count is not pinned here).
-    assert re.search(r"cpu: (\d+) checked, \1 passed, 0 failed", done.stdout), done.stdout[-1500:]
-    folder = tmp_path / "graph_capture_profile"
-    names = sorted(p.name for p in folder.iterdir() if p.name.startswith("TinyDecodeRunner_"))
+    checked = re.search(r"cpu: (\d+) checked, \1 passed, 0 failed", done.stdout)
+    assert checked, done.stdout[-1500:]
+    # One trace per checked key: tests capturing runners of the same name (MiniEngine) keep theirs apart.
+    traces = sorted(tmp_path.rglob("*.json.gz"))
+    assert len(traces) == int(checked.group(1)), [p.relative_to(tmp_path).as_posix() for p in traces]
+    folder = trace_dir(tmp_path, trace_group_for("test_decode_graphs.py::test_decode_graphs_match_goldens"))
+    names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(f"TinyDecodeRunner_bs_{bs}_rank0.json.gz" for bs in DEFAULT_SIZES)
-    assert sorted(p.name for p in folder.glob("TinyDecodeRunner-tp2_*")) == sorted(
+    tp = trace_dir(
+        tmp_path, trace_group_for("test_tensor_parallel.py::test_tensor_parallel_decode_graphs_match_goldens")
+    )
+    assert sorted(p.name for p in tp.glob("TinyDecodeRunner-tp2_*")) == sorted(
         f"TinyDecodeRunner-tp2_bs_{bs}_rank{rank}.json.gz" for bs in (1, 2, 4) for rank in (0, 1)
     )
     for bs in DEFAULT_SIZES:
@@ -55,4 +64,4 @@ def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Pat
 def test_examples_without_trace_option_write_no_trace(tmp_path: Path) -> None:
     done = run_examples(f"--graph-capture-dir={tmp_path}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert not (tmp_path / "graph_capture_profile").exists()
+    assert not (tmp_path / TRACE_SUBDIR).exists()

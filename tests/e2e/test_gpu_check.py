@@ -47,7 +47,7 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     assert all(m["capture_seconds"] > 0 for m in timings["per_key_metrics"].values())
     harvested = sorted(p.relative_to(out / "goldens").as_posix() for p in (out / "goldens").rglob("*.json"))
     assert harvested and all(name.startswith("cpu/") for name in harvested)
-    assert len(list((out / "traces").glob("*.json.gz"))) == 3
+    assert len(list((out / "traces").rglob("*.json.gz"))) == 3
     agree = json.loads((out / "agree.json").read_text())  # live summaries and trace files of each capture
     graph = json.loads((out / "graph.json").read_text())  # no graph on CPU: every key says so
     assert graph["answers"] == {"readout": "no GPU (dry run)", "keys": 2} and graph["platform"] == "cpu"

@@ -17,7 +17,7 @@ import pytest_graphcapture.engine.capture as summary_module
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.naming import trace_dir, trace_file_name
+from pytest_graphcapture.naming import TRACE_SUBDIR, trace_dir, trace_file_name
 from pytest_graphcapture.testing import FakeBackend, FakeRunner
 
 SIZES = [1, 2, 4]
@@ -104,8 +104,10 @@ def test_a_failure_inside_a_pytest_run_names_the_key(pytester: pytest.Pytester) 
     result = pytester.runpytest("--graph-capture-trace", "--graph-capture-dir=out")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*CaptureError: capturing FakeRunner[[]bs=2, rank=0[]] failed during capture*"])
-    written = sorted(p.name for p in (pytester.path / "out" / "graph_capture_profile").iterdir())
-    assert written == ["FakeRunner_bs_4_rank0.json.gz"]
+    written = sorted(p.relative_to(pytester.path / "out").as_posix() for p in (pytester.path / "out").rglob("*.gz"))
+    assert written == [
+        f"{TRACE_SUBDIR}/test_a_failure_inside_a_pytest_run_names_the_key.py/test_capture/FakeRunner_bs_4_rank0.json.gz"
+    ]
 
 
 def test_trace_of_the_capture_before_a_failure_holds_only_its_own_forward(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from helpers import REPO_ROOT, assert_gone, load_trace, wait_gone
 from pytest_graphcapture.engine.ranks import supervisor as distributed
 from pytest_graphcapture.engine.ranks.capture import capture_on_ranks
 from pytest_graphcapture.engine.ranks.diagnose import RankError
+from pytest_graphcapture.naming import TRACE_SUBDIR, trace_dir, trace_group_for
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly", "--graph-capture-device=cpu")
 
@@ -129,7 +130,7 @@ def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_
     )
     passed.assert_outcomes(passed=1, deselected=1)
     assert golden_bytes(goldens) == before
-    traces = tmp_path / "graph_capture_profile"
+    traces = trace_dir(tmp_path, trace_group_for("test_tp.py::test_per_rank"))
     assert sorted(p.name for p in traces.glob("*_merged.json.gz")) == [
         f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz" for bs in (1, 2)
     ]
@@ -248,15 +249,16 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
         "ModelB_bs_2_rank1.json",
     ]
     assert len({p.parent for p in files}) == 2 and all(p.parent.name.startswith("test_model_") for p in files)
-    # Each parametrization exports to its own sub-folder (named by its id), merged there.
-    traces = sorted(p.relative_to(tmp_path / "graph_capture_profile").as_posix() for p in tmp_path.rglob("*.gz"))
+    # Each parametrization exports to its own folder (as its goldens' folder), merged there.
+    traces = sorted(p.relative_to(tmp_path / TRACE_SUBDIR).as_posix() for p in tmp_path.rglob("*.gz"))
+    a, b = (trace_group_for(f"test_x.py::test_model[{param}]") for param in "ab")
     assert traces == [
-        "a/ModelA_bs_1_merged.json.gz",
-        "a/ModelA_bs_1_rank0.json.gz",
-        "a/ModelA_bs_1_rank1.json.gz",
-        "b/ModelB_bs_2_merged.json.gz",
-        "b/ModelB_bs_2_rank0.json.gz",
-        "b/ModelB_bs_2_rank1.json.gz",
+        f"{a}/ModelA_bs_1_merged.json.gz",
+        f"{a}/ModelA_bs_1_rank0.json.gz",
+        f"{a}/ModelA_bs_1_rank1.json.gz",
+        f"{b}/ModelB_bs_2_merged.json.gz",
+        f"{b}/ModelB_bs_2_rank0.json.gz",
+        f"{b}/ModelB_bs_2_rank1.json.gz",
     ]
     again = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", timeout=300)
     again.assert_outcomes(passed=2)

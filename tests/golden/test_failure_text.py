@@ -176,3 +176,42 @@ def test_diff_after_a_torch_release_change_says_so_first(
     lines = _failure_lines(result, "test_decode")
     assert lines[0] == f"torch {other} → {now} since the goldens were written (may explain the diff)"
     assert "torch release changed" not in result.stdout.str()
+
+
+def test_when_only_some_goldens_come_from_another_torch_release_the_first_line_names_those_keys(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    for name in CI_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    pytester.makeconftest(CONFTEST.replace(repr(SIZES), "[1, 2, 4]"))
+    pytester.makepyfile(test_model=TEST)
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
+    now = torch.__version__
+    goldens = pytester.path / "goldens"
+    for path in goldens.rglob("*_bs_[12].json"):
+        data = json.loads(path.read_text())
+        data["environment"]["torch_version"] = "2.8.0"
+        path.write_text(json.dumps(data))
+    monkeypatch.setenv("MLP_WIDTH", "192")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    lines = _failure_lines(result, "test_decode")
+    assert lines[0] == (
+        f"torch release changed for bs=1, bs=2 (2 of 3 failed keys): torch 2.8.0 → {now} since their goldens were "
+        "written (a new torch release can decompose ops and pick kernels differently, which may explain their diff; "
+        "the other failed keys show no toolchain change)"
+    )
+    assert lines[1].startswith("graph capture of TinyDecodeRunner does not match its goldens for bs=1, bs=2, bs=4")
+
+    # Keys from two older releases: each release is named with its keys.
+    path = next(goldens.rglob("*_bs_2.json"))
+    data = json.loads(path.read_text())
+    data["environment"]["torch_version"] = "2.9.1"
+    path.write_text(json.dumps(data))
+    lines = _failure_lines(run(pytester), "test_decode")
+    assert lines[0].startswith(
+        f"torch release changed for bs=1, bs=2 (2 of 3 failed keys): torch 2.8.0 → {now} (bs=1); "
+        f"torch 2.9.1 → {now} (bs=2) since their goldens were written"
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import run, use_this_checkout
 
-from pytest_graphcapture.plugin import fixtures
+from pytest_graphcapture.keys import safe_name
+from pytest_graphcapture.plugin import capture_fixture as fixtures
 
 RUNNER_CONFTEST = """
 import os
@@ -137,24 +138,35 @@ import pytest
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_capture(graph_capture, dtype):
-    result = graph_capture(trace="per-bs")
-    print("TRACES=" + ",".join(p.relative_to(p.parents[2]).as_posix() for p in result.trace_paths))
+    graph_capture(trace="per-bs")
+"""
+
+SAME_RUNNER_TRACES = """
+def test_engine(graph_capture):
+    graph_capture(trace="per-bs")
+
+
+class TestTwice:
+    def test_capture_twice(self, graph_capture):
+        first = graph_capture(trace="per-bs")
+        second = graph_capture(trace="per-bs")
+        assert set(first.trace_paths).isdisjoint(second.trace_paths)
 """
 
 
-def test_parametrized_captures_keep_their_traces_apart(pytester: pytest.Pytester) -> None:
+def test_every_test_writes_its_traces_to_its_own_folder(pytester: pytest.Pytester) -> None:
+    """Tests capturing runners of the same name (in one module or two, parametrized, twice in a test) keep every trace."""
     pytester.makeconftest(RUNNER_CONFTEST)
     pytester.makepyfile(test_traces=PARAMETRIZED_TRACES)
-    result = run(pytester, "-s", "--graph-capture-batch-sizes=1")
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(
-        [
-            "*TRACES=graph_capture_profile/fp16/FakeRunner_bs_1_rank0.json.gz",
-            "*TRACES=graph_capture_profile/bf16/FakeRunner_bs_1_rank0.json.gz",
-        ]
-    )
+    (pytester.path / "sub").mkdir()
+    (pytester.path / "sub" / "test_other.py").write_text(SAME_RUNNER_TRACES)
+    result = run(pytester, "--graph-capture-batch-sizes=1")
+    result.assert_outcomes(passed=4)
     folder = pytester.path / "graph_capture_profile"
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.json.gz")) == [
-        "bf16/FakeRunner_bs_1_rank0.json.gz",
-        "fp16/FakeRunner_bs_1_rank0.json.gz",
+        "sub/test_other.py/TestTwice/test_capture_twice/2/FakeRunner_bs_1_rank0.json.gz",
+        "sub/test_other.py/TestTwice/test_capture_twice/FakeRunner_bs_1_rank0.json.gz",
+        "sub/test_other.py/test_engine/FakeRunner_bs_1_rank0.json.gz",
+        f"test_traces.py/{safe_name('test_capture[bf16]')}/FakeRunner_bs_1_rank0.json.gz",
+        f"test_traces.py/{safe_name('test_capture[fp16]')}/FakeRunner_bs_1_rank0.json.gz",
     ]

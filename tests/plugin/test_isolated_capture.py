@@ -25,7 +25,7 @@ from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 def runner_factory(ctx):
     # Where the runner was built: the test compares it with its own process.
     Path(os.environ["PID_FILE"]).write_text(str(os.getpid()))
-    return TinyDecodeRunner((1, 2), device=ctx.device)
+    return TinyDecodeRunner(device=ctx.device)  # built as graph_capture() builds its default runner
 
 
 @pytest.mark.graph_capture_isolated

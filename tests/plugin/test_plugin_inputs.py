@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import FAKE_CONFTEST, TEST_DECODE, isolated_checkout, run, summary_dict
 
+from pytest_graphcapture.naming import trace_dir, trace_group_for
+
 CAPTURE = """
 def test_capture(graph_capture):
     result = graph_capture()
@@ -92,7 +94,7 @@ def test_leftovers_of_a_killed_export_are_removed_and_never_read(
     pytester: pytest.Pytester, clean_env: None, mode: tuple
 ) -> None:
     pytester.makepyfile(test_capture=CAPTURE)
-    folder = pytester.path / "out" / "graph_capture_profile"
+    folder = trace_dir(pytester.path / "out", trace_group_for("test_capture.py::test_capture"))
     folder.mkdir(parents=True)
     dead = _dead_pid()
     name = "TinyDecodeRunner_bs_1_rank0.json.gz"

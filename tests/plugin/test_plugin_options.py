@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_graphcapture.naming import trace_dir, trace_group_for
+
 SHOW_SETTINGS = """
 from pytest_graphcapture.plugin import graph_capture_config
 
@@ -103,7 +105,7 @@ def test_gpu_marker_skips_with_an_actionable_reason_on_cpu(pytester: pytest.Pyte
 
 
 def test_trace_option_writes_one_file_per_batch_size(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(CAPTURE_DECODE)
+    module = pytester.makepyfile(CAPTURE_DECODE)
     result = pytester.runpytest(
         "-s", "--graph-capture-trace", "--graph-capture-dir=out", "--graph-capture-batch-sizes=1,2,4", "-W", "error"
     )
@@ -115,7 +117,9 @@ def test_trace_option_writes_one_file_per_batch_size(pytester: pytest.Pytester) 
             "TinyDecodeRunner_bs_2_rank0.json.gz,TinyDecodeRunner_bs_1_rank0.json.gz",
         ]
     )
-    written = sorted(p.name for p in (pytester.path / "out" / "graph_capture_profile").iterdir())
+    written = sorted(
+        p.name for p in trace_dir(pytester.path / "out", trace_group_for(f"{module.name}::test_capture")).iterdir()
+    )
     assert written == [
         "TinyDecodeRunner_bs_1_rank0.json.gz",
         "TinyDecodeRunner_bs_2_rank0.json.gz",
@@ -179,7 +183,7 @@ def test_runner_factory_hook_supplies_the_runner(pytester: pytest.Pytester) -> N
 
 
 def test_golden_check_after_a_single_trace_capture_says_to_use_per_bs(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("""
+    module = pytester.makepyfile("""
         from pytest_graphcapture.testing import FakeRunner
 
         def test_gate(graph_capture, golden):
@@ -188,4 +192,7 @@ def test_golden_check_after_a_single_trace_capture_says_to_use_per_bs(pytester: 
     result = pytester.runpytest("--graph-capture-trace=single", "--graph-capture-dir=out")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*--graph-capture-trace=single*no per-batch-size summaries*per-bs*"])
-    assert (pytester.path / "out" / "graph_capture_profile" / "cuda_graph_capture-FakeRunner-TP-0.json.gz").exists()
+    assert (
+        trace_dir(pytester.path / "out", trace_group_for(f"{module.name}::test_gate"))
+        / "cuda_graph_capture-FakeRunner-TP-0.json.gz"
+    ).exists()

@@ -52,6 +52,26 @@ def test_show_through_a_closed_pipe_is_not_a_success(tmp_path: Path) -> None:
     assert done.stderr == ""
 
 
+def _wide_trace(ops: int) -> dict:
+    """A capture trace of ``ops`` distinct ops: its summary is far more than a pipe holds (64 KiB)."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::op_{i:05d}", "pid": 1, "tid": 1, "ts": float(i), "dur": 0.5}
+        for i in range(ops)
+    ]
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+@pytest.mark.parametrize("reader", ["head -n 1", f"{sys.executable} -c 'import sys; sys.stdin.readline()'"])
+def test_summarize_to_a_reader_that_leaves_after_one_line_is_not_a_success(tmp_path: Path, reader: str) -> None:
+    trace = write(tmp_path / "R_bs_1_rank0.json.gz", _wide_trace(3000))
+    whole = cli("summarize", str(trace))
+    assert whole.returncode == 0 and len(whole.stdout) > 2 * 65536, whole.stderr
+    # The pipe takes part of the output, then the reader is gone: the rest cannot be written.
+    done = cli(shell=f"{sys.executable} -m pytest_graphcapture summarize {trace} {trace} | {reader}")
+    assert done.returncode == 141, (done.stdout[:200], done.stderr)
+    assert done.stderr == ""  # no traceback, no "Exception ignored"
+
+
 def test_diff_of_a_fifo_is_refused_instead_of_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "golden.json"
     os.mkfifo(fifo)
@@ -147,3 +167,35 @@ def test_summarize_out_that_cannot_be_written_leaves_the_previous_file_intact(
         ), err
     assert previous.read_bytes() == b'{"the previous summary": 1}\n'
     assert os.listdir(previous.parent) == ["prev.json"]  # no temp file left beside it
+
+
+@pytest.mark.parametrize("spelling", ["same", "dot-slash", "symlink", "hardlink"])
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, spelling: str
+) -> None:
+    trace = write(tmp_path / "R_bs_1_rank0.json.gz", _wide_trace(3))
+    before = trace.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    out = {"same": trace.name, "dot-slash": f"./{trace.name}", "symlink": "link.json", "hardlink": "hard.json"}[
+        spelling
+    ]
+    if spelling == "symlink":
+        (tmp_path / out).symlink_to(trace)
+    elif spelling == "hardlink":
+        os.link(trace, tmp_path / out)
+    assert main(["summarize", trace.name, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"graphcapture summarize: error: --out {out}: is the input {trace.name}; writing there would replace it, "
+        "name another file"
+    )
+    assert trace.read_bytes() == before
+
+
+def test_a_picture_written_over_a_file_it_shows_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    summary = tmp_path / "R_bs_1.json"
+    summary.write_text(json.dumps(summary_dict(["k"])))
+    before = summary.read_bytes()
+    assert main(["show", str(tmp_path), "--html", str(summary)]) == 2
+    assert f"--html {summary}: is the input {summary}" in capsys.readouterr().err
+    assert summary.read_bytes() == before

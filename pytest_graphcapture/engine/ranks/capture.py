@@ -154,5 +154,9 @@ def capture_on_ranks(
 
 
 def tensor_parallel_decode_runner(ctx: RankContext) -> Any:
-    """Default runner factory of multi-rank captures: rank ``ctx.rank``'s shard of the embedded decoder."""
-    return TinyDecodeRunner(ctx.batch_sizes, device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
+    """Default runner factory of multi-rank captures: rank ``ctx.rank``'s shard of the embedded decoder.
+
+    Built for all its batch sizes, not ``ctx.batch_sizes``: the capture takes only the
+    selected sizes, each with the graph a full run captures.
+    """
+    return TinyDecodeRunner(device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)

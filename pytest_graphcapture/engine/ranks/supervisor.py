@@ -76,7 +76,8 @@ class RankContext:
 
     ``device`` is ``"cpu"`` or ``"cuda:<i>"`` (``i = rank mod visible devices``),
     ``backend`` the process group backend, ``batch_sizes`` the session's
-    ``--graph-capture-batch-sizes`` (None: the runner's default).
+    ``--graph-capture-batch-sizes`` (None: no selection) — which sizes are captured, not
+    what a factory builds: a runner built for fewer sizes captures other graphs.
     """
 
     rank: int

@@ -1,0 +1,359 @@
+"""The observation of an engine's capture loop: which forward and which graph belong to which key.
+
+The engine-loop gate (:mod:`.engine_loop`) routes the engine's forward method, the
+graphs' ``capture_begin`` / ``capture_end`` and the profiler steps of ``fn(profiler)``
+through one :class:`LoopObserver`.  It attributes each forward to its key, knows the
+graph each key's forward ran in (a graph begun while a forward runs belongs to a
+library inside the forward, never to a key), feeds every call to the
+:class:`~.step_contract.StepContract`, steps the per-batch-size profiler and closes
+each key into a :class:`~.result.KeyResult`.
+
+A failure the observer sees — a contract violation, a key function or a forward that
+raises, an exception leaving a graph's capture — is kept as :attr:`LoopObserver.failure`:
+it fails the capture even when the engine catches the exception and goes on, and
+every later call of the engine's loop raises :class:`AlreadyFailed`, so no key after it
+is captured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import time
+from typing import Any, Callable, Iterator, NoReturn, Optional
+
+from ..errors import GraphCaptureError, UsageError
+from ..keys import CaptureKey, key_label
+from .backend import CaptureProgress
+from .capture import CaptureSettings, _label
+from .capture_observer import CaptureObserver, still_capturing
+from .guard import check_capture_evidence
+from .profiling import PerBatchSizeProfiler
+from .result import CaptureResult, KeyMetrics, KeyResult
+from .stand_ins import EagerCUDAGraph
+from .step_contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP, KeyLike, StepContract, as_key
+
+
+@dataclasses.dataclass
+class _Graph:
+    """One graph the engine began: the key of the forward inside it, once one ran."""
+
+    graph: Any
+    key: Optional[CaptureKey] = None
+    started: float = 0.0
+    memory: Optional[tuple[int, int]] = None
+    #: The exception being handled where the graph began (an engine may capture inside an ``except``).
+    handling: Optional[BaseException] = None
+
+
+class AlreadyFailed(GraphCaptureError):
+    """Raised into an engine's loop that goes on after the gate saw a failure; the first failure is reported."""
+
+
+@dataclasses.dataclass
+class Failure:
+    """The first failure the observer saw: the error, and the key and stage it happened at."""
+
+    error: BaseException
+    key: Optional[CaptureKey]
+    stage: str
+
+
+class Stepper:
+    """The profiler handed to ``fn(profiler)``: each ``step()`` is checked against the contract first."""
+
+    def __init__(self, loop: "LoopObserver") -> None:
+        self._loop = loop
+
+    def step(self) -> None:
+        self._loop.on_step()
+
+
+class LoopObserver:
+    """The state of one observed run of an engine's capture function."""
+
+    def __init__(
+        self,
+        *,
+        key: Callable[..., KeyLike],
+        runner_name: str,
+        rank: int,
+        backend: Any,
+        profiler: Any,
+        settings: CaptureSettings,
+        result: CaptureResult,
+        plugin_steps: bool,
+        warmups: int,
+        method: str,
+    ) -> None:
+        self.key_of, self.method = key, method
+        self.runner_name, self.rank = runner_name, rank
+        self.backend, self.profiler, self.settings, self.result = backend, profiler, settings, result
+        self.plugin_steps = plugin_steps
+        self.contract = StepContract(warmups)
+        self.progress = CaptureProgress(on_stage=settings.on_stage)
+        self.depth = 0  # forwards running now (a library's graph begun inside one is not a key)
+        self.graph: Optional[_Graph] = None
+        self.library_graphs: set[int] = set()
+        self.metrics: dict[CaptureKey, KeyMetrics] = {}
+        self.started: dict[CaptureKey, float] = {}
+        self.graphs: dict[CaptureKey, Any] = {}
+        self.failure: Optional[Failure] = None
+        #: How graph captures are observed (set by the gate); a failure kept in one of its hooks that
+        #: torch swallowed is :attr:`swallowed` (the engine never saw it, so it did not catch it).
+        self.captures: Optional[CaptureObserver] = None
+        self.swallowed: Optional[BaseException] = None
+
+    # ------------------------------------------------------------------ failures
+
+    def _record(self, error: BaseException, key: Optional[CaptureKey] = None, stage: Optional[str] = None) -> None:
+        """Keep ``error`` as the capture's failure unless an earlier one is kept already."""
+        if self.failure is None:
+            self.failure = Failure(error, key or self.progress.key, stage or self.progress.stage)
+
+    @contextlib.contextmanager
+    def _recorded(self) -> Iterator[None]:
+        """The gate's own errors raised in the block are kept as the failure, then raised on."""
+        try:
+            yield
+        except GraphCaptureError as exc:
+            self._record(exc)
+            raise
+
+    def _raise_kept(self) -> None:
+        """The capture failed already: every later call of the loop raises :class:`AlreadyFailed`."""
+        if self.failure is not None:
+            where = f"{self.failure.key.runner} {key_label(self.failure.key)}" if self.failure.key else "a key"
+            raise AlreadyFailed(
+                f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
+                f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
+            )
+
+    def hook_failed(self, error: BaseException) -> None:
+        """A failure inside one of the capture hooks: kept like any other; on torch's hooks, torch swallowed it."""
+        self._record(error)
+        if self.captures is not None and self.captures.mode == "hooks" and self.failure is not None:
+            if self.failure.error is error:
+                self.swallowed = error
+
+    def refusal_name(self) -> str:
+        """``graph_capture.engine Runner bs=4`` for the key the loop is at, as a refusal names it."""
+        key = self.contract.key
+        return f"graph_capture.engine {self.runner_name}" + (f" {key_label(key)}" if key is not None else "")
+
+    def where(self) -> str:
+        """``"Runner bs=4: "`` for the key the loop is at, as failure lines begin; empty before any key."""
+        key = self.progress.key
+        return f"{key.runner} {key_label(key)}: " if key is not None else ""
+
+    def placeholder_used(self, message: str) -> NoReturn:
+        """The engine instantiated torch's CPU placeholder of a stood-in class: kept as the failure, raised."""
+        error = UsageError(message)
+        self._record(error)
+        raise error
+
+    # ------------------------------------------------------------------ events
+
+    def _feed(self, event: str, key: Optional[CaptureKey]) -> None:
+        first = key is not None and key != self.contract.key
+        closes = self.contract.feed(event, key)
+        current = self.contract.key
+        self.progress.key = current
+        self.progress.enter(self.contract.last_stage if not closes else "trace export")
+        if first and current is not None:
+            self.started[current] = time.perf_counter()
+            self.metrics[current] = KeyMetrics()
+            if isinstance(self.profiler, PerBatchSizeProfiler):
+                self.profiler.begin_key(current)
+        if event == STEP:
+            if closes and isinstance(self.profiler, PerBatchSizeProfiler):
+                self.profiler.add_metadata(self.metrics[current].to_dict())  # type: ignore[index]
+            if isinstance(self.profiler, PerBatchSizeProfiler):
+                self.profiler.step()
+        if closes:
+            self._close(current)  # type: ignore[arg-type]
+
+    def forward(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if self.depth:  # the forward called from within itself: one forward
+            return original(*args, **kwargs)
+        self._ended_unseen()
+        self._raise_kept()
+        with self._recorded():
+            key = self._key(args, kwargs)
+            if self.graph is not None:
+                self._enter_graph(key, original, args, kwargs)
+            self._feed(FORWARD, key)
+        self.depth += 1
+        try:
+            out = original(*args, **kwargs)
+        except Exception as exc:
+            self._record(exc, key, self.contract.last_stage)
+            raise
+        finally:
+            self.depth -= 1
+        if self.graph is None and self.plugin_steps:
+            with self._recorded():
+                self._feed(STEP, key)
+        return out
+
+    def _key(self, args: tuple, kwargs: dict) -> CaptureKey:
+        try:
+            return as_key(self.key_of(*args, **kwargs), self.runner_name, self.rank)
+        except Exception as exc:
+            shown = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
+            raise UsageError(
+                f"graph_capture.engine: key= could not tell the key of a call {self.method}({shown}): "
+                f"{type(exc).__name__}: {exc}; it must return a CaptureKey, a batch size or (batch size, variant)"
+            ) from None
+
+    def _enter_graph(self, key: CaptureKey, original: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        """The first forward inside the open graph gives the graph its key; a second one is refused."""
+        graph = self.graph
+        assert graph is not None
+        if graph.key is None:
+            graph.key = key
+            self._feed(GRAPH_ENTER, key)
+            graph.started = time.perf_counter()
+            self.metrics[key].warmup_seconds = graph.started - self.started[key]
+        elif graph.key != key:
+            self.contract.fail(
+                graph.key,
+                f"capture: one graph ran forwards of two keys ({key_label(graph.key)} and {key_label(key)}), "
+                f"so its key cannot be told; capture one key per graph",
+            )
+        else:
+            self.contract.fail(key, "capture: the graph ran the forward twice; capture one forward per graph")
+        if isinstance(graph.graph, EagerCUDAGraph):
+            graph.graph.calls.append((original, args, kwargs))
+
+    def capture_begin(self, graph: Any) -> bool:
+        """A graph begins; False when it is a library's (begun inside a forward), not the engine's."""
+        if self.depth:
+            self.library_graphs.add(id(graph))
+            return False
+        self._ended_unseen(beginning=graph)
+        self._raise_kept()
+        if self.graph is not None:
+            with self._recorded():
+                self.contract.fail(
+                    self.graph.key or self.contract.key,
+                    "capture: a graph was begun inside another graph (before that graph's capture ended); "
+                    "capture one graph at a time",
+                )
+        self.graph = _Graph(graph, memory=self.backend.memory_stats(), handling=sys.exc_info()[1])
+        return True
+
+    def capture_end(self, graph: Any) -> None:
+        """A graph's capture ended: its key moves on, unless the capture is being left by an exception."""
+        if self.library_graphs and id(graph) in self.library_graphs:
+            self.library_graphs.discard(id(graph))
+            return
+        entered, self.graph = self.graph, None
+        if entered is None:
+            return
+        leaving = sys.exc_info()[1]
+        if leaving is not None and leaving is not entered.handling:
+            # An exception leaves the graph's context: the key failed during its capture. Nothing is
+            # fed (no step, no trace of the failed key) and nothing raised here replaces that exception.
+            self._record(leaving, entered.key or self.contract.key, "capture")
+            return
+        if self.failure is not None:
+            return
+        with self._recorded():
+            self._exit_graph(entered)
+
+    def _ended_unseen(self, beginning: Any = None) -> None:
+        """On torch's hooks: the open graph's capture ended with an error, which runs no end hook; fail its key now.
+
+        torch runs no capture-end hook when ending the capture raises (a capture an error
+        inside it invalidated), so the gate learns of it at the loop's next call, when the
+        open graph is no longer capturing (:func:`~.capture_observer.still_capturing`).
+        """
+        open_graph = self.graph
+        if open_graph is None or self.captures is None or self.captures.mode != "hooks":
+            return
+        if still_capturing(open_graph.graph, beginning=beginning):
+            return
+        self.capture_failed(
+            open_graph.graph,
+            RuntimeError(
+                "torch ended this graph's capture with an error (its capture-end hook never ran); the error "
+                "itself was caught by the capture function, so the gate cannot show it"
+            ),
+        )
+
+    def capture_failed(self, graph: Any, error: BaseException) -> None:
+        """torch's own ``capture_begin`` / ``capture_end`` raised: the key fails during its capture.
+
+        When the capture was being left by another exception (the one that invalidated it),
+        that one is the failure; either way the graph is closed, so the next is not "inside" it.
+        """
+        if self.library_graphs and id(graph) in self.library_graphs:
+            self.library_graphs.discard(id(graph))
+            return
+        entered, self.graph = self.graph, None
+        handling = entered.handling if entered is not None else None
+        root = error.__context__ if error.__context__ is not None and error.__context__ is not handling else error
+        key = entered.key if entered is not None and entered.key is not None else self.contract.key
+        self._record(root, key, "capture")
+
+    def _exit_graph(self, entered: _Graph) -> None:
+        if entered.key is None:
+            after = f" after {key_label(self.contract.done[-1])}" if self.contract.done else ""
+            where = self.contract.key if self.contract.key not in self.contract.done else None
+            self.contract.fail(
+                where,
+                f"capture: a graph{after} ran no forward of the method given as forward=, so its key cannot be "
+                f"told; capture the engine's forward inside the graph, or name the method it calls",
+            )
+        key = entered.key
+        metrics = self.metrics[key]
+        metrics.capture_seconds = time.perf_counter() - entered.started
+        after = self.backend.memory_stats()
+        if entered.memory is not None and after is not None:
+            metrics.memory_allocated = after[0] - entered.memory[0]
+            metrics.memory_reserved = after[1] - entered.memory[1]
+        self.graphs[key] = entered.graph
+        self._feed(GRAPH_EXIT, key)
+        if self.plugin_steps:
+            self._feed(STEP, key)
+
+    def graph_instantiated(self, graph: Any) -> None:
+        """torch instantiated a graph: a key's real graph is read now, while its template is live (GPU only)."""
+        read = getattr(self.backend, "read_instantiated", None)
+        key = next((k for k, g in self.graphs.items() if g is graph), None)
+        if read is not None and key is not None and key not in self.backend.graph_readouts:
+            read(key, graph)
+
+    def on_step(self) -> None:
+        self._ended_unseen()
+        self._raise_kept()
+        with self._recorded():
+            key = self.graph.key if self.graph is not None else self.contract.key
+            if self.graph is not None:
+                self.contract.fail(
+                    key or self.contract.key,
+                    "capture: the profiler was stepped inside the graph (a step synchronizes the device, which "
+                    "capture forbids); step it after the graph's context has exited",
+                )
+            self._feed(STEP, key)
+
+    def _close(self, key: CaptureKey) -> None:
+        done = self.profiler.results.get(key) if isinstance(self.profiler, PerBatchSizeProfiler) else None
+        if self.backend.kernel_evidence_required and done is not None:
+            check_capture_evidence(key, done.summary)
+        seconds = time.perf_counter() - self.started[key]
+        self.result.keys[key] = KeyResult(
+            key,
+            trace_path=done.trace_path if done else None,
+            summary=done.summary if done else None,
+            graph=self.graphs.get(key),
+            seconds=seconds,
+            metrics=self.metrics[key],
+        )
+        if self.settings.progress is not None:
+            self.settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({self.metrics[key].describe()})")
+
+
+__all__ = ["AlreadyFailed", "Failure", "LoopObserver", "Stepper"]

@@ -1,0 +1,152 @@
+"""The step contract of an engine's capture loop: which calls, in which order, per key.
+
+Per key an engine runs ``warmups`` forwards, each followed by a profiler step, then
+one graph holding one forward of that key, then one more step; keys largest batch
+size first.  :class:`StepContract` checks the observed calls against that sequence
+as they happen; :func:`user_key_sequence` is the sequence itself, which
+:mod:`pytest_graphcapture.contract` also checks on recording fakes.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn, Optional, Union
+
+from ..errors import GraphCaptureError
+from ..keys import CaptureKey, key_label
+
+#: The events of the step contract (also the call names of :class:`~pytest_graphcapture.testing.CallLog`).
+FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT = "forward", "profiler.step", "graph.enter", "graph.exit"
+WARMUPS = 2
+KeyLike = Union[CaptureKey, int, tuple]
+
+
+def user_key_sequence(warmups: int = WARMUPS) -> list[str]:
+    """The calls of one key in an engine's capture loop: each warmup forward then a step; the capture; a step."""
+    return [FORWARD, STEP] * warmups + [GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP]
+
+
+def _stages(warmups: int) -> list[str]:
+    """The stage each position of :func:`user_key_sequence` belongs to, as failure lines name it."""
+    stages = []
+    for n in range(1, warmups + 1):
+        stages += [f"warmup {n}", f"profiler step after warmup {n}"]
+    return stages + ["capture", "capture", "capture", "profiler step after the capture"]
+
+
+_WHAT = {
+    FORWARD: "a forward",
+    STEP: "a profiler step",
+    GRAPH_ENTER: "the start of the graph capture",
+    GRAPH_EXIT: "the end of the graph capture",
+}
+
+
+def as_key(value: KeyLike, runner: str, rank: int = 0) -> CaptureKey:
+    """A key function's answer as a key: a CaptureKey as is, else a batch size or ``(batch size, variant)``."""
+    if isinstance(value, CaptureKey):
+        return value
+    if isinstance(value, tuple):
+        return CaptureKey(runner, int(value[0]), value[1] if len(value) > 1 else None, rank)
+    return CaptureKey(runner, int(value), None, rank)
+
+
+class CaptureContractError(GraphCaptureError):
+    """An engine's capture loop broke the step contract; no summary (and no golden) comes from it."""
+
+
+class StepContract:
+    """Checks the observed calls of an engine's loop, as they happen, against :func:`user_key_sequence`.
+
+    Per key: ``warmups`` forwards each followed by a profiler step, then one graph
+    holding one forward of that key, then a step; keys largest batch size first
+    (variants of one size in any order), one graph per key.  :meth:`feed` raises
+    :class:`CaptureContractError` naming the key and the stage at the first call out of place.
+    """
+
+    def __init__(self, warmups: int = WARMUPS) -> None:
+        self.expected = user_key_sequence(warmups)
+        self.stages = _stages(warmups)
+        self.key: Optional[CaptureKey] = None
+        self.position = 0
+        self.done: list[CaptureKey] = []
+
+    @property
+    def stage(self) -> str:
+        """The stage the next call of the current key belongs to (``warmup 1`` … ``profiler step after the capture``)."""
+        return self.stages[min(self.position, len(self.stages) - 1)]
+
+    @property
+    def last_stage(self) -> str:
+        """The stage of the last call accepted: where a loop that raises now stopped."""
+        return self.stages[max(self.position - 1, 0)]
+
+    def feed(self, event: str, key: Optional[CaptureKey]) -> bool:
+        """Accept one call of ``key``; True when it closes the key (its last profiler step)."""
+        if key is not None and key != self.key:
+            if self.key is not None and self.position != len(self.expected):
+                self.fail(
+                    self.key,
+                    f"{self.stage}: the loop moved on to {key_label(key)} before this key was captured; {self._rule()}",
+                )
+            self._begin(key)
+        if self.key is None:
+            self.fail(None, f"{_WHAT[event]} came before any forward; {self._rule()}")
+        if self.position == len(self.expected):
+            self.fail(self.key, f"after the capture: {_WHAT[event]} of a key already captured; {self._rule()}")
+        want = self.expected[self.position]
+        if event != want:
+            self.fail(
+                self.key, f"{self.stage}: expected {_WHAT[want]}, but the loop ran {_WHAT[event]}; {self._rule()}"
+            )
+        self.position += 1
+        if self.position == len(self.expected):
+            self.done.append(self.key)  # type: ignore[arg-type]
+            return True
+        return False
+
+    def finish(self) -> None:
+        """The loop returned: the last key must be complete and at least one key captured."""
+        if self.key is not None and self.position != len(self.expected):
+            self.fail(
+                self.key, f"{self.stage}: the capture function returned before this key was captured; {self._rule()}"
+            )
+        if not self.done:
+            raise CaptureContractError("graph_capture.engine: the capture function captured no graph")
+
+    def _begin(self, key: CaptureKey) -> None:
+        if key in self.done:
+            self.fail(key, "warmup 1: this key was captured already; an engine captures one graph per key")
+        if self.done and key.batch_size > self.done[-1].batch_size:
+            self.fail(
+                key,
+                f"warmup 1: captured after {key_label(self.done[-1])}; keys must be captured largest "
+                f"batch size first (smaller graphs reuse the larger ones' memory pool)",
+            )
+        self.key, self.position = key, 0
+
+    def _rule(self) -> str:
+        warmups = self.expected.count(FORWARD) - 1
+        return (
+            f"per key the loop must run {warmups} warmup forwards, each followed by a profiler step, then the "
+            f"graph capture, then one more profiler step"
+        )
+
+    @staticmethod
+    def fail(key: Optional[CaptureKey], problem: str) -> NoReturn:
+        """Raise the one-line :class:`CaptureContractError` for ``key`` (None: before any key)."""
+        where = f"{key.runner} {key_label(key)}: " if key is not None else ""
+        raise CaptureContractError(f"graph_capture.engine: {where}{problem}")
+
+
+__all__ = [
+    "FORWARD",
+    "GRAPH_ENTER",
+    "GRAPH_EXIT",
+    "STEP",
+    "WARMUPS",
+    "CaptureContractError",
+    "KeyLike",
+    "StepContract",
+    "as_key",
+    "user_key_sequence",
+]

@@ -1,0 +1,218 @@
+"""The ``golden`` fixture: ``golden.check(result)`` compares a capture result with its goldens.
+
+The comparing is the golden gate's (:func:`pytest_graphcapture.golden.gate.check_result`);
+``golden.check`` only records the gate's outcome in the session report and turns a
+failed outcome into a pytest failure.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import pytest
+
+from .._io import write_atomic
+from ..errors import FileError, GraphCaptureError, UsageError
+from ..golden.diff import SECTIONS, cut_lines
+from ..golden.gate import CheckOptions, CheckOutcome, check_result
+from ..golden.report import KeyRecord
+from ..golden.store import golden_folder
+from ..keys import safe_name
+from ..naming import HARVEST_DIFF_NAME
+from . import settings
+from .capture_fixture import GraphCapture
+from .golden_session import GoldenSession
+from .stash import GOLDEN
+
+
+class GoldenChecker:
+    """What the ``golden`` fixture returns; :meth:`check` compares a capture result with its goldens."""
+
+    def __init__(self, session: GoldenSession, nodeid: str) -> None:
+        self._session = session
+        self._nodeid = nodeid
+        #: (golden folder, runner) of every check so far in this test: each check owns its goldens.
+        self._checked: set[tuple[Path, str]] = set()
+
+    def check(
+        self,
+        result: Any,
+        *,
+        level: Optional[str] = None,
+        ignore_kernels: Sequence[str] = (),
+        share_ranks: bool = False,
+        ignore_ops: Sequence[str] = (),
+        sections: Optional[Sequence[str]] = None,
+        max_launches: Union[int, Mapping[int, int], None] = None,
+        name: Optional[str] = None,
+        max_graph_memory: Union[int, Mapping[int, int], None] = None,
+        memory_tolerance: float = 0.1,
+    ) -> None:
+        """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
+
+        ``level`` defaults to ``--golden-level``; ``ignore_kernels`` / ``ignore_ops``
+        are regexes (``re.search``) of names left out on both sides; ``sections``
+        is a subset of ``("kernels", "ops", "launches")`` (default: all three).
+
+        Multi-rank results (``world_size > 1``) use per-rank goldens
+        ``…_bs_<bs>_rank<r>.json`` (rank 0 included).  ``share_ranks=True`` uses one
+        golden without rank suffix for all ranks when their summaries are identical
+        (tensor-parallel ranks usually are) and fails naming the ranks that differ.
+        ``max_launches`` is a launch budget — one int for every key or
+        ``{batch_size: int}`` — checked like a golden's ``launch_budget`` field:
+        a capture recording more launches fails with the numbers.
+
+        ``name`` gives a check its own goldens, in the sub-folder ``<name>/`` of
+        the test's folder: a test that checks the same runner twice (say a second
+        time at ``level="family"``) names the second check; checking the same
+        runner twice under one name is a usage error.
+        ``max_graph_memory`` (bytes, an int or ``{batch_size: int}``, like a golden's
+        ``graph_memory_budget`` field) bounds the reserved memory a capture adds, up to
+        ``memory_tolerance`` (a fraction) over it; only checked where memory is measured (GPU).
+        """
+        s = self._session
+        try:
+            _check_is_result(result)
+            options = CheckOptions(
+                level=level or s.level,
+                ignore_kernels=ignore_kernels,  # type: ignore[arg-type]
+                ignore_ops=ignore_ops,  # type: ignore[arg-type]
+                sections=SECTIONS if sections is None else sections,
+                max_launches=max_launches,
+                max_graph_memory=max_graph_memory,
+                memory_tolerance=memory_tolerance,
+                share_ranks=share_ranks,
+                rename=self._rename(),
+            )
+            platform = str(result.platform)
+            folder = golden_folder(s.golden_dir, platform, self._nodeid, name)
+            self._claim(folder, result, name)
+            # Registered first: whatever fails below, the folder is known to belong to this test.
+            s.report.add_folder(platform, s.rel(folder), self._nodeid)
+            out_folder = golden_folder(s.out_dir, platform, self._nodeid, name) if s.out_dir else None
+            outcome = check_result(
+                result,
+                golden_dir=s.golden_dir,
+                folder=folder,
+                out_folder=out_folder,
+                update=s.update,
+                options=options,
+                postprocess=self._postprocess(),
+                display=lambda p: s.display(Path(p)),
+            )
+        except GraphCaptureError as exc:
+            problem = str(exc)
+        else:
+            problem = None
+        if problem is not None:  # failed outside the except block: no chained traceback in the report
+            pytest.fail(problem, pytrace=False)
+        self._record(outcome, result)
+
+    def _claim(self, folder: Path, result: Any, name: Optional[str]) -> None:
+        """Refuse a second check that would read and write the goldens of an earlier one in this test."""
+        runner = str(getattr(result, "runner_name", "") or "capture")
+        if (folder, runner) in self._checked:
+            again = f'under name="{name}" ' if name else ""
+            raise UsageError(
+                f"golden.check: this test already checked runner {runner} {again}against the goldens in "
+                f"{self._session.display(folder)}/; both checks would write the same files. Give the "
+                f'second check its own goldens with a distinct name, e.g. golden.check(result, name="family")'
+            )
+        self._checked.add((folder, runner))
+
+    def _rename(self) -> Optional[Callable[[str, str], Optional[str]]]:
+        """The ``pytest_graphcapture_normalize_kernel`` hook as a callable, when a project implements it."""
+        config = self._session.config
+        hook = getattr(config.hook, "pytest_graphcapture_normalize_kernel", None)
+        if hook is None or not hook.get_hookimpls():
+            return None
+        return lambda name, level: hook(config=config, name=name, level=level)
+
+    def _postprocess(self) -> Optional[Callable[[dict], None]]:
+        config = self._session.config
+        hook = getattr(config.hook, "pytest_graphcapture_postprocess_summary", None)
+        if hook is None or not hook.get_hookimpls():
+            return None
+        return lambda data: hook(config=config, summary=data)
+
+    def _record(self, outcome: CheckOutcome, result: Any) -> None:
+        s = self._session
+        metrics = {kr.key: kr.metrics.to_dict() for kr in result if getattr(kr, "metrics", None) is not None}
+        for message in outcome.warnings:  # output that could not be written: the run fails at its end
+            s.report.errors.append(message)
+            warnings.warn(pytest.PytestWarning(message), stacklevel=3)
+        for key in outcome.keys:
+            s.report.add_record(
+                KeyRecord(
+                    self._nodeid,
+                    outcome.platform,
+                    key.label,
+                    s.rel(key.golden),
+                    "failed" if key.outcome == "passed" and key.failed else key.outcome,
+                    key.incomplete,
+                    metrics.get(key.key),
+                )
+            )
+        if not outcome.failed:
+            return
+        head, body, tail = outcome.failure_parts(
+            rerun=s.rerun_command(self._nodeid),
+            display=lambda p: s.display(Path(p)),
+            ci_var=settings.ci_environment(),
+        )
+        per_key = outcome.per_key_lines()  # the full record: every batch size's own diff
+        full = [head, *per_key, *tail]
+        s.report.add_failure(self._nodeid, outcome.platform, "\n".join(full) + "\n")
+        shown = cut_lines(body, None)
+        if shown != body or body != per_key:
+            diff_path = self._write_full_diff(outcome, full)
+            shown = cut_lines(body, s.display(diff_path) if diff_path else None)
+            if diff_path and shown == body:
+                shown.append(f"per-batch-size diff in {s.display(diff_path)}")
+        pytest.fail("\n".join([head, *shown, *tail]), pytrace=False)
+
+    def _write_full_diff(self, outcome: CheckOutcome, lines: list[str]) -> Optional[Path]:
+        s = self._session
+        if outcome.out_folder is not None:
+            path = outcome.out_folder / HARVEST_DIFF_NAME
+        else:
+            path = s.diff_dir() / f"{safe_name(self._nodeid)}.txt"
+        try:
+            write_atomic(path, "\n".join(lines) + "\n")
+        except FileError:
+            return None
+        return path
+
+
+def _check_is_result(result: Any) -> None:
+    """UsageError naming the fix when ``golden.check`` is given something other than a capture result.
+
+    The likely slips are the ``graph_capture`` fixture itself (not called) and the runner
+    (not captured); anything else that is not a CaptureResult is named by its type.
+    """
+    from ..engine.result import CaptureResult
+
+    if isinstance(result, CaptureResult):
+        return
+    if isinstance(result, GraphCapture):
+        raise UsageError(
+            "golden.check got the graph_capture fixture itself, not a capture result: call it first, "
+            "golden.check(graph_capture()) or golden.check(graph_capture(runner))"
+        )
+    if callable(getattr(result, "capture_keys", None)) or callable(getattr(result, "forward_for", None)):
+        raise UsageError(
+            f"golden.check got a runner ({type(result).__name__}), not a capture result: capture it first, "
+            f"golden.check(graph_capture(runner))"
+        )
+    raise UsageError(
+        f"golden.check expects the CaptureResult that graph_capture(...) or graph_capture.engine(...) returns, "
+        f"got {type(result).__name__}"
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> GoldenChecker:
+    """Compare a graph capture result with its golden files: ``golden.check(result)``."""
+    return GoldenChecker(request.config.stash[GOLDEN], request.node.nodeid)
