@@ -143,8 +143,9 @@ def test_a_failure_inside_a_hook_is_kept_and_raised_when_the_capture_ends(fail_a
 @needs_hooks
 def test_a_contract_violation_in_a_hook_fails_the_capture_with_its_own_line() -> None:
     """A graph that ran no forward is refused in the end hook; torch swallows it; the gate still fails with it."""
-    with pytest.raises(CaptureContractError, match="Engine bs=2: capture: a graph after bs=4 ran no forward"):
+    with pytest.raises(CaptureContractError, match="Engine bs=2: capture: a graph after bs=4 ran no forward") as info:
         run(Engine(empty_graph_at=2))
+    assert "caught" not in str(info.value)  # torch swallowed it; the engine never saw it
     assert all(n == 0 for n in _ours_left())
 
 
@@ -227,3 +228,43 @@ def test_a_cupti_client_found_as_a_capture_begins_is_that_captures_failure(
     assert listener.calls == []  # the listener never heard of a capture that was refused
     with pytest.raises(CuptiConflictError, match=f"Engine bs=4: another CUPTI client .*{INJECTION}=/opt/recorder.so"):
         observer.raise_kept()
+
+
+@needs_hooks
+def test_the_stand_in_fires_the_hooks_where_torchs_own_graph_class_does() -> None:
+    """torch's CUDAGraph, read: start hooks in capture_begin, end hooks in capture_end before its
+    instantiate() (keep_graph=False), instantiate hooks in instantiate; the stand-in follows that order."""
+    import inspect
+
+    graph_class = torch.cuda.graphs.CUDAGraph
+
+    def body(name: str) -> str:
+        return inspect.getsource(getattr(graph_class, name))
+
+    assert "_run_global_hooks(_global_capture_start_hooks, self)" in body("capture_begin")
+    end = body("capture_end")
+    assert (
+        end.index("self.capture_end_pre()") < end.index("_global_capture_end_hooks") < end.index("self.instantiate()")
+    )
+    assert "_run_global_hooks(_global_instantiate_hooks, self)" in body("instantiate")
+    order: list[str] = []
+    handles = [
+        torch.cuda.graphs.register_graph_capture_start_hook(lambda g: order.append("start")),
+        torch.cuda.graphs.register_graph_capture_end_hook(lambda g: order.append("end")),
+        torch.cuda.graphs.register_graph_instantiate_hook(lambda g: order.append("instantiate")),
+    ]
+    try:
+        kept = EagerCUDAGraph(keep_graph=True)
+        kept.capture_begin()
+        kept.capture_end()
+        assert order == ["start", "end"]  # keep_graph=True: instantiated later, by replay() if not before
+        kept.replay()
+        assert order == ["start", "end", "instantiate"]
+        order.clear()
+        plain = EagerCUDAGraph()
+        plain.capture_begin()
+        plain.capture_end()
+        assert order == ["start", "end", "instantiate"]
+    finally:
+        for handle in handles:
+            handle.remove()
