@@ -150,3 +150,14 @@ def test_a_replay_silenced_by_a_named_client_names_it_and_no_golden_is_written_o
     assert golden.read_bytes() == written
     # It travels with a rank's or an isolated capture's result.
     assert KeyResult.from_dict(result.keys[key].to_dict()).no_golden == reason
+
+
+def test_an_empty_replay_without_a_readout_fails_naming_the_cupti_suspects_first() -> None:
+    from pytest_graphcapture.engine.guard import EmptyCaptureError, check_replay_evidence
+
+    suspect = "cupti-python is imported in this process (a subscriber it made holds CUPTI)"
+    with pytest.raises(EmptyCaptureError) as info:
+        check_replay_evidence(CaptureKey("Engine", 4), [], [suspect])
+    text = str(info.value)
+    assert f"(1) another CUPTI client holds CUPTI, so the profiler records no GPU activity: {suspect}" in text
+    assert "no golden is written" in text and "\n" not in text

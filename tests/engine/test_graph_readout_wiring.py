@@ -225,3 +225,19 @@ def test_a_replay_that_lost_every_record_leaves_the_key_incomplete_and_without_a
     assert "replay recorded no kernels although the graph launches kernels" in summary.incomplete_reason
     assert result.keys[KEY].no_golden == summary.incomplete_reason
     assert sum(k["count"] for k in summary.kernels) == 7
+
+
+def test_a_silent_replay_names_the_cupti_client_found(cuda: FakeRuntime13, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An injection library set after the capture began (a recorder loaded by the process) is named in the reason."""
+    backend = CudaGraphBackend("cuda")
+    result = _captured(backend)
+    monkeypatch.setattr(capture_module, "replay_kernels_from_profile", lambda prof: [])
+    monkeypatch.setenv("CUDA_INJECTION64_PATH", "/opt/recorder.so")
+    with pytest.warns(Warning, match="kernel evidence incomplete"):
+        capture_module._attach_replay_kernels(result, backend, backend_module.CaptureProgress(), None)
+    reason = result.keys[KEY].summary.incomplete_reason
+    assert (
+        "another CUPTI client holds CUPTI (a CUPTI injection library (CUDA_INJECTION64_PATH=/opt/recorder.so))"
+        in reason
+    )
+    assert result.keys[KEY].no_golden == reason
