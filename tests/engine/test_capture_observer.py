@@ -268,3 +268,29 @@ def test_the_stand_in_fires_the_hooks_where_torchs_own_graph_class_does() -> Non
     finally:
         for handle in handles:
             handle.remove()
+
+
+@needs_hooks
+def test_an_engine_loops_summaries_take_the_kernels_read_from_the_instantiate_hook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The readout path end to end on CPU: a backend reading each key's graph the way torch 2.15's
+    get_graph_data() answers (payload shaped as torch builds it) gives the summaries their kernels."""
+    from test_graph_data import two_branch_payload
+
+    from pytest_graphcapture.engine.graph_data import graph_from_data
+
+    class ReadingBackend(EagerBackend):
+        def read_instantiated(self, key: CaptureKey, graph: Any) -> None:
+            self.graph_readouts[key] = graph_from_data(two_branch_payload())
+            self.readout_sources[key] = "graph-data"
+
+    monkeypatch.setattr(engine_loop, "make_backend", lambda device: ReadingBackend(device))
+    engine = Engine()
+    result = capture_engine_loop(
+        engine.capture, forward=(engine, "forward"), key=lambda bs: bs, settings=CaptureSettings(replay=False)
+    )
+    for key_result in result:
+        summary = key_result.summary
+        assert summary.kernel_source == "graph-data" and summary.topology["branches"] == 2
+        assert sum(k["count"] for k in summary.kernels if k["kind"] == "kernel") == 3
