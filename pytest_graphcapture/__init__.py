@@ -30,6 +30,7 @@ _PUBLIC = {
     "CaptureResult": "engine.result",
     "KeyResult": "engine.result",
     "trace_dir": "naming",
+    "Expect": "golden.expect",
     "GraphCaptureError": "errors",
     "CaptureError": "errors",
     "TraceFormatError": "errors",

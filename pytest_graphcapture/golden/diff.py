@@ -9,43 +9,39 @@ the CLI's ``diff``, the HTML picture and the share-ranks check all use
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ..errors import GoldenError, UsageError
-from ..keys import CaptureKey, key_label
-from ..summary.attribute import op_label
-from ..summary.model import count_changes, kernel_view
+from ..keys import CaptureKey
 from ..summary.normalize import LEVELS
+from .change import MAX_DIFF_LINES, MAX_NAME_WIDTH, SECTIONS, Change, KeyDiff, abstract_bs, compact, cut_lines, slot
 from .environment import environment_note, toolchain_changes, torch_release_changed
+from .kernel_diff import kernel_changes, topology_changes
+from .op_classes import DEFAULT_CLASSES, OpClasses
 
 if TYPE_CHECKING:
     from deepdiff import DeepDiff
 
-SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
-
-
-#: Failure messages are cut after this many lines; the full diff goes to a file.
-MAX_DIFF_LINES = 60
-
-
-#: Kernel names longer than this are shortened (in the middle) in failure messages.
-MAX_NAME_WIDTH = 120
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _shorten(name: str, width: Optional[int]) -> str:
-    if width is None or len(name) <= width:
-        return name
-    keep = width - 1
-    return f"{name[: keep * 2 // 3]}…{name[-(keep - keep * 2 // 3) :]}"
+__all__ = [
+    "MAX_DIFF_LINES",
+    "MAX_NAME_WIDTH",
+    "SECTIONS",
+    "Change",
+    "KeyDiff",
+    "check_sections",
+    "compare",
+    "compare_dicts",
+    "completeness",
+    "cut_lines",
+    "diff_dicts",
+    "launch_view",
+    "op_view",
+    "require_level",
+]
 
 
 def _op_signature(item: Mapping[str, Any]) -> str:
-    return _compact([item.get("input_dims", []), item.get("input_types", [])])
+    return compact([item.get("input_dims", []), item.get("input_types", [])])
 
 
 def op_view(ops: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
@@ -61,35 +57,6 @@ def op_view(ops: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
 def launch_view(launches: Mapping[str, Any]) -> dict[str, Any]:
     """``{"total": n, "by_api": {api: n}}``."""
     return {"total": int(launches.get("total", 0)), "by_api": dict(launches.get("by_api", {}))}
-
-
-@dataclass
-class Change:
-    """One difference: ``section`` (kernels/ops/launches), ``kind`` (added/removed/changed)."""
-
-    section: str
-    kind: str
-    subject: str
-    old: Any = None
-    new: Any = None
-    detail: str = ""
-    #: ``detail`` with every kernel name at full length (``detail`` shortens long ones).
-    full_detail: Optional[str] = None
-
-    def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
-        marker = {"added": "+", "removed": "-", "changed": "~"}[self.kind]
-        detail = self.full_detail if width is None and self.full_detail is not None else self.detail
-        return f"{marker} {_shorten(self.subject, width)}{detail}"
-
-    def to_dict(self) -> dict:
-        return {
-            "section": self.section,
-            "kind": self.kind,
-            "subject": self.subject,
-            "old": self.old,
-            "new": self.new,
-            "text": self.render(None),
-        }
 
 
 def _deepdiff(expected: Any, actual: Any) -> DeepDiff:
@@ -137,206 +104,71 @@ def _tree(expected: Any, actual: Any) -> dict[str, list[tuple[list, Any, Any]]]:
     return out
 
 
-def _has_launch(kernels: list) -> bool:
-    return any("launch" in entry for entry in kernels)
-
-
-def _without_launch(kernels: list) -> list:
-    return [{k: v for k, v in entry.items() if k != "launch"} for entry in kernels]
-
-
-def _split_launch(label: str) -> tuple[str, str]:
-    """A kernel label as ``(the rest, launch shape)``; the shape is empty where the label has none."""
-    head, sep, shape = label.rpartition(" <<<")
-    return (head, "<<<" + shape) if sep and shape.endswith(">>>") else (label, "")
-
-
-def _launch_swap(was: str, now: str) -> Optional[tuple[str, str, str]]:
-    """``(kernel, old shape, new shape)`` when two kernel labels differ only in the graph's launch shape."""
-    (head_was, shape_was), (head_now, shape_now) = _split_launch(was), _split_launch(now)
-    if shape_was and shape_now and head_was == head_now and shape_was != shape_now:
-        return head_was, shape_was, shape_now
-    return None
-
-
-def _kernel_changes(expected: list, actual: list) -> list[Change]:
-    """Kernel changes, per launching op where both sides name ops (a swap reads as one line).
-
-    Launch shapes are compared only when both sides carry them: a golden written before
-    summaries held them (or a run whose kernels came from a profiler replay) compares
-    the kernels alone, exactly as it always did.
-    """
-    if not (_has_launch(expected) and _has_launch(actual)):
-        expected, actual = _without_launch(expected), _without_launch(actual)
-    if not (_attributed(expected) and _attributed(actual)):
-        # A golden written before kernels named their op (or an NVIDIA replay): compare kernels alone.
-        return _plain_kernel_changes(expected, actual)
-    exp, act = _by_op(expected), _by_op(actual)
-    changes = _plain_kernel_changes(exp.pop(None, []), act.pop(None, []))  # launched outside any op
-    for op in sorted(set(exp) | set(act)):
-        old, new = kernel_view(exp.get(op, [])), kernel_view(act.get(op, []))
-        if old == new:
-            continue
-        if not old or not new:
-            kind = "added" if not old else "removed"
-            items = new or old
-            changes.append(
-                Change("kernels", kind, op, None if not old else old, None if not new else new, *_texts(": ", items))
-            )
-            continue
-        removed = {k: c for k, c in old.items() if k not in new}
-        added = {k: c for k, c in new.items() if k not in old}
-        short, full = [], []
-        if removed or added:
-            if len(removed) == len(added) == 1 and sum(removed.values()) == sum(added.values()):
-                (was, count), (now, _) = next(iter(removed.items())), next(iter(added.items()))
-                swap = _launch_swap(was, now)
-                if swap:  # the same kernel, launched with another shape: name it once
-                    name, old_shape, new_shape = swap
-                    short.append(f"{_shorten(name, MAX_NAME_WIDTH)} {old_shape} → {new_shape} (×{count})")
-                    full.append(f"{name} {old_shape} → {new_shape} (×{count})")
-                else:
-                    short.append(f"{_shorten(was, MAX_NAME_WIDTH)} → {_shorten(now, MAX_NAME_WIDTH)} (×{count})")
-                    full.append(f"{was} → {now} (×{count})")
-            else:
-                (rs, rf), (as_, af) = _texts("", removed), _texts("", added)
-                short.append(f"{rs or '(none)'} → {as_ or '(none)'}")
-                full.append(f"{rf or '(none)'} → {af or '(none)'}")
-        for name in sorted(k for k in old if k in new and old[k] != new[k]):
-            short.append(f"{_shorten(name, MAX_NAME_WIDTH)} ×{old[name]} → ×{new[name]}")
-            full.append(f"{name} ×{old[name]} → ×{new[name]}")
-        changes.append(Change("kernels", "changed", op, old, new, ": " + "; ".join(short), ": " + "; ".join(full)))
-    return sorted(changes, key=lambda c: (c.subject, c.kind))
-
-
-def _attributed(kernels: list) -> bool:
-    return any(entry.get("op") for entry in kernels)
-
-
-def _by_op(kernels: list) -> dict[Optional[str], list]:
-    groups: dict[Optional[str], list] = {}
-    for entry in kernels:
-        groups.setdefault(op_label(entry["op"]) if entry.get("op") else None, []).append(entry)
-    return groups
-
-
-def _texts(prefix: str, counts: Mapping[str, int]) -> tuple[str, str]:
-    """``(shortened, full)`` text of ``{kernel label: count}``: ``k1 ×2, k2 ×1``."""
-    items = sorted(counts.items())
-    short = ", ".join(f"{_shorten(k, MAX_NAME_WIDTH)} ×{c}" for k, c in items)
-    full = ", ".join(f"{k} ×{c}" for k, c in items)
-    return (prefix + short if short else ""), (prefix + full if full else "")
-
-
-def _plain_kernel_changes(expected: list, actual: list) -> list[Change]:
-    changes = []
-    counted = count_changes(kernel_view(expected), kernel_view(actual))
-    # A kernel that is gone at one launch shape and new at another, as often: one changed line.
-    gone: dict[str, list] = {}
-    new_at: dict[str, list] = {}
-    for label, old, new in counted:
-        head, shape = _split_launch(label)
-        if shape and (not old or not new):
-            (new_at if not old else gone).setdefault(head, []).append((label, old or new))
-    paired = set()
-    for name in sorted(set(gone) & set(new_at)):
-        if len(gone[name]) == len(new_at[name]) == 1 and gone[name][0][1] == new_at[name][0][1]:
-            (was, count), (now, _) = gone[name][0], new_at[name][0]
-            _, old_shape, new_shape = _launch_swap(was, now)  # type: ignore[misc]
-            changes.append(Change("kernels", "changed", name, was, now, f" {old_shape} → {new_shape} (×{count})"))
-            paired.update((was, now))
-    for label, old, new in counted:
-        if label in paired:
-            continue
-        if not old:
-            changes.append(Change("kernels", "added", label, None, new, f" ×{new}"))
-        elif not new:
-            changes.append(Change("kernels", "removed", label, old, None, f" ×{old}"))
-        else:
-            changes.append(Change("kernels", "changed", label, old, new, f" ×{old} → ×{new}"))
-    return sorted(changes, key=lambda c: (c.subject, c.kind))
-
-
-def _topology_changes(expected: Optional[Mapping], actual: Optional[Mapping]) -> list[Change]:
-    """The graph's node counts by type and ``branches``, compared where both sides read a graph.
-
-    ``branches`` falling means work that ran side by side now runs one after another
-    (a communication kernel no longer overlapping): a regression like a changed kernel.
-    """
-    if not expected or not actual:
-        return []
-    changes = []
-    old_nodes, new_nodes = expected.get("nodes", {}), actual.get("nodes", {})
-    for node_type in sorted(set(old_nodes) | set(new_nodes)):
-        old, new = old_nodes.get(node_type, 0), new_nodes.get(node_type, 0)
-        if old != new:
-            changes.append(Change("kernels", "changed", f"graph nodes ({node_type})", old, new, f" ×{old} → ×{new}"))
-    old_branches, new_branches = expected.get("branches"), actual.get("branches")
-    if old_branches != new_branches:
-        changes.append(
-            Change(
-                "kernels",
-                "changed",
-                "graph branches (nodes that can run at once)",
-                old_branches,
-                new_branches,
-                f" {old_branches} → {new_branches}",
-            )
-        )
-    return changes
-
-
 def _sig_text(sig: str, show_types: bool) -> str:
     dims, types = json.loads(sig)
-    text = _compact(dims)
+    text = compact(dims)
     if show_types and types:
         text += f" ({', '.join(str(t) for t in types)})"
     return text
 
 
-def _op_changes(expected: list, actual: list) -> list[Change]:
+def _listed(lists: list[tuple[str, ...]], texts: list[str]) -> str:
+    """The slot where ``texts`` go in a line (appended to ``lists``), or ``(none)``."""
+    if not texts:
+        return "(none)"
+    lists.append(tuple(texts))
+    return slot(len(lists) - 1)
+
+
+def _op_changes(expected: list, actual: list, batch_size: Optional[int] = None) -> list[Change]:
+    """Op changes: one line per op added or removed per shape, one line per op whose shapes changed.
+
+    Shapes are listed in an order that does not depend on the batch size (``batch_size``
+    sorts as one symbol), so the same change at two sizes reads the same and the
+    batch-size axis merges it.  The short text lists what changed within a budget; the
+    full text (the diff file) lists every shape.
+    """
+    order = lambda sig: abstract_bs(sig, batch_size)  # noqa: E731
     exp, act = op_view(expected), op_view(actual)
     tree = _tree(exp, act)
     changes: list[Change] = []
     for path, _, new in tree.get("dictionary_item_added", []):
         if len(path) == 1:
-            for sig, count in sorted(new.items()):
-                changes.append(Change("ops", "added", path[0], None, sig, f" {_sig_text(sig, False)} ×{count}"))
+            for sig in sorted(new, key=order):
+                changes.append(Change("ops", "added", path[0], None, sig, f" {_sig_text(sig, False)} ×{new[sig]}"))
     for path, old, _ in tree.get("dictionary_item_removed", []):
         if len(path) == 1:
-            for sig, count in sorted(old.items()):
-                changes.append(Change("ops", "removed", path[0], sig, None, f" {_sig_text(sig, False)} ×{count}"))
-    # Ops present on both sides: per-op shape sets (matched by name).
+            for sig in sorted(old, key=order):
+                changes.append(Change("ops", "removed", path[0], sig, None, f" {_sig_text(sig, False)} ×{old[sig]}"))
+    # Ops present on both sides: per-op shape sets (matched by name), one line per op.
     touched = sorted({p[0] for entries in tree.values() for p, _, _ in entries if p[0] in exp and p[0] in act})
     for name in touched:
         old_shapes, new_shapes = exp[name], act[name]
-        removed = sorted(s for s in old_shapes if s not in new_shapes)
-        added = sorted(s for s in new_shapes if s not in old_shapes)
-        for sig in sorted(s for s in old_shapes if s in new_shapes and old_shapes[s] != new_shapes[s]):
-            changes.append(
-                Change(
-                    "ops",
-                    "changed",
-                    name,
-                    old_shapes[sig],
-                    new_shapes[sig],
-                    f" {_sig_text(sig, False)} ×{old_shapes[sig]} → ×{new_shapes[sig]}",
-                )
-            )
+        removed = sorted((s for s in old_shapes if s not in new_shapes), key=order)
+        added = sorted((s for s in new_shapes if s not in old_shapes), key=order)
+        recounted = sorted((s for s in old_shapes if s in new_shapes and old_shapes[s] != new_shapes[s]), key=order)
+        parts: list[str] = []
+        lists: list[tuple[str, ...]] = []
+
         if removed or added:
             old_dims = {json.dumps(json.loads(s)[0]) for s in removed}
             new_dims = {json.dumps(json.loads(s)[0]) for s in added}
             show_types = old_dims == new_dims  # only the dtypes changed: say so
-            old_text = ", ".join(_sig_text(s, show_types) for s in removed) or "(none)"
-            new_text = ", ".join(_sig_text(s, show_types) for s in added) or "(none)"
-            old_counts = [old_shapes[s] for s in removed]
-            new_counts = [new_shapes[s] for s in added]
-            counts = ""
-            if sum(old_counts) != sum(new_counts):
-                counts = f" (×{sum(old_counts)} → ×{sum(new_counts)})"
-            changes.append(Change("ops", "changed", name, removed, added, f" {old_text} → {new_text}{counts}"))
-    order = {"removed": 0, "added": 1, "changed": 2}
-    return sorted(changes, key=lambda c: (c.subject, order[c.kind]))
+            was = _listed(lists, [_sig_text(s, show_types) for s in removed])
+            now = _listed(lists, [_sig_text(s, show_types) for s in added])
+            old_count, new_count = sum(old_shapes[s] for s in removed), sum(new_shapes[s] for s in added)
+            counts = f" (×{old_count} → ×{new_count})" if old_count != new_count else ""
+            parts.append(f"{was} → {now}{counts}")
+        if recounted:
+            parts.append(
+                _listed(lists, [f"{_sig_text(s, False)} ×{old_shapes[s]} → ×{new_shapes[s]}" for s in recounted])
+            )
+        old_value = removed if (removed or added) else (old_shapes[recounted[0]] if len(recounted) == 1 else None)
+        new_value = added if (removed or added) else (new_shapes[recounted[0]] if len(recounted) == 1 else None)
+        detail = " " + "; ".join(parts)
+        changes.append(Change("ops", "changed", name, old_value, new_value, detail, lists=tuple(lists)))
+    kinds = {"removed": 0, "added": 1, "changed": 2}
+    return sorted(changes, key=lambda c: (c.subject, kinds[c.kind]))
 
 
 def _launch_changes(expected: Mapping, actual: Mapping) -> list[Change]:
@@ -350,49 +182,6 @@ def _launch_changes(expected: Mapping, actual: Mapping) -> list[Change]:
     for path, old, _ in tree.get("dictionary_item_removed", []):
         changes.append(Change("launches", "removed", str(path[-1]), old, None, f" {old} (now 0)"))
     return sorted(changes, key=lambda c: (c.subject != "total launches", c.subject))
-
-
-@dataclass
-class KeyDiff:
-    """The differences of one capture key against its golden, plus explanatory notes."""
-
-    key: CaptureKey
-    changes: list[Change] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    incomplete: Optional[str] = None
-    golden: Optional[str] = None
-    #: How the golden's torch / CUDA-HIP runtime / driver / device differ from the capture's.
-    toolchain: list[str] = field(default_factory=list)
-    #: The golden was written under another torch release (not just another build of it).
-    torch_release_changed: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.changes
-
-    def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> list[str]:
-        """Human-readable lines: a heading per key, then per section, then notes."""
-        where = f" ({self.golden})" if self.golden else ""
-        lines = [f"{key_label(self.key)}{where}:"]
-        for section in SECTIONS:
-            items = [c for c in self.changes if c.section == section]
-            if not items:
-                continue
-            counts = {k: sum(1 for c in items if c.kind == k) for k in ("added", "removed", "changed")}
-            summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
-            lines.append(f"  {section}: {summary}")
-            lines.extend(f"    {c.render(width)}" for c in items)
-        lines.extend(f"  note: {n}" for n in self.notes)
-        return lines
-
-    def to_dict(self) -> dict:
-        return {
-            "key": self.key.to_dict(),
-            "golden": self.golden,
-            "incomplete": self.incomplete,
-            "notes": list(self.notes),
-            "changes": [c.to_dict() for c in self.changes],
-        }
 
 
 def check_sections(sections: Sequence[str]) -> tuple[str, ...]:
@@ -420,16 +209,23 @@ def require_level(level: str, summary: Any, what: str, path: Any) -> None:
 
 
 def diff_dicts(
-    expected: Mapping[str, Any], actual: Mapping[str, Any], *, sections: Sequence[str] = SECTIONS
+    expected: Mapping[str, Any],
+    actual: Mapping[str, Any],
+    *,
+    sections: Sequence[str] = SECTIONS,
+    batch_size: Optional[int] = None,
 ) -> list[Change]:
-    """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``."""
+    """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``.
+
+    ``batch_size`` (the key's) orders shape lists the same way at every size.
+    """
     changes: list[Change] = []
     sections = check_sections(sections)
     if "kernels" in sections:
-        changes += _kernel_changes(expected.get("kernels", []), actual.get("kernels", []))
-        changes += _topology_changes(expected.get("topology"), actual.get("topology"))
+        changes += kernel_changes(expected.get("kernels", []), actual.get("kernels", []))
+        changes += topology_changes(expected.get("topology"), actual.get("topology"))
     if "ops" in sections:
-        changes += _op_changes(expected.get("ops", []), actual.get("ops", []))
+        changes += _op_changes(expected.get("ops", []), actual.get("ops", []), batch_size)
     if "launches" in sections:
         changes += _launch_changes(expected.get("launches", {}), actual.get("launches", {}))
     return changes
@@ -450,15 +246,16 @@ def compare_dicts(
     *,
     sections: Sequence[str] = SECTIONS,
     golden: Optional[str] = None,
+    classes: OpClasses = DEFAULT_CLASSES,
 ) -> KeyDiff:
-    """:class:`KeyDiff` of two already-normalized summary dicts.
+    """:class:`KeyDiff` of two already-normalized summary dicts; ``classes`` orders its op lines.
 
     An incomplete actual summary (or golden) skips the kernel section: missing kernel
     evidence is not a regression; ops and launches are still compared.  The
     environment is only mentioned when there are differences.
     """
     sections = check_sections(sections)
-    result = KeyDiff(key=key, golden=golden)
+    result = KeyDiff(key=key, golden=golden, classes=classes)
     act_ok, act_reason = completeness(actual)
     exp_ok, exp_reason = completeness(expected)
     if not act_ok:
@@ -473,7 +270,7 @@ def compare_dicts(
         )
         sections = tuple(s for s in sections if s != "kernels")
     if sections:
-        result.changes = diff_dicts(expected, actual, sections=sections)
+        result.changes = diff_dicts(expected, actual, sections=sections, batch_size=key.batch_size)
     if result.changes:
         old_env, new_env = expected.get("environment") or {}, actual.get("environment") or {}
         result.toolchain = toolchain_changes(old_env, new_env)
@@ -494,6 +291,7 @@ def compare(
     sections: Sequence[str] = SECTIONS,
     golden: Optional[str] = None,
     rename: Optional[Callable[[str, str], Optional[str]]] = None,
+    classes: OpClasses = DEFAULT_CLASSES,
 ) -> KeyDiff:
     """Compare golden ``expected`` with ``actual`` (both Summary objects) at ``level``.
 
@@ -505,13 +303,4 @@ def compare(
     require_level(level, expected, "the golden", golden or "<golden>")
     exp = expected.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
     act = actual.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
-    return compare_dicts(exp.to_dict(), act.to_dict(), actual.key, sections=sections, golden=golden)
-
-
-def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MAX_DIFF_LINES) -> list[str]:
-    """``lines`` cut to ``max_lines``, ending with where the full diff is when cut."""
-    if len(lines) <= max_lines:
-        return list(lines)
-    hidden = len(lines) - (max_lines - 1)
-    where = f"; full diff in {full_path}" if full_path else ""
-    return lines[: max_lines - 1] + [f"… {hidden} more lines{where}"]
+    return compare_dicts(exp.to_dict(), act.to_dict(), actual.key, sections=sections, golden=golden, classes=classes)

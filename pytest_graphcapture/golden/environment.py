@@ -3,7 +3,9 @@
 A kernel change after a torch, CUDA/HIP runtime, driver or device change is most
 likely explained by it, so those lead a failure (:func:`toolchain_changes`); the
 rest is one note next to the diff (:func:`environment_note`).  A golden records the
-environment of the last run that wrote or confirmed it (:func:`with_environment_of`).
+environment that produced its content: a run whose content is the same keeps the
+file as it is, whatever environment it ran in (:func:`keeping_environment_of`), so
+developers on other torch builds never rewrite goldens for their header alone.
 """
 
 from __future__ import annotations
@@ -70,19 +72,18 @@ def environment_note(
     return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
 
 
-def with_environment_of(golden: dict, current: Mapping[str, Any]) -> dict:
-    """``golden`` carrying ``current``'s environment when the two differ, else ``golden`` itself.
+def keeping_environment_of(golden: Mapping[str, Any], current: dict) -> dict:
+    """``current`` (a golden dict with the same content) carrying ``golden``'s environment.
 
-    The rule for writers that confirm a golden whose entries did not change
-    (``--update-golden``, ``graphcapture accept``): the environment a golden records
-    is the one of the last run that wrote or confirmed it, so a later failure's
-    "torch X → Y since the goldens were written" names a change that happened since.
-    Fields spelled differently but meaning the same runtime are no difference.
+    The rule for writers that find a golden's content unchanged (``--update-golden``,
+    ``graphcapture accept``): the environment a golden records is the one that
+    produced its content, so a rewrite for another reason (an older file layout)
+    keeps it, and "torch X → Y since the goldens were written" names the change since
+    the content was written.
     """
-    new_env = current.get("environment") or {}
-    if not environment_differences(golden.get("environment") or {}, new_env):
-        return golden
-    return {**golden, "environment": new_env}
+    if "environment" not in golden:
+        return {k: v for k, v in current.items() if k != "environment"}
+    return {**current, "environment": golden["environment"]}
 
 
 def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> list[str]:

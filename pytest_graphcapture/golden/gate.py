@@ -28,7 +28,8 @@ from .budget import (
     memory_budget_violations,
 )
 from .diff import compare, compare_dicts, completeness, require_level
-from .environment import with_environment_of
+from .environment import keeping_environment_of
+from .expect import EXPECT_FIELD, golden_expectations, unmet
 from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
 
@@ -115,6 +116,13 @@ class _Gate:
         for name, value in ((BUDGET_FIELD, golden_budget), (MEMORY_BUDGET_FIELD, golden_memory)):
             if value is not None:
                 data[name] = value  # kept by --update-golden and in --golden-out files
+        try:
+            golden_expect = golden_expectations(old, shown) if old_error is None else ()
+        except GoldenError as exc:
+            out.lines = [f"{out.label}: {exc}"]
+            return out
+        if old is not None and EXPECT_FIELD in old:
+            data[EXPECT_FIELD] = old[EXPECT_FIELD]  # kept like the budgets
         budget_lines = launch_budget_violations(
             key,
             int(actual.launches.get("total", 0)),
@@ -132,18 +140,28 @@ class _Gate:
         )
         out.over_launch, out.over_memory = bool(budget_lines), bool(memory_lines)
         budget_lines += memory_lines
+        unmet_lines = self.unmet(item, key, golden_expect, shown)
+        out.unmet = bool(unmet_lines)
         if self.out_folder is not None and out.no_golden is None:
             try:
                 store.write_golden(self.out_folder / path.name, data)
             except GoldenError as exc:
                 self.warnings.append(f"--golden-out: {exc}")
-        carried = golden_budget is not None or golden_memory is not None
+        carried = golden_budget is not None or golden_memory is not None or EXPECT_FIELD in data
         self.compare(out, path, shown, actual, data, old, old_error, identical, carried, stale, exists)
-        if budget_lines:  # over budget fails the key, whatever was written
+        if budget_lines or unmet_lines:  # over budget or an unmet expectation fails the key, whatever was written
             out.budget_only = out.outcome != "failed"
-            out.lines = (out.lines if out.outcome == "failed" else []) + budget_lines
-            out.over_budget = True
+            out.lines = (out.lines if out.outcome == "failed" else []) + budget_lines + unmet_lines
+            out.over_budget = bool(budget_lines)
         return out
+
+    def unmet(self, item: Any, key: CaptureKey, golden_expect: tuple, shown: str) -> list[str]:
+        """Lines of the expectations (the check's and the golden's) that do not hold for this key."""
+        given = [(self.options.expect, "golden.check(expect=...)"), (golden_expect, f"expect in {shown}")]
+        if not any(items for items, _ in given):
+            return []
+        summary = _postprocessed(item.summary, str(key), self.postprocess)
+        return unmet(key, summary, given, level=self.options.level, rename=self.options.rename)
 
     def compare(
         self,
@@ -173,9 +191,9 @@ class _Gate:
             return
         if identical or (old is not None and carried and store.same_content(old, data)):
             if self.update == "all" and old is not None:
-                # Same entries: rewritten only when the file is in an older text layout or records
-                # another environment than this run's (the environment of the last run that confirmed it).
-                self.write(out, path, with_environment_of(old, data), "updated")
+                # Same content: the file keeps the environment that produced it, and is rewritten
+                # only when it is in an older text layout (write_golden leaves equal bytes alone).
+                self.write(out, path, keeping_environment_of(old, data), "updated")
                 return
             out.outcome = "passed"  # identical to the golden: nothing to diff, nothing to rewrite
             return
@@ -193,6 +211,7 @@ class _Gate:
                 sections=o.sections,
                 golden=shown,
                 rename=o.rename,
+                classes=o.op_classes,
             )
         except GoldenError as exc:
             if self.update == "all" and "newer than this pytest-graphcapture" not in exc.problem:
@@ -208,8 +227,11 @@ class _Gate:
                         "  note: not updated: the capture is incomplete and the golden is complete"
                     ]
                     return
-            elif stale or not store.same_content(old, data):
-                self.write(out, path, data, "updated")
+            elif not store.same_content(old, data):
+                self.write(out, path, data, "updated")  # new content, recorded with the environment that produced it
+                return
+            elif stale:
+                self.write(out, path, keeping_environment_of(old, data), "updated")
                 return
             out.outcome = "passed"
             return

@@ -19,6 +19,8 @@ from .budget import (
 )
 from .diff import SECTIONS, KeyDiff, check_sections
 from .environment import toolchain_lead, toolchain_lead_of_some
+from .expect import Expect, expectations
+from .op_classes import DEFAULT_CLASSES, OpClasses
 from .report import summarize_labels
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
@@ -40,9 +42,14 @@ class CheckOptions:
     rename: Rename = None
     max_graph_memory: Union[int, Mapping[int, int], None] = None
     memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
+    #: Which ops lead a failure and which fold as view/metadata ops (``golden_view_ops`` / ``golden_compute_ops``).
+    op_classes: OpClasses = DEFAULT_CLASSES
+    #: Kernel expectations that must hold per batch size (``golden.check(expect=...)``).
+    expect: tuple[Expect, ...] = ()
 
     def __post_init__(self) -> None:
         check_tolerance(self.memory_tolerance)
+        object.__setattr__(self, "expect", expectations(self.expect, "golden.check(expect=...)"))
         if self.level not in LEVELS:
             raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
         object.__setattr__(self, "sections", check_sections(self.sections))
@@ -70,6 +77,8 @@ class KeyOutcome:
     #: Which budgets it is over (``over_budget`` is set for either).
     over_launch: bool = False
     over_memory: bool = False
+    #: An expectation (``golden.check(expect=...)`` or the golden's ``expect``) does not hold.
+    unmet: bool = False
     incomplete: Optional[str] = None
     #: Why no golden may be written from this capture (its profiler was silenced): set, nothing is written.
     no_golden: Optional[str] = None
@@ -78,8 +87,8 @@ class KeyOutcome:
 
     @property
     def failed(self) -> bool:
-        """Failed the check; a key over budget fails even when its golden was written."""
-        return self.outcome == "failed" or self.over_budget
+        """Failed the check; a key over budget or missing an expectation fails even when its golden was written."""
+        return self.outcome == "failed" or self.over_budget or self.unmet
 
 
 @dataclass
@@ -110,12 +119,18 @@ class CheckOutcome:
         return accept_command(display(harvest), display(self.golden_dir), rel.as_posix())
 
     def failure_parts(
-        self, *, rerun: str, display: Callable[[Path], str], ci_var: Optional[str]
+        self,
+        *,
+        rerun: str,
+        display: Callable[[Path], str],
+        ci_var: Optional[str],
+        full_diff: Optional[str] = None,
     ) -> tuple[str, list[str], list[str]]:
         """The failure as (head line naming every failed key, each key's diff lines, how to accept).
 
         ``rerun`` is the command that re-runs the test (``pytest 'x.py::test'``);
-        ``display`` shows a path to the user; ``ci_var`` names the CI variable when on CI.
+        ``display`` shows a path to the user; ``ci_var`` names the CI variable when on CI;
+        ``full_diff`` is where the full per-batch-size diff (:meth:`per_key_lines`) is written.
         """
         failed = self.failed
         labels = [k.label for k in failed]
@@ -129,6 +144,8 @@ class CheckOutcome:
                 if k.missing
                 else f"{k.label} ({over_budget_tag(k.over_launch, k.over_memory)})"
                 if k.over_budget
+                else f"{k.label} (expectation not met)"
+                if k.unmet and k.outcome != "failed"
                 else k.label
                 for k in failed
             ]
@@ -137,7 +154,7 @@ class CheckOutcome:
             f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
             f"{len(failed)} of {self.total} keys)"
         )
-        body = failure_body(failed, self.keys)
+        body = failure_body(failed, self.keys, full_diff)
         lead = _lead(failed)
         if lead:  # the likeliest explanation of a kernel change leads the message
             head = f"{lead}\n{head}"
@@ -146,6 +163,11 @@ class CheckOutcome:
             tail.append(f"obtained summaries written to {display(self.out_folder)}/; accept them with:")
             tail.append(f"  {self.accept_command(display)}")
         tail += budget_hints([k.label for k in failed if k.over_launch], [k.label for k in failed if k.over_memory])
+        if any(k.unmet for k in failed):
+            tail.append(
+                "an expectation does not hold: change the code, or the expectation (golden.check(expect=...) "
+                "or the golden file's 'expect' field); --update-golden cannot fix it"
+            )
         if missing and len(missing) < len(failed):
             tail.append(f"create only the missing ones with: {rerun} --update-golden=new")
         where = f" (locally: updating is refused on CI, {ci_var} is set)" if ci_var else ""
@@ -155,8 +177,14 @@ class CheckOutcome:
         return head, body, tail
 
     def per_key_lines(self) -> list[str]:
-        """Every failed key's own lines, batch size by batch size: the full record (diff file)."""
-        return [line for k in self.failed for line in k.lines]
+        """Every failed key's own lines, batch size by batch size, nothing shortened: the full record (diff file)."""
+        lines: list[str] = []
+        for k in self.failed:
+            if k.diff is not None:
+                lines += k.diff.render(None) + k.lines[len(k.diff.render()) :]
+            else:
+                lines += k.lines
+        return lines
 
 
 def _lead(failed: list[KeyOutcome]) -> Optional[str]:

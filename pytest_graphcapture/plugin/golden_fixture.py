@@ -7,23 +7,18 @@ failed outcome into a pytest failure.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import pytest
 
-from .._io import write_atomic
-from ..errors import FileError, GraphCaptureError, UsageError
-from ..golden.diff import SECTIONS, cut_lines
+from ..errors import GraphCaptureError, UsageError
+from ..golden.diff import SECTIONS
 from ..golden.gate import CheckOptions, CheckOutcome, check_result
-from ..golden.report import KeyRecord
 from ..golden.store import golden_folder
-from ..keys import safe_name
-from ..naming import HARVEST_DIFF_NAME
-from . import settings
 from .capture_fixture import GraphCapture
 from .golden_session import GoldenSession
+from .outcome_report import record_outcome
 from .stash import GOLDEN
 
 
@@ -49,6 +44,7 @@ class GoldenChecker:
         name: Optional[str] = None,
         max_graph_memory: Union[int, Mapping[int, int], None] = None,
         memory_tolerance: float = 0.1,
+        expect: Optional[Sequence[Any]] = None,
     ) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
@@ -71,6 +67,8 @@ class GoldenChecker:
         ``max_graph_memory`` (bytes, an int or ``{batch_size: int}``, like a golden's
         ``graph_memory_budget`` field) bounds the reserved memory a capture adds, up to
         ``memory_tolerance`` (a fraction) over it; only checked where memory is measured (GPU).
+        ``expect`` lists kernel expectations (:class:`~pytest_graphcapture.golden.expect.Expect`
+        or their dicts) that must hold per batch size, whatever the goldens say.
         """
         s = self._session
         try:
@@ -85,6 +83,8 @@ class GoldenChecker:
                 memory_tolerance=memory_tolerance,
                 share_ranks=share_ranks,
                 rename=self._rename(),
+                op_classes=s.op_classes,
+                expect=expect,  # type: ignore[arg-type]
             )
             platform = str(result.platform)
             folder = golden_folder(s.golden_dir, platform, self._nodeid, name)
@@ -138,52 +138,7 @@ class GoldenChecker:
         return lambda data: hook(config=config, summary=data)
 
     def _record(self, outcome: CheckOutcome, result: Any) -> None:
-        s = self._session
-        metrics = {kr.key: kr.metrics.to_dict() for kr in result if getattr(kr, "metrics", None) is not None}
-        for message in outcome.warnings:  # output that could not be written: the run fails at its end
-            s.report.errors.append(message)
-            warnings.warn(pytest.PytestWarning(message), stacklevel=3)
-        for key in outcome.keys:
-            s.report.add_record(
-                KeyRecord(
-                    self._nodeid,
-                    outcome.platform,
-                    key.label,
-                    s.rel(key.golden),
-                    "failed" if key.outcome == "passed" and key.failed else key.outcome,
-                    key.incomplete,
-                    metrics.get(key.key),
-                )
-            )
-        if not outcome.failed:
-            return
-        head, body, tail = outcome.failure_parts(
-            rerun=s.rerun_command(self._nodeid),
-            display=lambda p: s.display(Path(p)),
-            ci_var=settings.ci_environment(),
-        )
-        per_key = outcome.per_key_lines()  # the full record: every batch size's own diff
-        full = [head, *per_key, *tail]
-        s.report.add_failure(self._nodeid, outcome.platform, "\n".join(full) + "\n")
-        shown = cut_lines(body, None)
-        if shown != body or body != per_key:
-            diff_path = self._write_full_diff(outcome, full)
-            shown = cut_lines(body, s.display(diff_path) if diff_path else None)
-            if diff_path and shown == body:
-                shown.append(f"per-batch-size diff in {s.display(diff_path)}")
-        pytest.fail("\n".join([head, *shown, *tail]), pytrace=False)
-
-    def _write_full_diff(self, outcome: CheckOutcome, lines: list[str]) -> Optional[Path]:
-        s = self._session
-        if outcome.out_folder is not None:
-            path = outcome.out_folder / HARVEST_DIFF_NAME
-        else:
-            path = s.diff_dir() / f"{safe_name(self._nodeid)}.txt"
-        try:
-            write_atomic(path, "\n".join(lines) + "\n")
-        except FileError:
-            return None
-        return path
+        record_outcome(self._session, self._nodeid, outcome, result)
 
 
 def _check_is_result(result: Any) -> None:

@@ -23,6 +23,7 @@ from .._io import write_atomic
 from ..errors import FileError, GoldenError, GraphCaptureError, UsageError
 from ..golden import store
 from ..golden.lock import GoldenLock
+from ..golden.op_classes import op_classes, parse_globs
 from ..golden.report import FileRecord, SessionReport
 from ..golden.store import unused_goldens
 from ..keys import CaptureKey
@@ -53,6 +54,10 @@ class GoldenSession:
         self.update: Optional[str] = s.resolve(config, s.UPDATE_GOLDEN)
         self.out_dir = s.resolve_path(config, s.GOLDEN_OUT)
         self.level: str = s.resolve(config, s.GOLDEN_LEVEL) or "name"
+        #: Which ops lead a failure and which fold as view/metadata ops.
+        self.op_classes = op_classes(
+            parse_globs(s.resolve(config, s.VIEW_OPS) or ""), parse_globs(s.resolve(config, s.COMPUTE_OPS) or "")
+        )
         self.report_md = s.resolve_path(config, s.REPORT_MD)
         self.report_json = s.resolve_path(config, s.REPORT_JSON)
         self.is_worker = hasattr(config, "workerinput")

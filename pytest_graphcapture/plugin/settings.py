@@ -373,6 +373,25 @@ GOLDEN_LEVEL = declare(
         metavar="LEVEL",
     )
 )
+VIEW_OPS = declare(
+    Setting(
+        "--golden-view-ops",
+        "GRAPH_CAPTURE_GOLDEN_VIEW_OPS",
+        "more view/metadata ops (fnmatch globs over op names, comma- or space-separated, e.g. mylib::view_*): "
+        "a failure folds their lines into one line and lists compute ops first; added to the built-in list "
+        "(as_strided, view, reshape, t, transpose, ...; see docs/golden-workflow.md)",
+        metavar="GLOBS",
+    )
+)
+COMPUTE_OPS = declare(
+    Setting(
+        "--golden-compute-ops",
+        "GRAPH_CAPTURE_GOLDEN_COMPUTE_OPS",
+        "more compute ops (fnmatch globs over op names, e.g. sglang::*): their lines lead a failure, before the "
+        "built-in GEMM, attention, norm, activation, embedding, collective and fused classes",
+        metavar="GLOBS",
+    )
+)
 REPORT_MD = declare(
     Setting(
         "--graph-capture-report",

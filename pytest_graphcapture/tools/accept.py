@@ -28,7 +28,6 @@ from typing import Optional
 from .._io import require_regular, write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
-from ..golden.environment import environment_differences
 from ..golden.lock import GoldenLock
 from ..keys import UNKNOWN_BATCH_SIZE, safe_name
 from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, golden_file_name, is_hidden
@@ -135,12 +134,8 @@ def _action(rel: str, source: Path, target: Path, data: dict, before: Optional[b
     except GoldenError as exc:
         return Planned(rel, source, target, data, "changed", [f"the current golden is unreadable: {exc.problem}"])
     if store.same_content(old, data):
-        # Same entries: only a harvest of another environment changes the file (the golden then records it).
-        moved = environment_differences(old.get("environment") or {}, data.get("environment") or {})
-        if not moved:
-            return Planned(rel, source, target, data, "unchanged")
-        line = f"~ environment: {'; '.join(moved)} (kernels, ops and launches unchanged)"
-        return Planned(rel, source, target, data, "changed", [line])
+        # Same content: the golden keeps the environment that produced it, whatever the harvest ran in.
+        return Planned(rel, source, target, data, "unchanged")
     lines = describe_differences(expected, store.summary_from_dict(data, source))
     if old.get("launch_budget") != data.get("launch_budget"):
         lines.append(f"~ launch_budget: {old.get('launch_budget')} → {data.get('launch_budget')}")

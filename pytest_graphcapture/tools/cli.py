@@ -50,7 +50,16 @@ from ..summary.files import is_graph_dump, summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
 from .dirdiff import describe_differences, diff_dirs
-from .matrix import at_level, coarsest, collect_tree, kernel_matrix, load_any, path_kind, render_matrix_text
+from .matrix import (
+    at_level,
+    coarsest,
+    collect_tree,
+    kernel_matrix,
+    load_any,
+    op_matrix,
+    path_kind,
+    render_matrix_text,
+)
 from .terminal import escaped_output
 
 PROG = "graphcapture"
@@ -166,13 +175,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
     blocks = []
     for (folder, runner, variant, rank, platform), members in sorted(groups.items()):
         batch_sizes, rows = kernel_matrix(members)
+        what = "kernel"
+        if not rows:  # no kernels (a CPU capture): its ops are what its goldens compare
+            (batch_sizes, rows), what = op_matrix(members), "op"
         where = f"{folder} — " if folder not in ("", ".") else ""
         title = (
             f"{where}{runner}"
             + (f" [{variant}]" if variant else "")
             + f" rank {rank}, {platform}, level {members[0].level}"
+            + (" (no kernels recorded: ops × batch size)" if what == "op" else "")
         )
-        blocks.append("\n".join(render_matrix_text(title, batch_sizes, rows)))
+        blocks.append("\n".join(render_matrix_text(title, batch_sizes, rows, what=what)))
     sys.stdout.write("\n\n".join(blocks) + "\n")
     return 0
 

@@ -140,14 +140,31 @@ def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
     return batch_sizes, [rows[k] for k in sorted(rows)]
 
 
-def render_matrix_text(title: str, batch_sizes: Sequence[int], rows: Sequence[dict]) -> list[str]:
-    """Plain-text rendering of :func:`kernel_matrix` output (counts first, names last)."""
+def op_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
+    """Op × batch-size table data (every shape of an op summed), shaped like :func:`kernel_matrix`'s.
+
+    What a CPU capture's goldens compare: it launches no kernels, so its table is its ops.
+    """
+    batch_sizes = sorted({s.key.batch_size for s in summaries})
+    rows: dict[str, dict] = {}
+    for summary in summaries:
+        for entry in summary.ops:
+            row = rows.setdefault(entry["name"], {"name": entry["name"], "kind": "op", "counts": {}})
+            bs = summary.key.batch_size
+            row["counts"][bs] = row["counts"].get(bs, 0) + int(entry["count"])
+    return batch_sizes, [rows[k] for k in sorted(rows)]
+
+
+def render_matrix_text(
+    title: str, batch_sizes: Sequence[int], rows: Sequence[dict], *, what: str = "kernel"
+) -> list[str]:
+    """Plain-text rendering of :func:`kernel_matrix` (or :func:`op_matrix`, ``what="op"``) output."""
     headers = [f"bs={batch_size_text(bs)}" for bs in batch_sizes]
     widths = [
         max(len(h), *(len(str(r["counts"].get(bs, "-"))) for r in rows)) if rows else len(h)
         for h, bs in zip(headers, batch_sizes)
     ]
-    lines = [title, "  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "  kind    kernel"]
+    lines = [title, "  ".join(h.rjust(w) for h, w in zip(headers, widths)) + f"  kind    {what}"]
     for row in rows:
         cells = [str(row["counts"].get(bs, "-")).rjust(w) for bs, w in zip(batch_sizes, widths)]
         lines.append("  ".join(cells) + f"  {row['kind']:<6}  {row['name']}")

@@ -8,6 +8,7 @@ import pytest
 
 from pytest_graphcapture.errors import GoldenError, UsageError
 from pytest_graphcapture.golden import diff as golden
+from pytest_graphcapture.golden.change import MAX_LINE_WIDTH
 from pytest_graphcapture.keys import CaptureKey, key_label
 from pytest_graphcapture.summary.model import Summary
 
@@ -255,3 +256,45 @@ def test_to_dict_is_json_ready() -> None:
 
     data = golden.compare(make(), make(hidden=512)).to_dict()
     assert json.loads(json.dumps(data))["changes"][0]["section"] == "ops"
+
+
+def test_no_failure_line_runs_long_and_the_full_text_keeps_everything() -> None:
+    """Many shapes of one op and two long kernel names: each short line fits, the full one lists all."""
+    long_a = "void cutlass::Kernel<" + "a" * 200 + ">(Params)"
+    long_b = "void cutlass::Kernel<" + "b" * 200 + ">(Params)"
+    ops_old = [
+        {"name": "aten::mm", "input_dims": [[8, i], [i, 256]], "input_types": ["float"] * 2, "count": 1}
+        for i in range(1, 30)
+    ]
+    ops_new = [
+        {"name": "aten::mm", "input_dims": [[8, i], [i, 512]], "input_types": ["float"] * 2, "count": 1}
+        for i in range(1, 30)
+    ]
+    diff = golden.compare(
+        make(kernels=[{"name": long_a, "kind": "kernel", "count": 1}], ops=ops_old, level="exact"),
+        make(kernels=[{"name": long_b, "kind": "kernel", "count": 1}], ops=ops_new, level="exact"),
+        level="exact",
+    )
+    short = [c.render() for c in diff.changes]
+    assert short and max(len(line) for line in short) <= MAX_LINE_WIDTH
+    mm = next(line for line in short if line.startswith("~ aten::mm"))
+    was, now = mm.split(" → ")
+    assert "256]]" in was and "512]]" in now and was.endswith("… +27 more") and now.endswith("… +27 more")
+    full = next(c.render(None) for c in diff.changes if c.subject == "aten::mm")
+    assert all(f"[[8,{i}],[{i},512]]" in full for i in range(1, 30))  # the diff file's line lists every shape
+
+
+def test_one_key_folds_view_op_lines_only_when_something_else_changed() -> None:
+    def ops(hidden: int) -> list:
+        return [
+            {"name": "aten::mm", "input_dims": [[8, hidden], [hidden, 256]], "input_types": ["float"] * 2, "count": 1},
+            {"name": "aten::t", "input_dims": [[256, hidden]], "input_types": ["float"], "count": 1},
+        ]
+
+    diff = golden.compare(make(ops=ops(64)), make(ops=ops(96)))
+    brief = diff.render(brief=True, full_diff="diff.txt")
+    assert [line.strip().split(" ", 2)[1] for line in brief if line.startswith("    ~")] == ["aten::mm"]
+    assert "    + 1 view/metadata op line (t); full diff in diff.txt" in brief
+    assert any("aten::t" in line for line in diff.render())  # the full record keeps it
+    only_views = golden.compare(make(ops=ops(64)[1:]), make(ops=ops(96)[1:]))
+    assert any("~ aten::t" in line for line in only_views.render(brief=True))  # nothing else changed: shown

@@ -238,8 +238,20 @@ def test_a_shape_only_change_shows_as_a_changed_op() -> None:
     assert mm.state == "changed" and mm.counts == mm.golden == {1: 2, 2: 2}
     page = picture.render_html([table], compared=True)
     assert "<b>1 ops</b>" in page and '<span class="changed">1 changed</span>' in page
-    assert cells(page) == [("changed", "2 shapes"), ("changed", "2 shapes")]
+    # The cell says the count stayed and shows the shapes that changed, inline: golden → now.
+    assert [text.split("<div", 1)[0] for _, text in cells(page)] == ["2, other shapes", "2, other shapes"]
+    assert (
+        '<div class="shapes"><span class="was">[[1,256],[256,256]] ×2</span> → '
+        '<span class="now">[[1,128],[128,256]] ×2</span></div>' in page
+    )
+    # Only the dtypes changed: the cell names them, since the dims alone read the same.
+    half = [mm_summary(bs, 256) for bs in (1, 2)]
+    for s in half:
+        s.ops[0]["input_types"] = ["c10::Half", "c10::Half"]
+    typed = picture.render_html(picture.build_tables([("", s) for s in half], [("", s) for s in before]), compared=True)
+    assert '[[1,256],[256,256]] float,float ×2</span> → <span class="now">[[1,256],[256,256]] c10::Half' in typed
     assert "golden [[1,256],[256,256]] float,float ×2; now [[1,128],[128,256]] float,float ×2" in page
+    assert '"n, other shapes"' in page and "n shapes" not in page
     (same,) = picture.build_tables([("", s) for s in before], [("", s) for s in before])
     assert same.ops[0].state == "same"
 
@@ -286,3 +298,93 @@ def test_cli_show_text_searches_subfolders(tmp_path: Path, capsys: pytest.Captur
     out = capsys.readouterr().out
     assert "bf16 — R rank 0, cuda-sm90, level name" in out and "fp16 — R rank 0, cuda-sm90, level name" in out
     assert "gemm_fp16" in out and "gemm_bf16" in out
+
+
+def test_unchanged_rows_hide_behind_a_toggle_that_is_on_when_something_changed() -> None:
+    now = [summary(1, {"gemm": 2, "norm": 1}), summary(2, {"gemm": 2, "norm": 1})]
+    before = [summary(1, {"gemm": 2, "norm": 2}), summary(2, {"gemm": 2, "norm": 2})]
+    page = picture.render_html(picture.build_tables([("", s) for s in now], [("", s) for s in before]), compared=True)
+    assert '<input type="checkbox" id="only-changed" class="toggle" checked>' in page
+    assert "#only-changed:checked ~ .tables tr.same{display:none}" in page
+    assert '<tr class="same"><td class="name" title="gemm">gemm</td>' in page
+    assert '<tr class="changed"><td class="name" title="norm">~ norm</td>' in page
+    # Nothing changed: the toggle is there, off, and says so where it would hide everything.
+    same = picture.render_html(picture.build_tables([("", s) for s in now], [("", s) for s in now]), compared=True)
+    assert '<input type="checkbox" id="only-changed" class="toggle">' in same
+    assert "Nothing changed here" in same
+    assert 'id="only-changed"' not in picture.render_html(picture.build_tables([("", s) for s in now]))
+
+
+def test_a_page_without_kernels_is_titled_ops_by_batch_size() -> None:
+    cpu = picture.render_html(picture.build_tables([("", mm_summary(1, 64))]))
+    assert "<h1>Graph capture: ops × batch size</h1>" in cpu and "kernels × batch size" not in cpu
+    gpu = picture.render_html(picture.build_tables([("", summary(1, {"gemm": 1}))]))
+    assert "<h1>Graph capture: kernels × batch size</h1>" in gpu
+
+
+def test_cli_show_text_prints_the_op_rows_of_cpu_goldens(capsys: pytest.CaptureFixture) -> None:
+    goldens = Path(__file__).resolve().parents[2] / "examples/goldens/cpu/test_decode_graphs.py"
+    assert cli.main(["show", str(goldens)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("(no kernels recorded: ops × batch size)")
+    assert lines[1].split()[-2:] == ["kind", "op"]
+    folder = next(goldens.iterdir())
+    sizes = sorted(int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("*.json"))
+    expected = [
+        str(
+            sum(
+                o["count"]
+                for o in json.loads((folder / f"TinyDecodeRunner_bs_{bs}.json").read_text())["ops"]
+                if o["name"] == "aten::mm"
+            )
+        )
+        for bs in sizes
+    ]
+    mm = next(line for line in lines if line.endswith("  aten::mm"))
+    assert mm.split()[: len(sizes)] == expected  # one row per op, its calls per batch size
+
+
+CHROMIUM = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _chromium() -> str:
+    import shutil
+
+    for name in CHROMIUM:
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip(
+        "no Chromium to render the page in: install it (Debian: apt-get install -y chromium) to run the browser test"
+    )
+
+
+def test_a_real_browser_shows_the_changed_shape_as_text(tmp_path: Path) -> None:
+    """Headless Chromium renders the picture of a widened MLP; the changed shape is in the rendered text."""
+    import subprocess
+
+    browser = _chromium()
+    now = [mm_summary(bs, 192) for bs in (1, 2)]
+    before = [mm_summary(bs, 128) for bs in (1, 2)]
+    page = tmp_path / "picture.html"
+    page.write_text(
+        picture.render_html(picture.build_tables([("", s) for s in now], [("", s) for s in before]), compared=True),
+        encoding="utf-8",
+    )
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    # What the browser laid out: tags dropped, the text of the cells as a reader sees it.
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", dom, flags=re.S)))
+    assert "[[1,128],[128,256]] ×2 → [[1,192],[192,256]] ×2" in text
+    assert "2, other shapes" in text and "ops × batch size" in text
