@@ -136,10 +136,11 @@ kind = f"CUDA {cuda} build, run on CPU" if cuda else "CPU build"
 print(f"`{torch.__version__}` ({kind}, Python {platform.python_version()})")')"
     caps="$(cd "$src" && env -u PYTHONPATH "$venv/bin/python" -c 'import torch
 from torch.autograd import _KinetoEvent
-from pytest_graphcapture.summary.torch_caps import event_caps, has_driver_version
+from pytest_graphcapture.summary.torch_caps import event_caps, graph_hooks, has_driver_version
 caps = event_caps(_KinetoEvent)
 print(f"activity_type {caps.activity_type}, structured_input_shapes {caps.structured_input_shapes}, "
-      f"metadata_json {caps.metadata_json}, driver_version {has_driver_version(torch)}")' 2>>"$log")"
+      f"metadata_json {caps.metadata_json}, driver_version {has_driver_version(torch)}, "
+      f"graph_hooks {graph_hooks(torch) is not None}")' 2>>"$log")"
     {
         echo "version: $version"
         echo "build: $build"

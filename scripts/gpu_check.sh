@@ -14,6 +14,12 @@
 # 6. the graph readout (scripts/gpu_probe.py graph): per example key, the graph read in process vs the
 #    profiled replay (equal kernel multisets), the share of kernels named with their op, the readout's
 #    time per key -> DIR/graph.json (needs cuda-bindings: pip install 'pytest-graphcapture[cuda]');
+# 7. the engine-loop gate's observation (scripts/gpu_engine_probe.py hooks): torch's global capture hooks
+#    on torch >= 2.15 (nothing patched), else capture_begin/_end patched; torch.cuda as it was after; each
+#    key's kernel_source (graph-data / graph / replay) -> DIR/hooks.json;
+# 8. the one-CUPTI-client refusal (scripts/gpu_engine_probe.py cupti): CUDA_INJECTION64_PATH set after CUDA
+#    is up refuses a runner and an engine-loop capture in one line; a capture with torch's cupti annotation
+#    backend ends without a result -> DIR/cupti.json;
 # then the 3 smallest per-bs traces of the examples are copied to DIR/traces/.
 # DIR/summary.md lists each step, its exit code and the torch/CUDA/driver versions.
 #
@@ -28,7 +34,7 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --out=*) out="${1#--out=}"; shift ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -36,9 +42,10 @@ python="${PYTHON:-python}"
 mkdir -p "$out" || exit 2
 out="$(cd "$out" && pwd)"
 if [ $dry = 1 ]; then
-    device=cpu; repeat=1; sizes=1,2; step_limit=420
+    device=cpu; repeat=1; sizes=1,2; step_limit=420; short_limit=420
 else
-    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=75  # 6 steps x 75 s < 8 minutes
+    # 6 steps x 70 s + 2 short ones x 30 s = 8 minutes
+    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=70; short_limit=30
     if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
         echo "gpu_check.sh: torch sees no GPU here; run it on a GPU machine, or pass --dry-run" >&2
         exit 2
@@ -55,13 +62,15 @@ status=0
     echo "|---|---:|---:|"
 } >"$summary"
 
-step() {  # step NAME COMMAND...: run one step under the step limit, log it, record its exit code
+step() {  # step NAME COMMAND...: run one step under its time limit, log it, record its exit code
     local name="$1"; shift
+    local limit=$step_limit
+    case "$name" in hooks|cupti) limit=$short_limit ;; esac
     local informational=0
     if [ "$name" = examples ] && [ $dry = 0 ]; then informational=1; fi
     local started=$SECONDS
     echo "== $name"
-    (cd "$repo" && timeout "$step_limit" "$@") >"$out/$name.log" 2>&1
+    (cd "$repo" && timeout "$limit" "$@") >"$out/$name.log" 2>&1
     local rc=$?
     echo "| $name | $rc | $((SECONDS - started)) |" >>"$summary"
     tail -3 "$out/$name.log"
@@ -81,6 +90,8 @@ step timings "$python" scripts/gpu_probe.py timings "$out/timings.json" --device
 step agree "$python" scripts/gpu_probe.py agree "$out/agree.json" --goldens "$out/goldens" \
     --traces "$out/examples/graph_capture_profile"
 step graph "$python" scripts/gpu_probe.py graph "$out/graph.json" --device "$device" --batch-sizes "$sizes"
+step hooks "$python" scripts/gpu_engine_probe.py hooks "$out/hooks.json" --device "$device"
+step cupti "$python" scripts/gpu_engine_probe.py cupti "$out/cupti.json" --device "$device"
 
 # Each test's traces are in its own folder (two tests may capture runners of the same name): the
 # copies keep that folder, relative to the trace dir.

@@ -27,6 +27,7 @@ import torch
 
 from ..keys import CaptureKey
 from ..summary.graph import CapturedGraph
+from .graph_data import GraphDataUnusable, read_graph_data
 from .graph_readout import GraphReadoutError, GraphReadoutWarning, load_bindings, read_captured_graph
 from .memory import MemoryHistory, TorchMemoryHistory
 from .result import KeyMetrics
@@ -94,6 +95,8 @@ class Backend:
         #: Each key's graph as read from the graph object itself after capture (real CUDA graphs
         #: with cuda-bindings only), and how long each read took in seconds.
         self.graph_readouts: dict[CaptureKey, CapturedGraph] = {}
+        #: Where each readout came from: ``graph-data`` (torch's get_graph_data()) or ``graph`` (cuda-bindings).
+        self.readout_sources: dict[CaptureKey, str] = {}
         self.readout_seconds: dict[CaptureKey, float] = {}
 
     def synchronize(self) -> None:
@@ -247,29 +250,35 @@ class CudaGraphBackend(Backend):
         self.read_graph(key, graph)
 
     def read_graph(self, key: CaptureKey, graph: Any) -> None:
-        """Read ``graph``'s nodes into :attr:`graph_readouts`, then instantiate it.
+        """Instantiate ``graph`` (captured with ``keep_graph=True``), then :meth:`read_instantiated` it."""
+        started = time.perf_counter()
+        graph.instantiate()  # get_graph_data() needs the exec graph; the kept template stays readable
+        self.read_instantiated(key, graph)
+        self.readout_seconds[key] = time.perf_counter() - started
 
-        A failed read is said (a :class:`GraphReadoutWarning` naming the key and the
-        call) and the key's kernels come from the profiler replay, as without a readout.
+    def read_instantiated(self, key: CaptureKey, graph: Any) -> None:
+        """Read an instantiated graph whose template is live into :attr:`graph_readouts`.
+
+        torch's ``get_graph_data()`` first, where its answer is whole (:mod:`.graph_data`);
+        else the cuda-bindings walk of the ``cudaGraph_t``.  A failed walk is said (a
+        :class:`GraphReadoutWarning` naming the key and the call) and the key's kernels
+        come from the profiler replay, as without a readout.  The engine-loop gate calls
+        this from torch's instantiate hook, where the template is live in both
+        ``keep_graph`` modes.
         """
-        runtime, driver = self.bindings  # type: ignore[misc]
         started = time.perf_counter()
         try:
-            readout = read_captured_graph(graph.raw_cuda_graph(), runtime=runtime, driver=driver)
+            found = read_any(graph, self.bindings)
         except (GraphReadoutError, RuntimeError) as exc:
-            # RuntimeError: cuda-bindings raises it for a call the installed driver does not offer.
-            problem = exc if isinstance(exc, GraphReadoutError) else f"reading the captured graph: {exc}"
             warnings.warn(
-                f"graph capture {key}: {problem}; its kernels come from the profiler replay",
+                f"graph capture {key}: {readout_problem(exc)}; its kernels come from the profiler replay",
                 GraphReadoutWarning,
                 stacklevel=2,
             )
-            readout = None
-        finally:
-            graph.instantiate()
+            found = None
         self.readout_seconds[key] = time.perf_counter() - started
-        if readout is not None:
-            self.graph_readouts[key] = readout
+        if found is not None:
+            self.graph_readouts[key], self.readout_sources[key] = found
 
     def replay(self, graph: Any) -> None:
         graph.replay()
@@ -317,6 +326,28 @@ def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
             warnings.warn(NO_KEEP_GRAPH.format(version=torch.__version__), GraphReadoutWarning, stacklevel=2)
         return None
     return load_bindings()
+
+
+def read_any(graph: Any, bindings: Optional[tuple[ModuleType, ModuleType]]) -> Optional[tuple[CapturedGraph, str]]:
+    """An instantiated graph's nodes and their source: ``get_graph_data()`` where whole, else the walk, else None.
+
+    Raises what the walk raises (:class:`GraphReadoutError`, or RuntimeError for a call the
+    driver lacks); None when neither can be read (no whole answer and no cuda-bindings).
+    """
+    try:
+        return read_graph_data(graph), "graph-data"
+    except GraphDataUnusable:
+        pass
+    if bindings is None:
+        return None
+    runtime, driver = bindings
+    readout = read_captured_graph(graph.raw_cuda_graph(), runtime=runtime, driver=driver)
+    return (readout, "graph") if readout is not None else None
+
+
+def readout_problem(exc: BaseException) -> str:
+    """A failed readout as one line: the readout's own error, or cuda-bindings' RuntimeError prefixed."""
+    return str(exc) if isinstance(exc, GraphReadoutError) else f"reading the captured graph: {exc}"
 
 
 def make_backend(device: torch.device | str, *, graphs: bool = True) -> Backend:

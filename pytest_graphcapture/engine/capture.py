@@ -21,7 +21,8 @@ from ..naming import memory_snapshot_path
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_graph, with_replay
 from .backend import Backend, CaptureProgress
-from .guard import check_capture_evidence, check_replay_evidence
+from .cupti_clients import refuse_other_clients, suspected_clients
+from .guard import check_capture_evidence, check_replay_evidence, mark_silent, silent_replay_reason
 from .memory import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
@@ -114,6 +115,13 @@ def make_profiler(settings: CaptureSettings, device: torch.device, runner_name: 
     return None
 
 
+def refuse_cupti_conflict(backend: Backend, settings: CaptureSettings, what: str) -> None:
+    """Before a capture that profiles GPU kernels (CUDA, not ROCm): CuptiConflictError if another CUPTI client is active."""
+    profiles = settings.summarize or settings.trace != "off"
+    if backend.kernel_evidence_required and profiles and not getattr(torch.version, "hip", None):
+        refuse_other_clients(what)
+
+
 def capture_runner(
     runner: GraphRunner, backend: Backend, settings: Optional[CaptureSettings] = None, *, rank: Optional[int] = None
 ) -> CaptureResult:
@@ -127,12 +135,15 @@ def capture_runner(
 
     On a GPU (``backend.kernel_evidence_required``) a key whose capture recorded
     no launch events, or whose replay recorded no kernels, fails the same way with an
-    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming the likely causes.
+    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming the likely causes;
+    on CUDA another CUPTI client active before the capture refuses it at once
+    (:class:`~pytest_graphcapture.engine.cupti_clients.CuptiConflictError`, one line naming it).
     """
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
     keys = selected_keys(runner, rank, settings)
     result = CaptureResult(runner_name=runner.name, platform=settings.platform, rank=rank, mode=settings.trace)
+    refuse_cupti_conflict(backend, settings, f"graph capture {runner.name}")
     profiler = make_profiler(settings, backend.device, runner.name, rank)
     per_bs = isinstance(profiler, PerBatchSizeProfiler)
 
@@ -255,7 +266,9 @@ def _attach_graph_readouts(result: CaptureResult, backend: Backend) -> None:
     for key, key_result in result.keys.items():
         readout = backend.graph_readouts.get(key)
         if key_result.summary is not None and readout is not None:
-            key_result.summary = with_graph(key_result.summary, readout)
+            key_result.summary = with_graph(
+                key_result.summary, readout, source=backend.readout_sources.get(key, "graph")
+            )
 
 
 def _attach_replay_kernels(
@@ -285,10 +298,16 @@ def _attach_replay_kernels(
             backend.synchronize()
         kernels = replay_kernels_from_profile(prof)
         readout = backend.graph_readouts.get(key)
-        if backend.kernel_evidence_required and readout is None:
-            check_replay_evidence(key, kernels)
+        silent = backend.kernel_evidence_required and not kernels
+        if silent and readout is None:
+            check_replay_evidence(key, kernels, suspected_clients())
         if readout is not None:  # the graph's own kernels; the replay is their cross-check
-            key_result.summary = with_graph(key_result.summary, readout, replay_kernels=kernels)
+            source = backend.readout_sources.get(key, "graph")
+            if silent and any(node.type == "kernel" for node in readout.walk()):
+                key_result.summary = with_graph(key_result.summary, readout, source=source)
+                key_result.no_golden = mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
+            else:
+                key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
         else:
             key_result.summary = with_replay(key_result.summary, kernels)
         if report is not None:

@@ -4,10 +4,11 @@ An engine captures its decode graphs in its own start-up loop: per batch size (a
 variant) two warmup forwards, then the capture under ``torch.cuda.graph``, largest
 batch size first.  :func:`capture_engine_loop` runs that loop for real while it
 
-* wraps the forward method named by ``forward`` (the body every graph holds) and
-  ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end`` (what ``torch.cuda.graph``
-  calls), routing each call to a :class:`~.loop_observer.LoopObserver` that attributes
-  forwards and graphs to keys through ``key``;
+* wraps the forward method named by ``forward`` (the body every graph holds) and observes
+  every graph capture (:mod:`.capture_observer`: torch's global capture hooks where torch
+  has them, else wrapping ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end``), routing
+  each call to a :class:`~.loop_observer.LoopObserver` that attributes forwards and graphs
+  to keys through ``key``;
 * on a device other than CUDA (CPU CI), replaces the CUDA graph, stream and event calls
   with the eager stand-ins of :mod:`.stand_ins`;
 * drives the plugin's per-batch-size profiler: ``fn(profiler)`` steps it where the engine
@@ -34,12 +35,15 @@ from ..keys import key_label
 from .backend import make_backend
 from .capture import (
     CaptureSettings,
+    _attach_graph_readouts,
     _attach_replay_kernels,
     _replay_enabled,
     _stop_quietly,
     current_rank,
     make_profiler,
+    refuse_cupti_conflict,
 )
+from .capture_observer import observe_captures
 from .loop_observer import LoopObserver, Stepper
 from .profiling import SingleTraceProfiler
 from .result import CaptureResult
@@ -112,6 +116,7 @@ def capture_engine_loop(
     rank = current_rank()
     backend = make_backend(device) if device.type == "cuda" else make_backend("cpu")
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
+    refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
     profiler = make_profiler(settings, backend.device, runner_name, rank)
     with_profiler = takes_profiler(fn)
     loop = LoopObserver(
@@ -148,6 +153,8 @@ def capture_engine_loop(
             profiler = None
         if _replay_enabled(settings, backend) and settings.summarize:
             _attach_replay_kernels(result, backend, loop.progress, settings.progress)
+        elif settings.summarize:  # the graphs read from torch's instantiate hook give the kernels alone
+            _attach_graph_readouts(result, backend)
     except KeyboardInterrupt:
         _stop_quietly(profiler)
         raise
@@ -178,7 +185,8 @@ def _failure(loop: LoopObserver, raised: Optional[BaseException], real_graphs: b
     assert error is not None
     key = kept.key if kept is not None else loop.progress.key
     stage = kept.stage if kept is not None else loop.progress.stage
-    caught = CAUGHT if kept is not None and raised is not kept.error else ""
+    # A failure inside a capture hook was swallowed by torch, not caught by the engine.
+    caught = CAUGHT if kept is not None and raised is not kept.error and kept.error is not loop.swallowed else ""
     placeholder = None if real_graphs else _placeholder_in(error)
     if placeholder is not None:
         where = f"{key.runner} {key_label(key)}: " if key is not None else ""
@@ -275,28 +283,14 @@ def _observed(loop: LoopObserver, owner: Any, name: str, *, real_graphs: bool) -
                 stack.enter_context(patched(placeholder, "__new__", _placeholder_new(loop, attr)))
             for attr, stand_in in eager_cuda_calls().items():
                 stack.enter_context(patched(torch.cuda, attr, stand_in))
-        graph_class = torch.cuda.CUDAGraph
-        begin, end = graph_class.capture_begin, graph_class.capture_end
-
-        def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            loop.capture_begin(graph)
-            try:
-                return begin(graph, *args, **kwargs)
-            except Exception as exc:  # torch refused the capture: the graph never began
-                loop.capture_failed(graph, exc)
-                raise
-
-        def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                out = end(graph, *args, **kwargs)
-            except Exception as exc:  # e.g. a capture an error inside it invalidated
-                loop.capture_failed(graph, exc)
-                raise
-            loop.capture_end(graph)
-            return out
-
-        stack.enter_context(patched(graph_class, "capture_begin", capture_begin))
-        stack.enter_context(patched(graph_class, "capture_end", capture_end))
+        # On CUDA each capture begins only without another CUPTI client (an engine's torch.cuda.graph
+        # with the cupti annotation backend brings one up right before it).
+        check = (
+            (lambda: refuse_cupti_conflict(loop.backend, loop.settings, loop.refusal_name())) if real_graphs else None
+        )
+        loop.captures = stack.enter_context(
+            observe_captures(loop, real_graphs=real_graphs, before_begin=check, on_failure=loop.hook_failed)
+        )
         stack.enter_context(patched(owner, name, observed_forward))
         yield
 

@@ -12,17 +12,24 @@ causes are all in the process, not in the model:
   dead for the life of the process (seen with CUDA 13.0 / torch 2.13 and on ROCm);
 * in a pytest session, any other test may have started the profiler first;
 * kernel records at the start of a profiler session are dropped as "out of range",
-  more the longer the GPU idled before it (replays only).
+  more the longer the GPU idled before it (replays only);
+* another CUPTI client holds CUPTI (:mod:`.cupti_clients`): only one can subscribe per
+  process, and then the profiler records no GPU activity at all.
 
-The cure for the first three is a fresh process: the isolated capture mode.
+The cure for the first three is a fresh process: the isolated capture mode.  A replay
+that recorded no kernels of a graph whose own nodes were read (so it does launch
+kernels) marks the key incomplete, naming the CUPTI client found; no golden is written
+or replaced from it (:func:`silent_replay_reason`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import warnings
+from typing import Any, Optional, Sequence
 
 from ..errors import GraphCaptureError
 from ..keys import CaptureKey
+from ..summary.replay import KernelEvidenceWarning
 
 ISOLATE_HINT = (
     "run the capture in a fresh process: mark the test @pytest.mark.graph_capture_isolated "
@@ -61,9 +68,40 @@ def check_capture_evidence(key: CaptureKey, summary: Optional[Any]) -> None:
         raise EmptyCaptureError(_message(key, "the capture recorded no kernel launch events", _PROCESS_CAUSES))
 
 
-def check_replay_evidence(key: CaptureKey, replay_kernels: list) -> None:
-    """EmptyCaptureError when the replay of a GPU graph recorded no kernels."""
+def _cupti_causes(suspects: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"another CUPTI client holds CUPTI, so the profiler records no GPU activity: {s}" for s in suspects)
+
+
+def check_replay_evidence(key: CaptureKey, replay_kernels: list, suspects: Sequence[str] = ()) -> None:
+    """EmptyCaptureError when the replay of a GPU graph recorded no kernels; ``suspects``: CUPTI clients, named first."""
     if not replay_kernels:
         raise EmptyCaptureError(
-            _message(key, "the replay of its graph recorded no kernels", _PROCESS_CAUSES + (_OUT_OF_RANGE,))
+            _message(
+                key,
+                "the replay of its graph recorded no kernels",
+                _cupti_causes(suspects) + _PROCESS_CAUSES + (_OUT_OF_RANGE,),
+            )
         )
+
+
+def silent_replay_reason(suspects: Sequence[str]) -> str:
+    """Why a key is incomplete whose profiled replay recorded no kernels while its graph's nodes hold kernels.
+
+    Names the CUPTI clients found (``suspects``) first; without one, the process causes of
+    a dead profiler.  The key gets no golden: a profiler that saw nothing proves nothing.
+    """
+    if suspects:
+        why = f"another CUPTI client holds CUPTI ({'; '.join(suspects)}), so the profiler records no GPU activity"
+    else:
+        why = f"the profiler recorded no GPU activity (likely: {'; '.join(_PROCESS_CAUSES)})"
+    return f"its profiled replay recorded no kernels although the graph launches kernels: {why}; no golden is written"
+
+
+def mark_silent(summary: Any, reason: str) -> str:
+    """Mark ``summary`` incomplete with ``reason`` (said as a KernelEvidenceWarning naming its key); return the reason."""
+    summary.complete = False
+    summary.incomplete_reason = reason
+    warnings.warn(
+        f"graph capture {summary.key}: kernel evidence incomplete: {reason}", KernelEvidenceWarning, stacklevel=3
+    )
+    return reason

@@ -27,6 +27,7 @@ from ..errors import GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from .backend import CaptureProgress
 from .capture import CaptureSettings, _label
+from .capture_observer import CaptureObserver, still_capturing
 from .guard import check_capture_evidence
 from .profiling import PerBatchSizeProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
@@ -99,6 +100,10 @@ class LoopObserver:
         self.started: dict[CaptureKey, float] = {}
         self.graphs: dict[CaptureKey, Any] = {}
         self.failure: Optional[Failure] = None
+        #: How graph captures are observed (set by the gate); a failure kept in one of its hooks that
+        #: torch swallowed is :attr:`swallowed` (the engine never saw it, so it did not catch it).
+        self.captures: Optional[CaptureObserver] = None
+        self.swallowed: Optional[BaseException] = None
 
     # ------------------------------------------------------------------ failures
 
@@ -124,6 +129,18 @@ class LoopObserver:
                 f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
                 f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
             )
+
+    def hook_failed(self, error: BaseException) -> None:
+        """A failure inside one of the capture hooks: kept like any other; on torch's hooks, torch swallowed it."""
+        self._record(error)
+        if self.captures is not None and self.captures.mode == "hooks" and self.failure is not None:
+            if self.failure.error is error:
+                self.swallowed = error
+
+    def refusal_name(self) -> str:
+        """``graph_capture.engine Runner bs=4`` for the key the loop is at, as a refusal names it."""
+        key = self.contract.key
+        return f"graph_capture.engine {self.runner_name}" + (f" {key_label(key)}" if key is not None else "")
 
     def where(self) -> str:
         """``"Runner bs=4: "`` for the key the loop is at, as failure lines begin; empty before any key."""
@@ -160,6 +177,7 @@ class LoopObserver:
     def forward(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.depth:  # the forward called from within itself: one forward
             return original(*args, **kwargs)
+        self._ended_unseen()
         self._raise_kept()
         with self._recorded():
             key = self._key(args, kwargs)
@@ -214,6 +232,7 @@ class LoopObserver:
         if self.depth:
             self.library_graphs.add(id(graph))
             return False
+        self._ended_unseen(beginning=graph)
         self._raise_kept()
         if self.graph is not None:
             with self._recorded():
@@ -243,6 +262,26 @@ class LoopObserver:
             return
         with self._recorded():
             self._exit_graph(entered)
+
+    def _ended_unseen(self, beginning: Any = None) -> None:
+        """On torch's hooks: the open graph's capture ended with an error, which runs no end hook; fail its key now.
+
+        torch runs no capture-end hook when ending the capture raises (a capture an error
+        inside it invalidated), so the gate learns of it at the loop's next call, when the
+        open graph is no longer capturing (:func:`~.capture_observer.still_capturing`).
+        """
+        open_graph = self.graph
+        if open_graph is None or self.captures is None or self.captures.mode != "hooks":
+            return
+        if still_capturing(open_graph.graph, beginning=beginning):
+            return
+        self.capture_failed(
+            open_graph.graph,
+            RuntimeError(
+                "torch ended this graph's capture with an error (its capture-end hook never ran); the error "
+                "itself was caught by the capture function, so the gate cannot show it"
+            ),
+        )
 
     def capture_failed(self, graph: Any, error: BaseException) -> None:
         """torch's own ``capture_begin`` / ``capture_end`` raised: the key fails during its capture.
@@ -280,7 +319,15 @@ class LoopObserver:
         if self.plugin_steps:
             self._feed(STEP, key)
 
+    def graph_instantiated(self, graph: Any) -> None:
+        """torch instantiated a graph: a key's real graph is read now, while its template is live (GPU only)."""
+        read = getattr(self.backend, "read_instantiated", None)
+        key = next((k for k, g in self.graphs.items() if g is graph), None)
+        if read is not None and key is not None and key not in self.backend.graph_readouts:
+            read(key, graph)
+
     def on_step(self) -> None:
+        self._ended_unseen()
         self._raise_kept()
         with self._recorded():
             key = self.graph.key if self.graph is not None else self.contract.key

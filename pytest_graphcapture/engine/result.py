@@ -76,16 +76,21 @@ class KeyResult:
     graph: Any = None
     seconds: float = 0.0
     metrics: KeyMetrics = field(default_factory=KeyMetrics)
+    #: Why no golden may be written from this key's capture (another CUPTI client silenced its replay).
+    no_golden: Optional[str] = None
 
     def to_dict(self) -> dict:
-        """Plain data (no graph): key, summary dict, trace path, seconds and metrics."""
-        return {
+        """Plain data (no graph): key, summary dict, trace path, seconds and metrics (and ``no_golden`` when set)."""
+        data = {
             "key": self.key.to_dict(),
             "summary": self.summary.to_dict() if self.summary is not None else None,
             "trace_path": str(self.trace_path) if self.trace_path else None,
             "seconds": self.seconds,
             "metrics": self.metrics.to_dict(),
         }
+        if self.no_golden is not None:
+            data["no_golden"] = self.no_golden
+        return data
 
     @classmethod
     def from_dict(cls, data: dict, *, source: str = "<result>") -> "KeyResult":
@@ -102,6 +107,7 @@ class KeyResult:
             summary=summary,
             seconds=float(data.get("seconds", 0.0)),
             metrics=KeyMetrics.from_dict(data.get("metrics") or {}),
+            no_golden=str(data["no_golden"]) if data.get("no_golden") is not None else None,
         )
 
 

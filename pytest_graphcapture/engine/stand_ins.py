@@ -15,6 +15,8 @@ import contextlib
 import re
 from typing import Any, Callable, Iterator, Optional
 
+from .capture_observer import fire_torch_hooks
+
 
 @contextlib.contextmanager
 def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
@@ -32,24 +34,48 @@ def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
 
 
 class EagerCUDAGraph:
-    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again."""
+    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    It fires torch's global graph hooks where torch has them, where and in the order
+    ``torch/cuda/graphs.py`` fires them (:func:`~.capture_observer.fire_torch_hooks`): the
+    start hooks once the capture began, the end hooks when it ended and then, for
+    ``keep_graph=False``, ``instantiate()`` with its hooks; a replay instantiates first if
+    needed and runs the replay-start and (even when it raises) replay-end hooks around itself.
+    """
+
+    def __init__(self, keep_graph: bool = False, *args: Any, **kwargs: Any) -> None:
         self.calls: list[tuple[Callable[..., Any], tuple, dict]] = []
         self.capturing = False
+        self.keep_graph = keep_graph
+        self.instantiated = False
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:
         self.capturing = True
+        fire_torch_hooks("capture start", self)
 
     def capture_end(self) -> None:
         self.capturing = False
+        fire_torch_hooks("capture end", self)
+        if not self.keep_graph:
+            self.instantiate()
+
+    def instantiate(self) -> None:
+        self.instantiated = True
+        fire_torch_hooks("instantiate", self)
 
     def replay(self) -> None:
-        for forward, args, kwargs in self.calls:
-            forward(*args, **kwargs)
+        if not self.instantiated:
+            self.instantiate()
+        fire_torch_hooks("replay start", self)
+        try:
+            for forward, args, kwargs in self.calls:
+                forward(*args, **kwargs)
+        finally:
+            fire_torch_hooks("replay end", self)
 
     def reset(self) -> None:
         self.calls.clear()
+        self.instantiated = False
 
     def pool(self) -> object:
         return object()

@@ -94,6 +94,7 @@ class _Gate:
             return out
         if not actual.complete:
             out.incomplete = actual.incomplete_reason or "no reason given"
+        out.no_golden = getattr(item, "no_golden", None)
         # ``data`` is only read (its top level aside): sharing the entry lists skips copying them.
         data = actual.to_dict(share_entries=True)
         # The golden is read once: its budget, the fast path and the diff all use this dict.
@@ -142,7 +143,7 @@ class _Gate:
         budget_lines += memory_lines
         unmet_lines = self.unmet(item, key, golden_expect, shown)
         out.unmet = bool(unmet_lines)
-        if self.out_folder is not None:
+        if self.out_folder is not None and out.no_golden is None:
             try:
                 store.write_golden(self.out_folder / path.name, data)
             except GoldenError as exc:
@@ -241,6 +242,10 @@ class _Gate:
             out.lines, out.diff = diff.render(), diff
 
     def write(self, out: KeyOutcome, path: Path, data: dict, outcome: str) -> None:
+        if out.no_golden is not None:
+            # A capture whose profiler another client silenced is never a golden, nor replaces one.
+            out.lines = [f"{out.label}: not written: {out.no_golden}"]
+            return
         try:
             done = store.write_golden(path, data)
         except GoldenError as exc:

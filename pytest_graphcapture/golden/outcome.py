@@ -80,6 +80,8 @@ class KeyOutcome:
     #: An expectation (``golden.check(expect=...)`` or the golden's ``expect``) does not hold.
     unmet: bool = False
     incomplete: Optional[str] = None
+    #: Why no golden may be written from this capture (its profiler was silenced): set, nothing is written.
+    no_golden: Optional[str] = None
     #: The comparison behind ``lines`` when they start with its rendering.
     diff: Optional[KeyDiff] = None
 

@@ -38,9 +38,10 @@ KINDS = ("kernel", "memcpy", "memset")
 #: What a key of several graphs stores of each of its graphs (``graphs`` in a summary).
 GRAPH_FIELDS = ("kernels", "ops", "launches", "complete")
 
-#: Where a summary's kernels were read: the captured graph itself (in process), a profiled replay of
-#: the graph, the capture window's launch events (ROCm names kernels there), or a graph dump file.
-KERNEL_SOURCES = ("graph", "replay", "capture-window", "dot")
+#: Where a summary's kernels were read: the captured graph itself, in process (torch's get_graph_data(), else
+#: the cuda-bindings walk), a profiled replay of the graph, the capture window's launch events (ROCm names
+#: kernels there), or a graph dump file.
+KERNEL_SOURCES = ("graph-data", "graph", "replay", "capture-window", "dot")
 
 #: A launch shape as a graph spells it (:class:`~.graph.Launch`): ``<<<grid,block,shared memory>>>``,
 #: each dimension ``128`` or ``{16,10,2}``.

@@ -192,7 +192,8 @@ def with_graph(
 ) -> Summary:
     """Return a copy of a capture ``summary`` whose kernels are the ``graph``'s own, with launch shapes and topology.
 
-    ``source`` says where the graph was read (``graph``: in process; ``dot``: a dump).
+    ``source`` says where the graph was read (``graph-data``: torch's ``get_graph_data()``; ``graph``: the
+    cuda-bindings walk; ``dot``: a dump).
     Attribution by construction: node i is the i-th launch call of the capture
     window, so each kernel gets the op of its launch call — only when the counts and
     the kernel/memcpy/memset kinds agree one by one; otherwise the kernels stay
@@ -205,8 +206,11 @@ def with_graph(
     (kernels not compared, never a false regression) and a
     :class:`KernelEvidenceWarning` naming the key is emitted.
     """
-    if source not in ("graph", "dot"):
-        raise UsageError(f"with_graph(source={source!r}): a graph is read in process ('graph') or from a dump ('dot')")
+    if source not in ("graph-data", "graph", "dot"):
+        raise UsageError(
+            f"with_graph(source={source!r}): a graph is read in process (torch's get_graph_data(): 'graph-data'; "
+            f"cuda-bindings: 'graph') or from a dump ('dot')"
+        )
     records, unattributed = _by_graph_node(summary.launch_ops, graph_node_records(graph), _GRAPH_REASONS)
     kernels = _entries(records, summary.level)
     result = _with_kernels(

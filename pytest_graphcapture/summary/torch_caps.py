@@ -14,7 +14,7 @@ event, the ``torch`` module), so the summary layer stays torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Optional
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,22 @@ CAPABILITIES: tuple[Capability, ...] = (
         "event metadata",
         "_KinetoEvent.metadata_json",
         "a live summary reads the cycle's Chrome trace, which carries kernels' grid, block and graph node ids",
+    ),
+    # With ``_capture_end_hook`` and ``_instantiate_hook`` beside it (:func:`graph_hooks`).
+    Capability(
+        "graph lifecycle hooks",
+        "torch.cuda.graphs.register_graph_capture_start_hook",
+        "the engine-loop gate observes captures by wrapping torch.cuda.CUDAGraph.capture_begin and capture_end "
+        "for the capture function's duration, and reads no engine graph's nodes (its kernels come from the "
+        "profiled replay)",
+    ),
+    # Probed on its payload (:func:`graph_data_has_launches`): each node's grid_dim, block_dim,
+    # shared_mem_bytes and an edges list.
+    Capability(
+        "graph data with launch shapes",
+        "CUDAGraph.get_graph_data",
+        "a captured graph's nodes are read through cuda-bindings (engine/graph_readout.py), else its kernels "
+        "come from the profiled replay",
     ),
     Capability(
         "driver version",
@@ -85,3 +101,40 @@ def event_caps(event: Any) -> EventCaps:
 def has_driver_version(torch: Any) -> bool:
     """Whether ``torch`` (the module) can report the GPU driver version (``torch.cuda.driver_version``)."""
     return callable(getattr(getattr(torch, "cuda", None), "driver_version", None))
+
+
+#: The three global capture hooks the engine-loop gate registers, as ``torch.cuda.graphs`` names them.
+GRAPH_HOOKS = (
+    "register_graph_capture_start_hook",
+    "register_graph_capture_end_hook",
+    "register_graph_instantiate_hook",
+)
+
+
+def graph_hooks(torch: Any) -> Optional[tuple[Callable[..., Any], ...]]:
+    """torch's registration functions of :data:`GRAPH_HOOKS` (start, end, instantiate), or None without all three.
+
+    Probed on ``torch.cuda.graphs`` itself: where all three exist, every graph's capture
+    (an engine's, inductor's, a library's) is seen without wrapping ``CUDAGraph``.
+    """
+    graphs = getattr(getattr(torch, "cuda", None), "graphs", None)
+    found = tuple(getattr(graphs, name, None) for name in GRAPH_HOOKS)
+    return found if all(callable(f) for f in found) else None  # type: ignore[return-value]
+
+
+#: The fields a node of ``CUDAGraph.get_graph_data()`` must carry for its kernels to be read with launch shapes.
+GRAPH_DATA_NODE_FIELDS = ("index", "node_type", "kernel_name", "grid_dim", "block_dim", "shared_mem_bytes")
+
+
+def graph_data_has_launches(payload: Any) -> bool:
+    """Whether a ``get_graph_data()`` payload is the form with launch shapes and edges (torch 2.15's).
+
+    Probed on the payload, never on the version: the older form (torch 2.13/2.14) lists
+    nodes with ``kernel_name`` and dependencies only, so its kernels would lose grid,
+    block and shared memory and compare unequal to the same graph read another way.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("nodes"), list):
+        return False
+    if not isinstance(payload.get("edges"), list):
+        return False
+    return all(isinstance(n, dict) and all(f in n for f in GRAPH_DATA_NODE_FIELDS) for n in payload["nodes"])

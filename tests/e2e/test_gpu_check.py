@@ -1,7 +1,8 @@
 """scripts/gpu_check.sh --dry-run: the GPU check's own plumbing, on CPU, as CI runs it.
 
 Every step runs (gpu-marked tests, the examples with traces and a golden harvest,
-the profiler probe, the capture timings, the live-vs-file agreement), and every file the GPU run is read for
+the profiler probe, the capture timings, the live-vs-file agreement, the graph readout,
+the engine loop's capture observation and the CUPTI refusal), and every file the GPU run is read for
 is written: the summary, the harvested goldens, the probe's answers, the timings
 with their ratios and per-key metrics, and the copied traces.
 """
@@ -30,12 +31,12 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
         env=env,
         capture_output=True,
         text=True,
-        timeout=2800,  # six steps of at most 420 s each on a loaded CPU machine
+        timeout=3600,  # eight steps of at most 420 s each on a loaded CPU machine
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
-    for step in ("gpu-tests", "examples", "probe", "timings", "agree", "graph"):
+    for step in ("gpu-tests", "examples", "probe", "timings", "agree", "graph", "hooks", "cupti"):
         assert f"| {step} | 0 |" in summary, summary
     probe = json.loads((out / "probe.json").read_text())
     assert len(probe["answers"]) == 7 and set(probe["answers"].values()) == {"no GPU (dry run)"}
@@ -52,6 +53,13 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     assert graph["answers"] == {"readout": "no GPU (dry run)", "keys": 2} and graph["platform"] == "cpu"
     assert all(v == {"read": False, "kernel_source": None} for v in graph["per_key"].values())
     assert agree["answers"] == {"agree": len(harvested), "keys": len(harvested)}, agree["per_key"]
+    hooks = json.loads((out / "hooks.json").read_text())  # the engine loop seen through hooks or patching
+    assert hooks["keys"] == 2 and hooks["torch_cuda_unpatched_after"] is True
+    assert hooks["mode"] == ("hooks" if hooks["hooks_available"] else "patch")
+    assert hooks["graph_class_patched_during_the_loop"] is (hooks["mode"] == "patch")
+    cupti = json.loads((out / "cupti.json").read_text())["answers"]  # on CPU nothing profiles GPU kernels
+    assert cupti["runner"] == cupti["engine_loop"] == {"refused": False, "captured": True}
+    assert cupti["cupti_annotations"] == "no GPU (dry run)"
 
 
 def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> None:

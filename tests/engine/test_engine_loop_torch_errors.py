@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pytest_graphcapture.engine import stand_ins
+from pytest_graphcapture.engine.capture_observer import observation_mode
 from pytest_graphcapture.engine.engine_loop import capture_engine_loop
 from pytest_graphcapture.errors import CaptureError
 
@@ -50,7 +51,15 @@ def test_an_error_that_invalidates_the_capture_fails_its_key_during_capture(monk
         capture_engine_loop(engine.capture, forward=(engine, "forward"), key=lambda bs: bs, runner_name="E")
     message = str(info.value)
     # bs=4 failed first, in its capture (torch's capture_end raised with no exception leaving the graph).
-    assert message.startswith("capturing E[bs=4, rank=0] failed during capture: RuntimeError: CUDA error")
+    if observation_mode(real_graphs=False) == "hooks":
+        # torch runs no end hook when ending the capture raises, and the engine caught the error: the
+        # gate learns of it at the loop's next call and says what it can.
+        assert message.startswith(
+            "capturing E[bs=4, rank=0] failed during capture: RuntimeError: torch ended this graph's capture "
+            "with an error (its capture-end hook never ran)"
+        )
+    else:
+        assert message.startswith("capturing E[bs=4, rank=0] failed during capture: RuntimeError: CUDA error")
     assert "the capture function caught this error and carried on" in message
     assert engine.skipped == [4, 2, 1]
 

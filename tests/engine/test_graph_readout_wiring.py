@@ -89,7 +89,8 @@ def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime13:
     return runtime
 
 
-def test_each_captured_graph_is_read_then_instantiated(cuda: FakeRuntime13) -> None:
+def test_each_captured_graph_is_instantiated_then_read(cuda: FakeRuntime13) -> None:
+    """Instantiated first (torch's get_graph_data() needs the exec graph); the kept template is read after."""
     backend = CudaGraphBackend("cuda")
     graph = backend.capture_one(KEY, lambda: None)
     assert isinstance(graph, FakeTorchGraph)
@@ -97,9 +98,10 @@ def test_each_captured_graph_is_read_then_instantiated(cuda: FakeRuntime13) -> N
         "new keep_graph=True",
         "capture begin",
         "capture end",
-        "raw_cuda_graph",
         "instantiate",
+        "raw_cuda_graph",
     ]
+    assert backend.readout_sources[KEY] == "graph"  # this torch graph has no get_graph_data()
     expected = read_captured_graph(FakeTorchGraph.address, runtime=cuda, driver=FakeDriver(cuda))  # type: ignore[arg-type]
     assert backend.graph_readouts[KEY] == expected
     assert backend.graph_readouts[KEY].branches() == 2
@@ -111,7 +113,7 @@ def test_a_failed_read_is_said_and_the_graph_still_instantiated(cuda: FakeRuntim
     backend = CudaGraphBackend("cuda")
     with pytest.warns(GraphReadoutWarning, match=r"graph capture .*cudaGraphGetNodes failed.*profiler replay"):
         backend.capture_one(KEY, lambda: None)
-    assert FakeTorchGraph.events[-1] == "instantiate"
+    assert "instantiate" in FakeTorchGraph.events
     assert KEY not in backend.graph_readouts
 
 
@@ -125,7 +127,7 @@ def test_a_driver_without_the_call_is_said_and_the_graph_still_instantiated(
     monkeypatch.setattr(FakeDriver, "cuGraphKernelNodeGetParams", missing)
     with pytest.warns(GraphReadoutWarning, match=r'reading the captured graph: Function "cuGraphKernelNodeGetParams"'):
         backend.capture_one(KEY, lambda: None)
-    assert FakeTorchGraph.events[-1] == "instantiate" and KEY not in backend.graph_readouts
+    assert "instantiate" in FakeTorchGraph.events and KEY not in backend.graph_readouts
 
 
 def test_without_cuda_bindings_graphs_are_captured_as_before(
@@ -207,15 +209,35 @@ def test_without_a_replay_kernels_come_from_the_graph_alone(cuda: FakeRuntime13)
     assert FakeTorchGraph.events.count("replay") == 0
 
 
-def test_a_replay_that_lost_every_record_leaves_the_key_incomplete_not_failed(
+def test_a_replay_that_lost_every_record_leaves_the_key_incomplete_and_without_a_golden(
     cuda: FakeRuntime13, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without a readout an empty replay is a profiler fault that fails the capture; with one, the graph stands."""
+    """Without a readout an empty replay is a profiler fault that fails the capture; with one, the graph stands,
+    the key is incomplete naming the silenced profiler, and no golden may be written from it."""
     backend = CudaGraphBackend("cuda")
     result = _captured(backend)
     monkeypatch.setattr(capture_module, "replay_kernels_from_profile", lambda prof: [])
+    monkeypatch.delenv("CUDA_INJECTION64_PATH", raising=False)
     with pytest.warns(Warning, match="kernel evidence incomplete"):
         capture_module._attach_replay_kernels(result, backend, backend_module.CaptureProgress(), None)
     summary = result.keys[KEY].summary
-    assert not summary.complete and "missing from the replay" in summary.incomplete_reason
+    assert not summary.complete
+    assert "replay recorded no kernels although the graph launches kernels" in summary.incomplete_reason
+    assert result.keys[KEY].no_golden == summary.incomplete_reason
     assert sum(k["count"] for k in summary.kernels) == 7
+
+
+def test_a_silent_replay_names_the_cupti_client_found(cuda: FakeRuntime13, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An injection library set after the capture began (a recorder loaded by the process) is named in the reason."""
+    backend = CudaGraphBackend("cuda")
+    result = _captured(backend)
+    monkeypatch.setattr(capture_module, "replay_kernels_from_profile", lambda prof: [])
+    monkeypatch.setenv("CUDA_INJECTION64_PATH", "/opt/recorder.so")
+    with pytest.warns(Warning, match="kernel evidence incomplete"):
+        capture_module._attach_replay_kernels(result, backend, backend_module.CaptureProgress(), None)
+    reason = result.keys[KEY].summary.incomplete_reason
+    assert (
+        "another CUPTI client holds CUPTI (a CUPTI injection library (CUDA_INJECTION64_PATH=/opt/recorder.so))"
+        in reason
+    )
+    assert result.keys[KEY].no_golden == reason

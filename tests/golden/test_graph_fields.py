@@ -157,7 +157,11 @@ def test_launch_shapes_survive_normalization_and_the_golden_text(tmp_path: Path)
     [
         ("launch", "<<<16,128>>>", "kernels[0].launch must be a launch shape like <<<{16,10,2},128,0>>>"),
         ("launch", 16, "kernels[0].launch must be a launch shape"),
-        ("kernel_source", "profiler", "kernel_source must be one of graph, replay, capture-window, dot or null"),
+        (
+            "kernel_source",
+            "profiler",
+            "kernel_source must be one of graph-data, graph, replay, capture-window, dot or null",
+        ),
         ("topology", {"nodes": {"kernel": 0}, "branches": 1}, 'topology must be {"nodes"'),
         ("topology", {"nodes": {"kernel": 2}}, 'topology must be {"nodes"'),
         ("topology", [1], 'topology must be {"nodes"'),

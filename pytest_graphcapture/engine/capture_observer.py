@@ -1,0 +1,260 @@
+"""Observe every graph capture while an engine's capture function runs.
+
+Two ways, chosen by probing torch (:func:`~pytest_graphcapture.summary.torch_caps.graph_hooks`):
+
+* **torch's global hooks** where they exist (torch 2.15): a capture-start, capture-end
+  and instantiate hook registered with ``torch.cuda.graphs.register_graph_capture_start_hook``
+  and its siblings, removed when the block ends.  Nothing of torch is patched, and every
+  graph is seen — the engine's, inductor's, a library's.  torch runs the start hook right
+  after ``capture_begin`` made the capture live, the end hook after ``capture_end_pre``
+  while the captured ``cudaGraph_t`` is still live, and the instantiate hook after each
+  ``instantiate()`` (``capture_end`` instantiates a ``keep_graph=False`` graph itself);
+* **patching** ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end`` (what
+  ``torch.cuda.graph`` calls) for the block, on torch 2.8–2.14.
+
+torch swallows every exception a global hook raises (``_run_global_hooks``), so nothing
+raised in ours may be lost: each failure inside a hook — the listener's, a check's, a bug —
+is kept in :attr:`CaptureObserver.failures`, handed to ``on_failure`` at once, and
+:meth:`CaptureObserver.raise_kept` raises the first when the capture ends.  On the patching
+path the same failures are kept too, and raised into the engine as before.
+
+Off CUDA the eager stand-in graph fires torch's global hooks the way ``torch/cuda/graphs.py``
+does (:func:`fire_torch_hooks`), so the hook path runs on CPU as it does on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, Iterator, Optional, Protocol
+
+import torch
+
+from ..errors import GraphCaptureError
+from ..summary.torch_caps import graph_hooks
+
+#: torch's private registries of global hooks (torch/cuda/graphs.py) that ``_run_global_hooks`` runs, by event.
+_REGISTRIES = {
+    "capture start": "_global_capture_start_hooks",
+    "capture end": "_global_capture_end_hooks",
+    "instantiate": "_global_instantiate_hooks",
+    "replay start": "_global_replay_start_hooks",
+    "replay end": "_global_replay_end_hooks",
+}
+
+
+class CaptureListener(Protocol):
+    """What the observer tells of each graph (``capture_failed`` and ``graph_instantiated`` are optional)."""
+
+    def capture_begin(self, graph: Any) -> bool: ...
+
+    def capture_end(self, graph: Any) -> None: ...
+
+
+class HookFailure(GraphCaptureError):
+    """Something other than the gate's own check failed inside one of its capture hooks (kept, then raised)."""
+
+
+@dataclasses.dataclass
+class Kept:
+    """One failure inside the observer's hooks: the event it happened at, and the error."""
+
+    event: str
+    error: BaseException
+
+
+class CaptureObserver:
+    """The observation of one block: how (``mode``: ``"hooks"`` or ``"patch"``) and the failures kept."""
+
+    def __init__(self, mode: str, on_failure: Optional[Callable[[BaseException], None]]) -> None:
+        self.mode = mode
+        self.failures: list[Kept] = []
+        self._on_failure = on_failure
+
+    def keep(self, event: str, error: BaseException) -> BaseException:
+        """Keep ``error`` raised at ``event``; the gate's own errors as they are, anything else as a HookFailure."""
+        if not isinstance(error, GraphCaptureError):
+            wrapped = HookFailure(
+                f"graph_capture.engine: the gate's graph {event} hook failed: {type(error).__name__}: {error}"
+            )
+            wrapped.__cause__ = error
+            error = wrapped
+        self.failures.append(Kept(event, error))
+        if self._on_failure is not None:
+            try:
+                self._on_failure(error)
+            except Exception:  # the failure is kept here either way
+                pass
+        return error
+
+    def raise_kept(self) -> None:
+        """Raise the first failure kept, if any: at the end of the capture, none is lost."""
+        if self.failures:
+            raise self.failures[0].error
+
+
+def fire_torch_hooks(event: str, graph: Any) -> None:
+    """Run torch's global hooks of ``event`` with ``graph``, as ``torch/cuda/graphs.py`` runs them (a stand-in's use).
+
+    A no-op where torch has no such registry (before 2.15): there the capture is observed by patching.
+    """
+    graphs = getattr(torch.cuda, "graphs", None)
+    registry = getattr(graphs, _REGISTRIES[event], None)
+    run = getattr(graphs, "_run_global_hooks", None)
+    if registry and callable(run):
+        run(registry, graph)
+
+
+def stand_in_fires_hooks() -> bool:
+    """Whether :func:`fire_torch_hooks` reaches torch's registries (so the hook path can run off CUDA)."""
+    graphs = getattr(torch.cuda, "graphs", None)
+    return callable(getattr(graphs, "_run_global_hooks", None)) and all(
+        isinstance(getattr(graphs, name, None), dict) for name in _REGISTRIES.values()
+    )
+
+
+def still_capturing(graph: Any, beginning: Any = None) -> bool:
+    """Whether ``graph``'s capture is still under way (asked on torch's hooks, where a failed end runs no hook).
+
+    The CPU stand-in says so itself (``capturing``); a real graph is capturing while the
+    current stream is (the loop's calls run on the capture stream inside the graph's
+    context).  ``beginning``: a real graph whose capture begins now makes the stream
+    capture, so that answer would be its own — the open graph then counts as capturing.
+    """
+    capturing = getattr(graph, "capturing", None)
+    if isinstance(capturing, bool):
+        return capturing
+    if beginning is not None:
+        return True
+    is_capturing = getattr(torch.cuda, "is_current_stream_capturing", None)
+    return bool(is_capturing()) if callable(is_capturing) else True
+
+
+def observation_mode(real_graphs: bool) -> str:
+    """``"hooks"`` where torch has the global capture hooks (and, off CUDA, the stand-in can fire them), else ``"patch"``."""
+    if graph_hooks(torch) is None:
+        return "patch"
+    return "hooks" if real_graphs or stand_in_fires_hooks() else "patch"
+
+
+@contextlib.contextmanager
+def observe_captures(
+    listener: Any,
+    *,
+    real_graphs: bool,
+    before_begin: Optional[Callable[[], None]] = None,
+    on_failure: Optional[Callable[[BaseException], None]] = None,
+    mode: Optional[str] = None,
+) -> Iterator[CaptureObserver]:
+    """Tell ``listener`` of every graph captured in the block; yield the :class:`CaptureObserver`.
+
+    ``before_begin()`` runs as each capture begins, before the listener hears of it (a check
+    that raises refuses the capture).  ``mode`` forces ``"hooks"`` or ``"patch"`` (default:
+    :func:`observation_mode`).  Everything registered or patched is undone when the block ends.
+    """
+    mode = mode or observation_mode(real_graphs)
+    observer = CaptureObserver(mode, on_failure)
+    with contextlib.ExitStack() as stack:
+        if mode == "hooks":
+            _register_hooks(stack, observer, listener, before_begin)
+        else:
+            _patch_graph_class(stack, observer, listener, before_begin)
+        yield observer
+
+
+def _register_hooks(
+    stack: contextlib.ExitStack, observer: CaptureObserver, listener: Any, before_begin: Optional[Callable[[], None]]
+) -> None:
+    hooks = graph_hooks(torch)
+    if hooks is None:
+        raise GraphCaptureError("graph_capture.engine: this torch has no global graph capture hooks")
+    register_start, register_end, register_instantiate = hooks
+    instantiated = getattr(listener, "graph_instantiated", None)
+
+    def guarded(event: str, call: Callable[[Any], Any]) -> Callable[[Any], None]:
+        def hook(graph: Any) -> None:
+            try:
+                call(graph)
+            except Exception as exc:  # torch would swallow it: keep it
+                observer.keep(event, exc)
+
+        return hook
+
+    def begin(graph: Any) -> None:
+        if before_begin is not None:
+            before_begin()
+        listener.capture_begin(graph)
+
+    for register, event, call in (
+        (register_start, "capture start", begin),
+        (register_end, "capture end", listener.capture_end),
+        (register_instantiate, "instantiate", instantiated),
+    ):
+        if call is not None:
+            stack.callback(register(guarded(event, call)).remove)
+
+
+def _patch_graph_class(
+    stack: contextlib.ExitStack, observer: CaptureObserver, listener: Any, before_begin: Optional[Callable[[], None]]
+) -> None:
+    graph_class = torch.cuda.CUDAGraph
+    begin, end = graph_class.capture_begin, graph_class.capture_end
+    failed = getattr(listener, "capture_failed", None)
+
+    def kept(event: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except Exception as exc:
+            observer.keep(event, exc)
+            raise
+
+    def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        if before_begin is not None:
+            kept("capture start", before_begin)
+        kept("capture start", lambda: listener.capture_begin(graph))
+        try:
+            return begin(graph, *args, **kwargs)
+        except Exception as exc:  # torch refused the capture: the graph never began
+            if failed is not None:
+                failed(graph, exc)
+            raise
+
+    def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            out = end(graph, *args, **kwargs)
+        except Exception as exc:  # e.g. a capture an error inside it invalidated
+            if failed is not None:
+                failed(graph, exc)
+            raise
+        kept("capture end", lambda: listener.capture_end(graph))
+        return out
+
+    stack.enter_context(_patched(graph_class, "capture_begin", capture_begin))
+    stack.enter_context(_patched(graph_class, "capture_end", capture_end))
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name = value`` for the block; the class's own attribute (or its absence) restored after."""
+    missing = object()
+    before = owner.__dict__.get(name, missing)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if before is missing:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, before)
+
+
+__all__ = [
+    "CaptureListener",
+    "CaptureObserver",
+    "HookFailure",
+    "fire_torch_hooks",
+    "observation_mode",
+    "observe_captures",
+    "stand_in_fires_hooks",
+    "still_capturing",
+]
