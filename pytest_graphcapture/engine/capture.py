@@ -83,7 +83,11 @@ def _label(key: CaptureKey) -> str:
     return f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)}"
 
 
-def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey, Optional[Callable[[], Path]]], Any]:
+def _summarizer(
+    settings: CaptureSettings, held_graphs: Optional[Callable[[CaptureKey], bool]] = None
+) -> Callable[[Any, CaptureKey, Optional[Callable[[], Path]]], Any]:
+    """The live summary of one key; ``held_graphs(key)``: its capture forward held graphs, one Summary each."""
+
     def summarize(prof: Any, key: CaptureKey, export: Optional[Callable[[], Path]] = None) -> Any:
         return summarize_profile(
             prof,
@@ -92,21 +96,29 @@ def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey, Optiona
             level=settings.level,
             environment=settings.environment,
             export=export,
+            graphs=held_graphs is not None and held_graphs(key),
         )
 
     return summarize
 
 
-def make_profiler(settings: CaptureSettings, device: torch.device, runner_name: str, rank: int) -> Any:
+def make_profiler(
+    settings: CaptureSettings,
+    device: torch.device,
+    runner_name: str,
+    rank: int,
+    held_graphs: Optional[Callable[[CaptureKey], bool]] = None,
+) -> Any:
     """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None.
 
     Summaries need per-batch-size profiling unless the run asked for one single trace.
+    ``held_graphs(key)``: whether a key's capture forward held its graphs (summarized one per graph).
     """
     if settings.trace == "per-bs" or (settings.summarize and settings.trace != "single"):
         return PerBatchSizeProfiler(
             device,
             export_dir=settings.out_dir if settings.trace == "per-bs" else None,
-            summarizer=_summarizer(settings) if settings.summarize else None,
+            summarizer=_summarizer(settings, held_graphs) if settings.summarize else None,
             flags=settings.profiler_flags,
             group=settings.trace_group,
         )

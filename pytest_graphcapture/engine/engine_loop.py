@@ -117,7 +117,8 @@ def capture_engine_loop(
     backend = make_backend(device) if device.type == "cuda" else make_backend("cpu")
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
     refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
-    profiler = make_profiler(settings, backend.device, runner_name, rank)
+    # A key whose capture forward held its graphs is summarized one Summary per graph.
+    profiler = make_profiler(settings, backend.device, runner_name, rank, held_graphs=lambda k: k in loop.held_keys)
     with_profiler = takes_profiler(fn)
     loop = LoopObserver(
         key=key,
