@@ -18,6 +18,7 @@ import torch
 from ..errors import CaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import memory_snapshot_path
+from ..summary.graphs import of_graphs
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_graph, with_replay
 from .backend import Backend, CaptureProgress
@@ -300,28 +301,45 @@ def _attach_replay_kernels(
             continue
         progress.key = key
         progress.enter("replay")
+        # A key whose capture forward held its graphs (pieces) replays each, one profile per graph.
+        graphs = key_result.graph if isinstance(key_result.graph, tuple) else (key_result.graph,)
         backend.synchronize()
         started = time.perf_counter()
-        backend.replay(key_result.graph)
+        for graph in graphs:
+            backend.replay(graph)
         backend.synchronize()
         key_result.metrics.replay_seconds = time.perf_counter() - started
-        with quiet_kineto(), profile(activities=profiler_activities(backend.device)) as prof:
-            backend.replay(key_result.graph)
-            backend.synchronize()
-        kernels = replay_kernels_from_profile(prof)
-        readout = backend.graph_readouts.get(key)
-        silent = backend.kernel_evidence_required and not kernels
-        if silent and readout is None:
-            check_replay_evidence(key, kernels, suspected_clients())
-        if readout is not None:  # the graph's own kernels; the replay is their cross-check
-            source = backend.readout_sources.get(key, "graph")
-            if silent and any(node.type == "kernel" for node in readout.walk()):
-                key_result.summary = with_graph(key_result.summary, readout, source=source)
-                key_result.no_golden = mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
-            else:
-                key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
+        per_graph = []
+        for graph in graphs:
+            with quiet_kineto(), profile(activities=profiler_activities(backend.device)) as prof:
+                backend.replay(graph)
+                backend.synchronize()
+            per_graph.append(replay_kernels_from_profile(prof))
+        kernels = [kernel for replayed in per_graph for kernel in replayed]
+        parts = key_result.summary.graphs
+        if isinstance(key_result.graph, tuple) and parts and len(parts) == len(per_graph):
+            if backend.kernel_evidence_required and not kernels:
+                check_replay_evidence(key, kernels, suspected_clients())
+            key_result.summary = of_graphs([with_replay(g, k) for g, k in zip(parts, per_graph)])
         else:
-            key_result.summary = with_replay(key_result.summary, kernels)
+            _attach_one_replay(key, key_result, backend, kernels)
         if report is not None:
             report(f"{_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
     progress.enter("done")
+
+
+def _attach_one_replay(key: CaptureKey, key_result: KeyResult, backend: Backend, kernels: list) -> None:
+    """The replay's kernels join a key of one graph, cross-checked against the graph's own readout if read."""
+    readout = backend.graph_readouts.get(key)
+    silent = backend.kernel_evidence_required and not kernels
+    if silent and readout is None:
+        check_replay_evidence(key, kernels, suspected_clients())
+    if readout is not None:  # the graph's own kernels; the replay is their cross-check
+        source = backend.readout_sources.get(key, "graph")
+        if silent and any(node.type == "kernel" for node in readout.walk()):
+            key_result.summary = with_graph(key_result.summary, readout, source=source)
+            key_result.no_golden = mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
+        else:
+            key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
+    else:
+        key_result.summary = with_replay(key_result.summary, kernels)

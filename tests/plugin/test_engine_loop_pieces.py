@@ -114,6 +114,8 @@ def test_a_piecewise_engine_records_its_pieces_and_fails_when_two_merge(
         assert not any("aten::softmax" in got for got in names)
         assert "aten::softmax" not in [op["name"] for op in stored["ops"]]
     run(pytester, "--golden-dir=goldens", "-p", "no:randomly").assert_outcomes(passed=2)
+    # Replayed (as on a GPU), each piece is replayed and read on its own: the key keeps its graphs.
+    run(pytester, "--golden-dir=goldens", "--graph-capture-replay=on", "-p", "no:randomly").assert_outcomes(passed=2)
     monkeypatch.setenv("MERGE", "1")
     result = run(pytester, "--golden-dir=goldens", "-p", "no:randomly")
     result.assert_outcomes(passed=1, failed=1)
