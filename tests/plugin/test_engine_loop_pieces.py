@@ -41,11 +41,15 @@ class PiecewiseEngine:
         x = self.x[:bs]
         groups = [[0, 1]] + [[i] for i in range(2, PIECES)] if MERGE else [[i] for i in range(PIECES)]
         for n, group in enumerate(groups):
-            if self.capturing:
+            if self.capturing and self.mistake == "left open" and n == 1:
+                torch.cuda.CUDAGraph().capture_begin()  # never ended
+            elif self.capturing:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     for i in group:
                         x = self.piece(i, x)
+                    if self.mistake == "raises" and bs == 2 and n == 1:
+                        raise RuntimeError("the piece ran out of workspace")
                 self.graphs.setdefault(bs, []).append(graph)
             else:
                 for i in group:
@@ -129,21 +133,34 @@ MISTAKES = (
     + """
 
 
-def test_mistake(graph_capture):
-    engine = PiecewiseEngine("no pieces")
+import pytest
+
+
+@pytest.mark.parametrize("mistake", ["no pieces", "left open", "raises"])
+def test_mistake(graph_capture, mistake):
+    engine = PiecewiseEngine(mistake)
     graph_capture.engine(engine.capture, forward=(engine, "forward"), key=lambda bs: bs)
+
+
+def test_zz_torch_cuda_is_unpatched():
+    now = (torch.cuda.CUDAGraph, torch.cuda.graph, torch.cuda.CUDAGraph.capture_begin, torch.cuda.synchronize)
+    assert now == ORIGINAL
 """
 )
 
 
-def test_a_capture_forward_that_holds_no_graph_is_one_line(pytester: pytest.Pytester) -> None:
+def test_a_capture_forward_without_graphs_or_with_a_failed_piece_is_one_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mistakes=MISTAKES)
     result = run(pytester, "-p", "no:randomly")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=3, passed=1)
     result.stdout.fnmatch_lines(
         [
             "*CaptureContractError: graph_capture.engine: PiecewiseEngine bs=4: capture: expected the start of the "
             "graph capture, but the loop ran a forward; *a graph around the forward, or graphs begun inside it*",
+            "*CaptureContractError: graph_capture.engine: PiecewiseEngine bs=4: capture: the forward returned while "
+            "a graph begun inside it was still capturing*",
+            "*CaptureError: capturing PiecewiseEngine[[]bs=2, rank=0[]] failed during capture: RuntimeError: the "
+            "piece ran out of workspace*",
         ]
     )
     assert "internal error" not in result.stdout.str()
