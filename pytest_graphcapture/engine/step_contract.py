@@ -58,8 +58,8 @@ class CaptureContractError(GraphCaptureError):
 class StepContract:
     """Checks the observed calls of an engine's loop, as they happen, against :func:`user_key_sequence`.
 
-    Per key: ``warmups`` forwards each followed by a profiler step, then one graph
-    holding one forward of that key, then a step; keys largest batch size first
+    Per key: ``warmups`` forwards each followed by a profiler step, then the capture (one
+    graph holding one forward of that key, or one forward holding the key's graphs), then a step; keys largest batch size first
     (variants of one size in any order), one graph per key.  :meth:`feed` raises
     :class:`CaptureContractError` naming the key and the stage at the first call out of place.
     """
