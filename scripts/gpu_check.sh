@@ -87,7 +87,7 @@ step examples "$python" -m pytest -q -p no:cacheprovider examples --graph-captur
 step probe "$python" scripts/gpu_probe.py probe "$out/probe.json" --device "$device"
 step timings "$python" scripts/gpu_probe.py timings "$out/timings.json" --device "$device" \
     --repeat "$repeat" --batch-sizes "$sizes"
-step agree "$python" scripts/gpu_probe.py agree "$out/agree.json" --goldens "$out/goldens" \
+step agree "$python" scripts/gpu_probe.py agree "$out/agree.json" --device "$device" --goldens "$out/goldens" \
     --traces "$out/examples/graph_capture_profile"
 step graph "$python" scripts/gpu_probe.py graph "$out/graph.json" --device "$device" --batch-sizes "$sizes"
 step hooks "$python" scripts/gpu_engine_probe.py hooks "$out/hooks.json" --device "$device"

@@ -162,6 +162,9 @@ def test_readme_main_job_counts_the_keys_it_checks_and_leaves_one_trace_per_key(
     claim = next(s for s in _sentences(_read("README.md")) if s.startswith("**Main job**"))
     assert f"({len(goldens)} keys on CPU)" in claim, claim
     assert "one trace per key" in claim and "its own folder" in claim, claim
+    recorded = list((REPO / "examples" / "goldens").glob("*/engine_traces/**/*.json"))
+    readme = " ".join(_read("README.md").split())
+    assert f"also gates {len(recorded)} keys of [`examples/engine_traces/`]" in readme
 
 
 def test_golden_workflow_shows_the_trace_folder_the_plugin_writes() -> None:
