@@ -18,6 +18,7 @@ import torch
 from ..errors import CaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import memory_snapshot_path
+from ..summary.graphs import of_graphs
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_graph, with_replay
 from .backend import Backend, CaptureProgress
@@ -83,7 +84,11 @@ def _label(key: CaptureKey) -> str:
     return f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)}"
 
 
-def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey, Optional[Callable[[], Path]]], Any]:
+def _summarizer(
+    settings: CaptureSettings, held_graphs: Optional[Callable[[CaptureKey], bool]] = None
+) -> Callable[[Any, CaptureKey, Optional[Callable[[], Path]]], Any]:
+    """The live summary of one key; ``held_graphs(key)``: its capture forward held graphs, one Summary each."""
+
     def summarize(prof: Any, key: CaptureKey, export: Optional[Callable[[], Path]] = None) -> Any:
         return summarize_profile(
             prof,
@@ -92,21 +97,29 @@ def _summarizer(settings: CaptureSettings) -> Callable[[Any, CaptureKey, Optiona
             level=settings.level,
             environment=settings.environment,
             export=export,
+            graphs=held_graphs is not None and held_graphs(key),
         )
 
     return summarize
 
 
-def make_profiler(settings: CaptureSettings, device: torch.device, runner_name: str, rank: int) -> Any:
+def make_profiler(
+    settings: CaptureSettings,
+    device: torch.device,
+    runner_name: str,
+    rank: int,
+    held_graphs: Optional[Callable[[CaptureKey], bool]] = None,
+) -> Any:
     """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None.
 
     Summaries need per-batch-size profiling unless the run asked for one single trace.
+    ``held_graphs(key)``: whether a key's capture forward held its graphs (summarized one per graph).
     """
     if settings.trace == "per-bs" or (settings.summarize and settings.trace != "single"):
         return PerBatchSizeProfiler(
             device,
             export_dir=settings.out_dir if settings.trace == "per-bs" else None,
-            summarizer=_summarizer(settings) if settings.summarize else None,
+            summarizer=_summarizer(settings, held_graphs) if settings.summarize else None,
             flags=settings.profiler_flags,
             group=settings.trace_group,
         )
@@ -288,28 +301,45 @@ def _attach_replay_kernels(
             continue
         progress.key = key
         progress.enter("replay")
+        # A key whose capture forward held its graphs (pieces) replays each, one profile per graph.
+        graphs = key_result.graph if isinstance(key_result.graph, tuple) else (key_result.graph,)
         backend.synchronize()
         started = time.perf_counter()
-        backend.replay(key_result.graph)
+        for graph in graphs:
+            backend.replay(graph)
         backend.synchronize()
         key_result.metrics.replay_seconds = time.perf_counter() - started
-        with quiet_kineto(), profile(activities=profiler_activities(backend.device)) as prof:
-            backend.replay(key_result.graph)
-            backend.synchronize()
-        kernels = replay_kernels_from_profile(prof)
-        readout = backend.graph_readouts.get(key)
-        silent = backend.kernel_evidence_required and not kernels
-        if silent and readout is None:
-            check_replay_evidence(key, kernels, suspected_clients())
-        if readout is not None:  # the graph's own kernels; the replay is their cross-check
-            source = backend.readout_sources.get(key, "graph")
-            if silent and any(node.type == "kernel" for node in readout.walk()):
-                key_result.summary = with_graph(key_result.summary, readout, source=source)
-                key_result.no_golden = mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
-            else:
-                key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
+        per_graph = []
+        for graph in graphs:
+            with quiet_kineto(), profile(activities=profiler_activities(backend.device)) as prof:
+                backend.replay(graph)
+                backend.synchronize()
+            per_graph.append(replay_kernels_from_profile(prof))
+        kernels = [kernel for replayed in per_graph for kernel in replayed]
+        parts = key_result.summary.graphs
+        if isinstance(key_result.graph, tuple) and parts and len(parts) == len(per_graph):
+            if backend.kernel_evidence_required and not kernels:
+                check_replay_evidence(key, kernels, suspected_clients())
+            key_result.summary = of_graphs([with_replay(g, k) for g, k in zip(parts, per_graph)])
         else:
-            key_result.summary = with_replay(key_result.summary, kernels)
+            _attach_one_replay(key, key_result, backend, kernels)
         if report is not None:
             report(f"{_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
     progress.enter("done")
+
+
+def _attach_one_replay(key: CaptureKey, key_result: KeyResult, backend: Backend, kernels: list) -> None:
+    """The replay's kernels join a key of one graph, cross-checked against the graph's own readout if read."""
+    readout = backend.graph_readouts.get(key)
+    silent = backend.kernel_evidence_required and not kernels
+    if silent and readout is None:
+        check_replay_evidence(key, kernels, suspected_clients())
+    if readout is not None:  # the graph's own kernels; the replay is their cross-check
+        source = backend.readout_sources.get(key, "graph")
+        if silent and any(node.type == "kernel" for node in readout.walk()):
+            key_result.summary = with_graph(key_result.summary, readout, source=source)
+            key_result.no_golden = mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
+        else:
+            key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
+    else:
+        key_result.summary = with_replay(key_result.summary, kernels)

@@ -4,7 +4,8 @@ An engine captures its decode graphs in its own start-up loop: per batch size (a
 variant) two warmup forwards, then the capture under ``torch.cuda.graph``, largest
 batch size first.  :func:`capture_engine_loop` runs that loop for real while it
 
-* wraps the forward method named by ``forward`` (the body every graph holds) and observes
+* wraps the forward method named by ``forward`` (the body a graph holds, or the forward that
+  holds a key's graphs, :mod:`.held_capture`) and observes
   every graph capture (:mod:`.capture_observer`: torch's global capture hooks where torch
   has them, else wrapping ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end``), routing
   each call to a :class:`~.loop_observer.LoopObserver` that attributes forwards and graphs
@@ -117,7 +118,8 @@ def capture_engine_loop(
     backend = make_backend(device) if device.type == "cuda" else make_backend("cpu")
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
     refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
-    profiler = make_profiler(settings, backend.device, runner_name, rank)
+    # A key whose capture forward held its graphs is summarized one Summary per graph.
+    profiler = make_profiler(settings, backend.device, runner_name, rank, held_graphs=lambda k: k in loop.held_keys)
     with_profiler = takes_profiler(fn)
     loop = LoopObserver(
         key=key,

@@ -3,8 +3,8 @@
 The engine-loop gate (:mod:`.engine_loop`) routes the engine's forward method, the
 graphs' ``capture_begin`` / ``capture_end`` and the profiler steps of ``fn(profiler)``
 through one :class:`LoopObserver`.  It attributes each forward to its key, knows the
-graph each key's forward ran in (a graph begun while a forward runs belongs to a
-library inside the forward, never to a key), feeds every call to the
+graph each key's forward ran in — or, for a capture forward that holds its graphs
+(pieces begun inside it, :mod:`.held_capture`), the graphs it held — feeds every call to the
 :class:`~.step_contract.StepContract`, steps the per-batch-size profiler and closes
 each key into a :class:`~.result.KeyResult`.
 
@@ -29,6 +29,7 @@ from .backend import CaptureProgress
 from .capture import CaptureSettings, _label
 from .capture_observer import CaptureObserver, still_capturing
 from .guard import check_capture_evidence
+from .held_capture import HeldCapture
 from .profiling import PerBatchSizeProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 from .stand_ins import EagerCUDAGraph
@@ -93,8 +94,12 @@ class LoopObserver:
         self.plugin_steps = plugin_steps
         self.contract = StepContract(warmups)
         self.progress = CaptureProgress(on_stage=settings.on_stage)
-        self.depth = 0  # forwards running now (a library's graph begun inside one is not a key)
+        self.depth = 0  # forwards running now (a graph begun inside one is a piece of the capture forward)
         self.graph: Optional[_Graph] = None
+        #: The capture forward running now that may hold its key's graphs; the keys whose forward held them.
+        self.held: Optional[HeldCapture] = None
+        self.held_keys: set[CaptureKey] = set()
+        #: Graphs begun inside a graph being captured: a library's inside the forward, part of that graph.
         self.library_graphs: set[int] = set()
         self.metrics: dict[CaptureKey, KeyMetrics] = {}
         self.started: dict[CaptureKey, float] = {}
@@ -183,7 +188,11 @@ class LoopObserver:
             key = self._key(args, kwargs)
             if self.graph is not None:
                 self._enter_graph(key, original, args, kwargs)
-            self._feed(FORWARD, key)
+                self._feed(FORWARD, key)
+            elif self.contract.at_capture(key):  # the capture is due: this forward may hold the graphs
+                self.held = HeldCapture(key)
+            else:
+                self._feed(FORWARD, key)
         self.depth += 1
         try:
             out = original(*args, **kwargs)
@@ -192,6 +201,22 @@ class LoopObserver:
             raise
         finally:
             self.depth -= 1
+            held, self.held = self.held, None
+            if held is not None:
+                held.close_range()
+        if held is not None:
+            with self._recorded():
+                if held.open is not None:
+                    self.contract.fail(
+                        key,
+                        "capture: the forward returned while a graph begun inside it was still capturing; end "
+                        "each graph's capture inside the forward that began it",
+                    )
+                if held.graphs:
+                    self._exit_held(held)
+                else:  # the capture was due and the forward held no graph: refused as before
+                    self._feed(FORWARD, key)
+            return out
         if self.graph is None and self.plugin_steps:
             with self._recorded():
                 self._feed(STEP, key)
@@ -228,10 +253,9 @@ class LoopObserver:
             graph.graph.calls.append((original, args, kwargs))
 
     def capture_begin(self, graph: Any) -> bool:
-        """A graph begins; False when it is a library's (begun inside a forward), not the engine's."""
+        """A graph begins: one around a forward, or (inside a forward) a piece of the key's capture forward."""
         if self.depth:
-            self.library_graphs.add(id(graph))
-            return False
+            return self._begin_held(graph)
         self._ended_unseen(beginning=graph)
         self._raise_kept()
         if self.graph is not None:
@@ -244,10 +268,65 @@ class LoopObserver:
         self.graph = _Graph(graph, memory=self.backend.memory_stats(), handling=sys.exc_info()[1])
         return True
 
+    def _begin_held(self, graph: Any) -> bool:
+        """A graph begun inside a forward: a piece of the key's capture forward, else a library's (False).
+
+        Only the forward whose capture is due (after the key's warmups, with no graph around
+        it) holds the key's graphs.  A graph begun in a warmup forward, or while another graph
+        is being captured, is a library's inside the forward (its work in a capture is that
+        graph's, as on a GPU), never a key's.
+        """
+        held = self.held
+        if held is None or held.open is not None or self.graph is not None:
+            self.library_graphs.add(id(graph))
+            return False
+        self._raise_kept()
+        with self._recorded():
+            if not held.graphs:  # the key's capture begins with its first graph
+                self._feed(GRAPH_ENTER, held.key)
+                self._feed(FORWARD, held.key)
+                held.memory = self.backend.memory_stats()
+            held.begin(graph)
+            if not held.graphs:
+                self.metrics[held.key].warmup_seconds = held.started - self.started[held.key]
+        return True
+
+    def _end_held(self, graph: Any) -> bool:
+        """The end of a graph begun inside the capture forward (True), kept unless an exception leaves it."""
+        held = self.held
+        if held is None or held.open is not graph:
+            return False
+        leaving = sys.exc_info()[1]
+        failed = leaving is not None and leaving is not held.handling
+        held.end(graph, kept=not failed)
+        if failed:  # the key failed during its capture; nothing raised here replaces that exception
+            self._record(leaving, held.key, "capture")  # type: ignore[arg-type]
+        return True
+
+    def _exit_held(self, held: HeldCapture) -> None:
+        """The capture forward returned holding graphs: they are the key's, in capture order."""
+        key = held.key
+        self._measure(key, held.started, held.memory)
+        self.graphs[key] = tuple(held.graphs)
+        self.held_keys.add(key)  # before the step after the capture, which summarizes the key
+        self._feed(GRAPH_EXIT, key)
+        if self.plugin_steps:
+            self._feed(STEP, key)
+
+    def _measure(self, key: CaptureKey, started: float, memory: Optional[tuple[int, int]]) -> None:
+        metrics = self.metrics[key]
+        metrics.capture_seconds = time.perf_counter() - started
+        after = self.backend.memory_stats()
+        if memory is not None and after is not None:
+            metrics.memory_allocated = after[0] - memory[0]
+            metrics.memory_reserved = after[1] - memory[1]
+
     def capture_end(self, graph: Any) -> None:
         """A graph's capture ended: its key moves on, unless the capture is being left by an exception."""
         if self.library_graphs and id(graph) in self.library_graphs:
             self.library_graphs.discard(id(graph))
+            return
+        if self._end_held(graph):
             return
         entered, self.graph = self.graph, None
         if entered is None:
@@ -292,6 +371,14 @@ class LoopObserver:
         if self.library_graphs and id(graph) in self.library_graphs:
             self.library_graphs.discard(id(graph))
             return
+        held = self.held
+        if held is not None and held.open is graph:
+            held.end(graph, kept=False)
+            root = (
+                error.__context__ if error.__context__ is not None and error.__context__ is not held.handling else error
+            )
+            self._record(root, held.key, "capture")
+            return
         entered, self.graph = self.graph, None
         handling = entered.handling if entered is not None else None
         root = error.__context__ if error.__context__ is not None and error.__context__ is not handling else error
@@ -308,12 +395,7 @@ class LoopObserver:
                 f"told; capture the engine's forward inside the graph, or name the method it calls",
             )
         key = entered.key
-        metrics = self.metrics[key]
-        metrics.capture_seconds = time.perf_counter() - entered.started
-        after = self.backend.memory_stats()
-        if entered.memory is not None and after is not None:
-            metrics.memory_allocated = after[0] - entered.memory[0]
-            metrics.memory_reserved = after[1] - entered.memory[1]
+        self._measure(key, entered.started, entered.memory)
         self.graphs[key] = entered.graph
         self._feed(GRAPH_EXIT, key)
         if self.plugin_steps:

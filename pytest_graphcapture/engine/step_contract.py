@@ -1,8 +1,9 @@
 """The step contract of an engine's capture loop: which calls, in which order, per key.
 
 Per key an engine runs ``warmups`` forwards, each followed by a profiler step, then
-one graph holding one forward of that key, then one more step; keys largest batch
-size first.  :class:`StepContract` checks the observed calls against that sequence
+its capture forward — wrapped by one graph, or holding the key's graphs (pieces begun
+inside it) — then one more step; keys largest batch size first.  A capture forward
+holding graphs is fed as the same three calls (graph start, forward, graph end).  :class:`StepContract` checks the observed calls against that sequence
 as they happen; :func:`user_key_sequence` is the sequence itself, which
 :mod:`pytest_graphcapture.contract` also checks on recording fakes.
 """
@@ -57,8 +58,8 @@ class CaptureContractError(GraphCaptureError):
 class StepContract:
     """Checks the observed calls of an engine's loop, as they happen, against :func:`user_key_sequence`.
 
-    Per key: ``warmups`` forwards each followed by a profiler step, then one graph
-    holding one forward of that key, then a step; keys largest batch size first
+    Per key: ``warmups`` forwards each followed by a profiler step, then the capture (one
+    graph holding one forward of that key, or one forward holding the key's graphs), then a step; keys largest batch size first
     (variants of one size in any order), one graph per key.  :meth:`feed` raises
     :class:`CaptureContractError` naming the key and the stage at the first call out of place.
     """
@@ -104,6 +105,13 @@ class StepContract:
             return True
         return False
 
+    def at_capture(self, key: CaptureKey) -> bool:
+        """Whether ``key``'s capture is due now (its warmups done): a forward now may hold the key's graphs."""
+        at = self.expected.index(GRAPH_ENTER)
+        if key == self.key:
+            return self.position == at
+        return at == 0 and key not in self.done
+
     def finish(self) -> None:
         """The loop returned: the last key must be complete and at least one key captured."""
         if self.key is not None and self.position != len(self.expected):
@@ -128,7 +136,7 @@ class StepContract:
         warmups = self.expected.count(FORWARD) - 1
         return (
             f"per key the loop must run {warmups} warmup forwards, each followed by a profiler step, then the "
-            f"graph capture, then one more profiler step"
+            f"graph capture (a graph around the forward, or graphs begun inside it), then one more profiler step"
         )
 
     @staticmethod

@@ -31,6 +31,7 @@ from .normalize import (
     DEFAULT_LEVEL,
 )
 from .scan import _GPU_CATS, _INTERESTING_RUNTIME, _RUNTIME_CATS, KERNEL_LAUNCH_APIS, _api_base, _build, _Scan, _scan
+from .split import summarize_graphs
 from .torch_caps import event_caps
 
 
@@ -166,7 +167,8 @@ def _other_event(event: Any, activity: str, thread_of: Callable[[Any], Any]) -> 
                 args[field_name] = meta[field_name]
         return {"cat": activity, "name": event.name(), "ts": event.start_ns(), "args": args}
     if activity == "user_annotation":
-        return {"cat": activity, "name": event.name(), "ts": event.start_ns()}
+        # With its span: the gate's ranges around the graphs of a capture forward split the key.
+        return {"cat": activity, "name": event.name(), "ts": event.start_ns(), "dur": event.duration_ns()}
     return None
 
 
@@ -178,6 +180,7 @@ def summarize_profile(
     level: str = DEFAULT_LEVEL,
     environment: Optional[dict] = None,
     export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None,
+    graphs: bool = False,
 ) -> Summary:
     """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback.
 
@@ -187,6 +190,8 @@ def summarize_profile(
     exports it anyway; a torch profile exports only once, and its events must not be
     read after that.  Called only on torch builds whose events must be read from the
     trace (see the module docstring); otherwise a temporary export is made there.
+    ``graphs``: the key's capture forward held graphs (pieces): a Summary per graph
+    (:func:`~.split.summarize_graphs`), the eager ops between them left out.
     """
     if environment is None:
         environment = {
@@ -198,7 +203,10 @@ def summarize_profile(
     # Paused GC: summarizing allocates many short-lived dicts, which otherwise set off a full
     # collection of the whole (torch-sized) heap every few captures.
     with gc_paused():
-        return _build(_scan_profile(prof, export), key, platform, level, environment)
+        scan = _scan_profile(prof, export)
+        if graphs:
+            return summarize_graphs(scan, key, platform, level, environment)
+        return _build(scan, key, platform, level, environment)
 
 
 def replay_kernels_from_profile(

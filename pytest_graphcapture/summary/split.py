@@ -38,9 +38,10 @@ from ..keys import CaptureKey, is_int
 from ..naming import key_from_trace_name, trace_stem
 from .files import collect_trace_file
 from .graphs import of_graphs
+from .model import Summary
 from .normalize import DEFAULT_LEVEL, check_level
 from .platform import environment_from_trace, platform_from_trace
-from .scan import CaptureWindows, _build, _Scan, build_summary, launching_ops
+from .scan import CaptureWindows, _build, _Scan, _span_order, build_summary, launching_ops
 
 #: vLLM's range around one captured shape: ``capture_{bs}_{mode}``, after a subsystem's prefix where it has one.
 CAPTURE_MARK = re.compile(
@@ -49,6 +50,10 @@ CAPTURE_MARK = re.compile(
 
 #: sglang's one trace of the whole capture (and the plugin's single mode): ``cuda_graph_capture-{runner}-TP-{rank}``.
 SINGLE_TRACE = re.compile(r"^cuda_graph_capture-(?P<runner>.+)-TP-(?P<rank>[0-9]+)$")
+
+#: The range the engine-loop gate records around each graph begun inside a forward (a piece), so a
+#: trace without capture calls (the CPU stand-ins) still tells the pieces apart.
+PIECE_MARK = "graph-capture: graph"
 
 #: A per-size trace name, as sglang and the plugin write it.
 _PER_SIZE = re.compile(r"^.+?_bs_[0-9]+(?:_.+?)?_rank[0-9]+$")
@@ -157,6 +162,27 @@ def _plan(
         )
     key = key_from_trace_name(path, scan.annotations, top, unknown_ok=True)
     return [(_renamed(key, runner), everything)], "one key"
+
+
+def summarize_graphs(scan: _Scan, key: CaptureKey, platform: str, level: str, environment: Optional[dict]) -> Summary:
+    """One key whose capture forward held graphs: a Summary per graph, in capture order, and their sum.
+
+    The graphs are the trace's capture windows; a trace without capture calls (the CPU
+    stand-ins) is split by the :data:`PIECE_MARK` ranges instead.  As for an engine's own
+    trace, what ran outside every graph (the eager ops between pieces) is left out.
+    """
+    windows = scan.windows()
+    if windows is None or not windows.spans:
+        windows = _marked_windows(scan)
+    plan = [(key, list(range(len(windows.spans))))]
+    return _summaries(scan, windows, plan, platform, level, environment or {})[0]
+
+
+def _marked_windows(scan: _Scan) -> CaptureWindows:
+    """The :data:`PIECE_MARK` ranges of ``scan`` as capture windows, each lent to every thread of its process."""
+    spans = sorted({(s, e, pid) for name, s, e, pid in scan.annotation_spans if name == PIECE_MARK}, key=_span_order)
+    of = [[(s, e) for s, e, p in spans if p is None or pid is None or p == pid] for pid, _tid in scan.threads]
+    return CaptureWindows(of, [], spans)
 
 
 def _renamed(key: CaptureKey, runner: Optional[str]) -> CaptureKey:
