@@ -2,6 +2,7 @@
 
     python scripts/gpu_engine_probe.py hooks OUT.json [--device cuda|cpu]
     python scripts/gpu_engine_probe.py cupti OUT.json [--device cuda|cpu]
+    python scripts/gpu_engine_probe.py pieces OUT.json [--device cuda|cpu]
 
 ``hooks`` runs an engine's own capture loop (two batch sizes, two warmups each, the
 capture under ``torch.cuda.graph``) under ``graph_capture.engine``'s function and
@@ -16,7 +17,13 @@ loaded, but the gate sees another CUPTI client) and answers whether a runner cap
 and an engine-loop capture are refused in one line naming it; on a GPU with torch's
 annotation config, it also captures with ``annotation_config={"backend": "cupti"}`` and
 answers how that capture ended (it must end without a result).  On CPU nothing profiles
-GPU kernels, so nothing may be refused.  Used by scripts/gpu_check.sh.
+GPU kernels, so nothing may be refused.
+
+``pieces`` runs an engine whose forward captures three piece graphs per batch size (an
+eager softmax between them, as vLLM's PIECEWISE mode runs attention) under the same gate
+and answers: how many graphs each key holds (three), whether every piece's kernels were
+read on a GPU (its kernel source), and whether ``torch.cuda`` is as it was afterwards.
+Used by scripts/gpu_check.sh.
 """
 
 from __future__ import annotations
@@ -169,9 +176,81 @@ def cupti(device: torch.device) -> tuple[dict, bool]:
     return {"device": str(device), "answers": answers}, ok
 
 
+class PiecewiseEngine:
+    """An engine whose forward holds its graphs: per batch size, three pieces captured inside the forward."""
+
+    PIECES = 3
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.inputs = torch.randn(8, 64, device=device)
+        self.weights = [torch.randn(64, 64, device=device) for _ in range(self.PIECES)]
+        self.capturing = False
+        self.graphs: list[Any] = []  # kept alive, as an engine keeps its graphs
+
+    def forward(self, batch_size: int) -> torch.Tensor:
+        x = self.inputs[:batch_size]
+        for i, weight in enumerate(self.weights):
+            if self.capturing:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    x = torch.relu(x @ weight)
+                self.graphs.append(graph)
+            else:
+                x = torch.relu(x @ weight)
+            if i < self.PIECES - 1:
+                x = torch.softmax(x, dim=-1)  # run eagerly between the pieces
+        return x
+
+    def capture(self) -> None:
+        for bs in (4, 2):
+            for _ in range(2):
+                self.forward(bs)
+            self.capturing = True
+            self.forward(bs)
+            self.capturing = False
+
+
+def pieces(device: torch.device) -> tuple[dict, bool]:
+    cuda_before = dict(vars(torch.cuda))
+    graph_class_before = dict(vars(torch.cuda.CUDAGraph))
+    engine = PiecewiseEngine(device)
+    with tempfile.TemporaryDirectory() as folder:
+        result = capture_engine_loop(
+            engine.capture,
+            forward=(engine, "forward"),
+            key=lambda bs: bs,
+            device=device,
+            settings=_settings(folder, device),
+        )
+    unpatched = same_attributes(cuda_before, dict(vars(torch.cuda)))
+    unpatched = unpatched and dict(vars(torch.cuda.CUDAGraph)) == graph_class_before
+    per_key = {}
+    for key_result in result:
+        summary = key_result.summary
+        graphs = summary.graphs if summary is not None and summary.graphs else []
+        per_key[str(key_result.key)] = {
+            "graphs": len(graphs),
+            "kernel_source": summary.kernel_source if summary is not None else None,
+            "kernels_per_graph": [len(graph.kernels) for graph in graphs],
+            "ops_per_graph": [len(graph.ops) for graph in graphs],
+        }
+    answers = {
+        "torch": torch.__version__,
+        "keys": len(result.keys),
+        "per_key": per_key,
+        "torch_cuda_unpatched_after": unpatched,
+    }
+    ok = unpatched and len(result.keys) == 2 and all(v["graphs"] == PiecewiseEngine.PIECES for v in per_key.values())
+    ok = ok and all(all(n > 0 for n in v["ops_per_graph"]) for v in per_key.values())
+    if device.type == "cuda":
+        ok = ok and all(all(n > 0 for n in v["kernels_per_graph"]) for v in per_key.values())
+    return answers, ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("hooks", "cupti"))
+    parser.add_argument("what", choices=("hooks", "cupti", "pieces"))
     parser.add_argument("out", type=Path)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args(argv)
@@ -179,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_engine_probe.py: no GPU visible to torch {torch.__version__}; use --device cpu", file=sys.stderr)
         return 2
     device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
-    answers, ok = hooks(device) if args.what == "hooks" else cupti(device)
+    answers, ok = {"hooks": hooks, "cupti": cupti, "pieces": pieces}[args.what](device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(answers, indent=2, sort_keys=True, default=str) + "\n")
     print(json.dumps(answers, indent=2, default=str))

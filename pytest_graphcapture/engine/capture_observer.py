@@ -229,15 +229,15 @@ def _patch_graph_class(
         kept("capture end", lambda: listener.capture_end(graph))
         return out
 
-    stack.enter_context(_patched(graph_class, "capture_begin", capture_begin))
-    stack.enter_context(_patched(graph_class, "capture_end", capture_end))
+    stack.enter_context(patched(graph_class, "capture_begin", capture_begin))
+    stack.enter_context(patched(graph_class, "capture_end", capture_end))
 
 
 @contextlib.contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """``owner.name = value`` for the block; the class's own attribute (or its absence) restored after."""
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name = value`` for the block; the previous attribute (or its absence) restored after."""
     missing = object()
-    before = owner.__dict__.get(name, missing)
+    before = owner.__dict__.get(name, missing) if hasattr(owner, "__dict__") else getattr(owner, name, missing)
     setattr(owner, name, value)
     try:
         yield

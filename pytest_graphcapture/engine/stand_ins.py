@@ -13,24 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
-from .capture_observer import fire_torch_hooks
-
-
-@contextlib.contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """``owner.name = value`` for the block; the previous attribute (or its absence) restored after."""
-    missing = object()
-    before = owner.__dict__.get(name, missing) if hasattr(owner, "__dict__") else getattr(owner, name, missing)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if before is missing:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, before)
+from .capture_observer import fire_torch_hooks, patched
 
 
 class EagerCUDAGraph:

@@ -31,12 +31,12 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
         env=env,
         capture_output=True,
         text=True,
-        timeout=3600,  # eight steps of at most 420 s each on a loaded CPU machine
+        timeout=3600,  # nine steps of at most 420 s each on a loaded CPU machine
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
-    for step in ("gpu-tests", "examples", "probe", "timings", "agree", "graph", "hooks", "cupti"):
+    for step in ("gpu-tests", "examples", "probe", "timings", "agree", "graph", "hooks", "cupti", "pieces"):
         assert f"| {step} | 0 |" in summary, summary
     probe = json.loads((out / "probe.json").read_text())
     assert len(probe["answers"]) == 7 and set(probe["answers"].values()) == {"no GPU (dry run)"}
@@ -65,6 +65,10 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     cupti = json.loads((out / "cupti.json").read_text())["answers"]  # on CPU nothing profiles GPU kernels
     assert cupti["runner"] == cupti["engine_loop"] == {"refused": False, "captured": True}
     assert cupti["cupti_annotations"] == "no GPU (dry run)"
+    pieces = json.loads((out / "pieces.json").read_text())  # graphs begun inside the forward: three per key
+    assert pieces["keys"] == 2 and pieces["torch_cuda_unpatched_after"] is True
+    assert [v["graphs"] for v in pieces["per_key"].values()] == [3, 3], pieces
+    assert all(all(n > 0 for n in v["ops_per_graph"]) for v in pieces["per_key"].values()), pieces
 
 
 def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> None:
