@@ -109,11 +109,13 @@ def make_profiler(
     runner_name: str,
     rank: int,
     held_graphs: Optional[Callable[[CaptureKey], bool]] = None,
+    warmups: int = 2,
 ) -> Any:
     """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None.
 
     Summaries need per-batch-size profiling unless the run asked for one single trace.
-    ``held_graphs(key)``: whether a key's capture forward held its graphs (summarized one per graph).
+    ``held_graphs(key)``: whether a key's capture forward held its graphs (summarized one per graph);
+    ``warmups``: the warmup forwards (each followed by a step) before each key's recorded capture.
     """
     if settings.trace == "per-bs" or (settings.summarize and settings.trace != "single"):
         return PerBatchSizeProfiler(
@@ -122,6 +124,7 @@ def make_profiler(
             summarizer=_summarizer(settings, held_graphs) if settings.summarize else None,
             flags=settings.profiler_flags,
             group=settings.trace_group,
+            warmups=warmups,
         )
     if settings.trace == "single":
         return SingleTraceProfiler(device, settings.out_dir, runner_name, rank, settings.trace_group)

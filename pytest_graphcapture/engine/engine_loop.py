@@ -109,7 +109,14 @@ def capture_engine_loop(
     the key and stage; a loop that breaks the step contract with :class:`CaptureContractError`;
     the first failure the gate saw is raised even when ``fn`` caught it and returned.  Either
     way every patch is restored, the profiler is stopped and no result is returned.
+
+    ``warmups`` is how many forwards (each followed by a profiler step) the loop runs per
+    key before its capture forward: 2 as sglang runs, 1 for vLLM's loop and for a
+    ``torch.compile(mode="reduce-overhead")`` model (inductor records on a compiled
+    function's second call).  The profiler's schedule waits that many steps, so the
+    recorded step is still each key's capture.
     """
+    warmups = _warmup_count(warmups)
     owner, name = _forward_target(forward)
     settings = settings or CaptureSettings()
     device = torch.device(device if device is not None else getattr(owner, "device", None) or "cpu")
@@ -119,7 +126,9 @@ def capture_engine_loop(
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
     refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
     # A key whose capture forward held its graphs is summarized one Summary per graph.
-    profiler = make_profiler(settings, backend.device, runner_name, rank, held_graphs=lambda k: k in loop.held_keys)
+    profiler = make_profiler(
+        settings, backend.device, runner_name, rank, held_graphs=lambda k: k in loop.held_keys, warmups=warmups
+    )
     with_profiler = takes_profiler(fn)
     loop = LoopObserver(
         key=key,
@@ -237,6 +246,16 @@ def _keep_selected_sizes(result: CaptureResult, settings: CaptureSettings) -> No
         )
     for key in [k for k in result.keys if k.batch_size not in settings.batch_sizes]:
         del result.keys[key]
+
+
+def _warmup_count(warmups: Any) -> int:
+    """``warmups=`` checked to be a whole number of forwards, 0 or more; UsageError naming it if not."""
+    if isinstance(warmups, bool) or not isinstance(warmups, int) or warmups < 0:
+        raise UsageError(
+            f"graph_capture.engine: warmups= must be the number of warmup forwards the loop runs per key before its "
+            f"capture (a whole number, 0 or more; 2 by default); got {warmups!r}"
+        )
+    return warmups
 
 
 def _forward_target(forward: Any) -> tuple[Any, str]:

@@ -1,9 +1,9 @@
 """The profiler schedule: one recorded cycle — and at most one trace — per captured graph.
 
 :class:`PerBatchSizeProfiler` wraps one ``torch.profiler.profile`` for the whole
-capture phase with ``schedule(wait=2, warmup=0, active=1, repeat=0)``: each key's
-two warmups fall in the wait steps and its capture forward is the one recorded
-step.  A finished cycle is attributed to the key whose capture it recorded (set
+capture phase with ``schedule(wait=warmups, warmup=0, active=1, repeat=0)``: each
+key's warmups (two unless the engine loop says otherwise) fall in the wait steps and
+its capture forward is the one recorded step.  A finished cycle is attributed to the key whose capture it recorded (set
 by :meth:`PerBatchSizeProfiler.begin_key`), never to a position in a list, so
 variants and failed captures cannot shift names.
 
@@ -155,17 +155,18 @@ def load_lazy_profiler_modules() -> None:
     _LAZY_MODULES_LOADED = True
 
 
-def capture_schedule() -> Callable[[int], Any]:
-    """``schedule(wait=2, warmup=0, active=1, repeat=0)`` without torch's warmup warning.
+def capture_schedule(warmups: int = 2) -> Callable[[int], Any]:
+    """``schedule(wait=warmups, warmup=0, active=1, repeat=0)`` without torch's warmup warning.
 
-    The two waits are the two warmup forwards; the active step is the capture.
+    The waits are a key's warmup forwards (each followed by a step); the active step is
+    the capture, so the recorded cycle is the capture's whatever the warmup count.
     torch warns that no warmup "can skew profiler results" — true for timings,
     irrelevant for the kernel and shape summaries we take — so the warning is
     silenced here instead of reaching users (a run under ``-W error`` passes).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*won't be using warmup.*", category=UserWarning)
-        return schedule(wait=2, warmup=0, active=1, repeat=0)
+        return schedule(wait=warmups, warmup=0, active=1, repeat=0)
 
 
 def export_trace(prof: profile, path: Path) -> None:
@@ -221,6 +222,8 @@ class PerBatchSizeProfiler:
     flags: frozenset = frozenset()
     #: Sub-folder of the trace folder (see :func:`~pytest_graphcapture.naming.trace_dir`).
     group: Optional[str] = None
+    #: Profiler steps before each key's recorded one: the key's warmup forwards.
+    warmups: int = 2
     results: dict = field(default_factory=dict)
     _prof: Optional[profile] = field(default=None, init=False, repr=False)
     _active: Optional[CaptureKey] = field(default=None, init=False)
@@ -231,7 +234,7 @@ class PerBatchSizeProfiler:
         export = self.export_dir is not None
         return profile(
             activities=profiler_activities(self.device),
-            schedule=capture_schedule(),
+            schedule=capture_schedule(self.warmups),
             on_trace_ready=self._on_trace_ready,
             record_shapes=True,
             # Stack, FLOPs and memory only matter for a human reading an exported

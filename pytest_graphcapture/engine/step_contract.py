@@ -134,9 +134,12 @@ class StepContract:
 
     def _rule(self) -> str:
         warmups = self.expected.count(FORWARD) - 1
+        first = {0: "no warmup forward", 1: "1 warmup forward, followed by a profiler step"}.get(
+            warmups, f"{warmups} warmup forwards, each followed by a profiler step"
+        )
         return (
-            f"per key the loop must run {warmups} warmup forwards, each followed by a profiler step, then the "
-            f"graph capture (a graph around the forward, or graphs begun inside it), then one more profiler step"
+            f"per key the loop must run {first}, then the graph capture (a graph around the forward, or graphs "
+            f"begun inside it), then one more profiler step"
         )
 
     @staticmethod

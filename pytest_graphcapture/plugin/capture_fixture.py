@@ -114,6 +114,7 @@ class GraphCapture:
         runner_name: Optional[str] = None,
         trace: Optional[str] = None,
         summarize: bool = True,
+        warmups: int = 2,
     ) -> Any:
         """Gate the engine's own capture loop: run ``fn`` for real and return the usual CaptureResult.
 
@@ -121,7 +122,9 @@ class GraphCapture:
         its own; ``fn()`` (no parameter) has it stepped on the observed forwards and graph
         captures.  ``forward=(obj, "method")`` is the body each graph holds and
         ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size,
-        variant)`` of ``runner_name``).  See :mod:`pytest_graphcapture.engine.engine_loop`.
+        variant)`` of ``runner_name``).  ``warmups`` is how many forwards the loop runs per key
+        before its capture (2; 1 for vLLM's loop or a ``torch.compile(mode="reduce-overhead")``
+        model).  See :mod:`pytest_graphcapture.engine.engine_loop`.
 
         The loop runs in the test process, on one rank: under ``graph_capture_isolated``,
         ``--graph-capture-isolate=on`` or ``graph_capture_ranks`` the call fails saying so
@@ -139,7 +142,13 @@ class GraphCapture:
             trace=trace, summarize=summarize, progress=self._progress(), trace_group=self._trace_group()
         )
         return capture_engine_loop(
-            fn, forward=forward, key=key, runner_name=runner_name, device=device, settings=capture_settings
+            fn,
+            forward=forward,
+            key=key,
+            runner_name=runner_name,
+            device=device,
+            settings=capture_settings,
+            warmups=warmups,
         )
 
     def _capture_on_ranks(

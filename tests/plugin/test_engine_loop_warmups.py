@@ -1,0 +1,106 @@
+"""``graph_capture.engine(..., warmups=n)``: loops that warm each key up once (vLLM, reduce-overhead) or thrice.
+
+The profiler waits ``warmups`` steps per key, so the one step it records is still each
+key's capture: an engine doing the same work writes the same goldens whatever its warmup
+count, and what only the warmups run never reaches a golden.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run
+
+GATE = """
+import os
+
+import torch
+
+WARMUPS = int(os.environ["WARMUPS"])
+GATE_WARMUPS = int(os.environ.get("GATE_WARMUPS", WARMUPS))
+STEPS = os.environ["STEPS"]  # "engine": fn(profiler) steps it; "plugin": fn() is stepped for
+
+
+class Engine:
+    def __init__(self):
+        self.device = torch.device("cpu")
+        self.x = torch.ones(8, 4)
+        self.w = torch.ones(4, 4)
+        self.warming = False
+
+    def forward(self, bs):
+        if self.warming:
+            torch.sigmoid(self.x)  # lazy set-up only the warmups run: never in a golden
+        return torch.relu(torch.mm(self.x[:bs], self.w))
+
+    def capture(self, profiler=None):
+        for bs in (4, 2):
+            self.warming = True
+            for _ in range(WARMUPS):
+                self.forward(bs)
+                if profiler is not None:
+                    profiler.step()
+            self.warming = False
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                self.forward(bs)
+            if profiler is not None:
+                profiler.step()
+
+
+def test_engine(graph_capture, golden):
+    engine = Engine()
+    fn = (lambda profiler: engine.capture(profiler)) if STEPS == "engine" else (lambda: engine.capture())
+    result = graph_capture.engine(fn, forward=(engine, "forward"), key=lambda bs: bs, warmups=GATE_WARMUPS)
+    golden.check(result)
+"""
+
+
+def _goldens(pytester: pytest.Pytester) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((pytester.path / "goldens").rglob("Engine_bs_*.json"))}
+
+
+def test_the_recorded_step_is_the_capture_whatever_the_warmup_count(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_engine=GATE)
+    monkeypatch.setenv("WARMUPS", "2")
+    monkeypatch.setenv("STEPS", "engine")
+    run(pytester, "--update-golden", "--golden-dir=goldens").assert_outcomes(passed=1)
+    written = _goldens(pytester)
+    assert sorted(written) == ["Engine_bs_2.json", "Engine_bs_4.json"]
+    assert all(b"aten::relu" in text and b"aten::sigmoid" not in text for text in written.values())
+    for warmups, steps in (("1", "engine"), ("3", "plugin"), ("1", "plugin")):
+        monkeypatch.setenv("WARMUPS", warmups)
+        monkeypatch.setenv("STEPS", steps)
+        run(pytester, "--golden-dir=goldens").assert_outcomes(passed=1)  # checked against the 2-warmup goldens
+        run(pytester, "--update-golden", "--golden-dir=goldens").assert_outcomes(passed=1)
+        assert _goldens(pytester) == written, (warmups, steps)  # byte for byte
+
+
+@pytest.mark.parametrize(("engine", "gate", "line"), [("2", "1", "1 warmup forward, followed by"), ("1", "3", "3")])
+def test_a_loop_warming_up_more_or_less_than_warmups_says_is_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, engine: str, gate: str, line: str
+) -> None:
+    pytester.makepyfile(test_engine=GATE)
+    monkeypatch.setenv("WARMUPS", engine)
+    monkeypatch.setenv("GATE_WARMUPS", gate)
+    monkeypatch.setenv("STEPS", "engine")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    if engine > gate:  # the forward the gate took for the capture ran outside any graph
+        stage = f"capture: expected the start of the graph capture, but the loop ran a forward; per key the loop must run {line}"
+    else:  # the graph came while the gate still counted warmups
+        stage = "warmup 2: expected a forward, but the loop ran the start of the graph capture; per key the loop must run 3 warmup forwards"
+    result.stdout.fnmatch_lines([f"*CaptureContractError: graph_capture.engine: Engine bs=4: {stage}*"])
+
+
+@pytest.mark.parametrize("bad", ["-1", "'2'", "True"])
+def test_warmups_that_is_not_a_count_is_refused_naming_it(pytester: pytest.Pytester, bad: str) -> None:
+    pytester.makepyfile(
+        test_engine=f"""
+def test_engine(graph_capture):
+    graph_capture.engine(lambda: None, forward=(object(), "__str__"), key=lambda bs: bs, warmups={bad})
+"""
+    )
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*graph_capture.engine: warmups= must be the number of warmup forwards*got *"])
