@@ -9,27 +9,28 @@ graph each key's forward ran in — or, for a capture forward that holds its gra
 each key into a :class:`~.result.KeyResult`.
 
 A failure the observer sees — a contract violation, a key function or a forward that
-raises, an exception leaving a graph's capture — is kept as :attr:`LoopObserver.failure`:
-it fails the capture even when the engine catches the exception and goes on, and
-every later call of the engine's loop raises :class:`AlreadyFailed`, so no key after it
-is captured.
+raises, an exception leaving a graph's capture, a capture (a wrapping graph's or a piece's)
+that torch ended with an error — is kept as :attr:`LoopObserver.failure`
+(:mod:`.loop_failures`): it fails the capture even when the engine catches the exception
+and goes on, and every later call of the engine's loop raises :class:`AlreadyFailed`, so
+no key after it is captured.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sys
 import time
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional
 
-from ..errors import GraphCaptureError, UsageError
+from ..errors import UsageError
 from ..keys import CaptureKey, key_label
 from .backend import CaptureProgress
 from .capture import CaptureSettings, _label
 from .capture_observer import CaptureObserver, still_capturing
 from .guard import check_capture_evidence
 from .held_capture import HeldCapture
+from .loop_failures import AlreadyFailed, Failure, FailureKeeper, cudagraph_skips, ended_with_error, no_graph_reason
 from .profiling import PerBatchSizeProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 from .stand_ins import EagerCUDAGraph
@@ -48,19 +49,6 @@ class _Graph:
     handling: Optional[BaseException] = None
 
 
-class AlreadyFailed(GraphCaptureError):
-    """Raised into an engine's loop that goes on after the gate saw a failure; the first failure is reported."""
-
-
-@dataclasses.dataclass
-class Failure:
-    """The first failure the observer saw: the error, and the key and stage it happened at."""
-
-    error: BaseException
-    key: Optional[CaptureKey]
-    stage: str
-
-
 class Stepper:
     """The profiler handed to ``fn(profiler)``: each ``step()`` is checked against the contract first."""
 
@@ -71,7 +59,7 @@ class Stepper:
         self._loop.on_step()
 
 
-class LoopObserver:
+class LoopObserver(FailureKeeper):
     """The state of one observed run of an engine's capture function."""
 
     def __init__(
@@ -88,11 +76,16 @@ class LoopObserver:
         warmups: int,
         method: str,
     ) -> None:
+        super().__init__()
         self.key_of, self.method = key, method
         self.runner_name, self.rank = runner_name, rank
         self.backend, self.profiler, self.settings, self.result = backend, profiler, settings, result
         self.plugin_steps = plugin_steps
         self.contract = StepContract(warmups)
+        self.warmups = warmups
+        #: Per key, the last warmup whose forward began a graph (a library's, or a loop recording early).
+        self.warmup_graphs: dict[CaptureKey, str] = {}
+        self.skips_before = cudagraph_skips()
         self.progress = CaptureProgress(on_stage=settings.on_stage)
         self.depth = 0  # forwards running now (a graph begun inside one is a piece of the capture forward)
         self.graph: Optional[_Graph] = None
@@ -104,7 +97,6 @@ class LoopObserver:
         self.metrics: dict[CaptureKey, KeyMetrics] = {}
         self.started: dict[CaptureKey, float] = {}
         self.graphs: dict[CaptureKey, Any] = {}
-        self.failure: Optional[Failure] = None
         #: How graph captures are observed (set by the gate); a failure kept in one of its hooks that
         #: torch swallowed is :attr:`swallowed` (the engine never saw it, so it did not catch it).
         self.captures: Optional[CaptureObserver] = None
@@ -112,28 +104,8 @@ class LoopObserver:
 
     # ------------------------------------------------------------------ failures
 
-    def _record(self, error: BaseException, key: Optional[CaptureKey] = None, stage: Optional[str] = None) -> None:
-        """Keep ``error`` as the capture's failure unless an earlier one is kept already."""
-        if self.failure is None:
-            self.failure = Failure(error, key or self.progress.key, stage or self.progress.stage)
-
-    @contextlib.contextmanager
-    def _recorded(self) -> Iterator[None]:
-        """The gate's own errors raised in the block are kept as the failure, then raised on."""
-        try:
-            yield
-        except GraphCaptureError as exc:
-            self._record(exc)
-            raise
-
-    def _raise_kept(self) -> None:
-        """The capture failed already: every later call of the loop raises :class:`AlreadyFailed`."""
-        if self.failure is not None:
-            where = f"{self.failure.key.runner} {key_label(self.failure.key)}" if self.failure.key else "a key"
-            raise AlreadyFailed(
-                f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
-                f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
-            )
+    def current_place(self) -> tuple[Optional[CaptureKey], str]:
+        return self.progress.key, self.progress.stage
 
     def hook_failed(self, error: BaseException) -> None:
         """A failure inside one of the capture hooks: kept like any other; on torch's hooks, torch swallowed it."""
@@ -206,6 +178,9 @@ class LoopObserver:
                 held.close_range()
         if held is not None:
             with self._recorded():
+                self._held_ended_unseen(held)
+                if self.failure is not None:  # a piece failed and the forward caught it: so did the key
+                    return out
                 if held.open is not None:
                     self.contract.fail(
                         key,
@@ -214,7 +189,11 @@ class LoopObserver:
                     )
                 if held.graphs:
                     self._exit_held(held)
-                else:  # the capture was due and the forward held no graph: refused as before
+                else:  # the capture was due and the forward held no graph: refused, saying what the gate saw
+                    skips = cudagraph_skips() - self.skips_before
+                    reason = no_graph_reason(self.warmup_graphs.get(key), skips, self.warmups)
+                    if reason:
+                        self.contract.fail(key, reason)
                     self._feed(FORWARD, key)
             return out
         if self.graph is None and self.plugin_steps:
@@ -276,9 +255,12 @@ class LoopObserver:
         is being captured, is a library's inside the forward (its work in a capture is that
         graph's, as on a GPU), never a key's.
         """
+        self._held_ended_unseen(self.held, beginning=graph)
         held = self.held
         if held is None or held.open is not None or self.graph is not None:
             self.library_graphs.add(id(graph))
+            if held is None and self.graph is None and self.contract.last_stage.startswith("warmup "):
+                self.warmup_graphs[self.contract.key] = self.contract.last_stage  # type: ignore[index]
             return False
         self._raise_kept()
         with self._recorded():
@@ -354,13 +336,21 @@ class LoopObserver:
             return
         if still_capturing(open_graph.graph, beginning=beginning):
             return
-        self.capture_failed(
-            open_graph.graph,
-            RuntimeError(
-                "torch ended this graph's capture with an error (its capture-end hook never ran); the error "
-                "itself was caught by the capture function, so the gate cannot show it"
-            ),
-        )
+        self.capture_failed(open_graph.graph, ended_with_error("this graph's capture"))
+
+    def _held_ended_unseen(self, held: Optional[HeldCapture], beginning: Any = None) -> None:
+        """On torch's hooks: a piece whose capture end raised (no end hook ran) fails its key, as a wrapping graph does.
+
+        Asked as the next piece begins and when the capture forward returns: a piece still
+        open then but no longer capturing is one torch ended with an error the engine caught.
+        """
+        if held is None or held.open is None or self.captures is None or self.captures.mode != "hooks":
+            return
+        if still_capturing(held.open, beginning=beginning):
+            return
+        piece = len(held.graphs) + 1
+        what = f"the capture of piece {piece} (graph {piece} begun inside the forward)"
+        self._held_failed(held, held.open, ended_with_error(what))
 
     def capture_failed(self, graph: Any, error: BaseException) -> None:
         """torch's own ``capture_begin`` / ``capture_end`` raised: the key fails during its capture.
@@ -373,17 +363,19 @@ class LoopObserver:
             return
         held = self.held
         if held is not None and held.open is graph:
-            held.end(graph, kept=False)
-            root = (
-                error.__context__ if error.__context__ is not None and error.__context__ is not held.handling else error
-            )
-            self._record(root, held.key, "capture")
+            self._held_failed(held, graph, error)
             return
         entered, self.graph = self.graph, None
         handling = entered.handling if entered is not None else None
         root = error.__context__ if error.__context__ is not None and error.__context__ is not handling else error
         key = entered.key if entered is not None and entered.key is not None else self.contract.key
         self._record(root, key, "capture")
+
+    def _held_failed(self, held: HeldCapture, graph: Any, error: BaseException) -> None:
+        """A piece's capture failed: closed (not one of the key's graphs), and the key fails during its capture."""
+        held.end(graph, kept=False)
+        context = error.__context__
+        self._record(context if context is not None and context is not held.handling else error, held.key, "capture")
 
     def _exit_graph(self, entered: _Graph) -> None:
         if entered.key is None:
