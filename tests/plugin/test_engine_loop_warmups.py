@@ -104,3 +104,77 @@ def test_engine(graph_capture):
     result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*graph_capture.engine: warmups= must be the number of warmup forwards*got *"])
+
+
+#: A CPU stand-in of a torch.compile(mode="reduce-overhead") model as inductor's cudagraph trees run it: the
+#: first call of a size warms it up (the very first also captures the tree's empty priming graph), the second
+#: records its graph inside the call, later calls replay it.
+RECORDS_ON_SECOND_CALL = """
+import os
+
+import torch
+
+GATE_WARMUPS = int(os.environ["GATE_WARMUPS"])
+
+
+class CompiledModel:
+    def __init__(self):
+        self.device = torch.device("cpu")
+        self.x, self.w = torch.ones(8, 4), torch.ones(4, 4)
+        self.calls, self.graphs, self.primed = {}, {}, False
+
+    def body(self, bs):
+        return torch.relu(torch.mm(self.x[:bs], self.w))
+
+    def forward(self, bs):
+        n = self.calls[bs] = self.calls.get(bs, 0) + 1
+        if not self.primed:
+            self.primed = True
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                pass
+        if n == 1:
+            return self.body(bs)
+        if n == 2:
+            self.graphs[bs] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graphs[bs]):
+                out = self.body(bs)
+            return out
+        self.graphs[bs].replay()
+
+
+def test_compiled(graph_capture, golden):
+    model = CompiledModel()
+
+    def capture(profiler):  # a loop of the shape vLLM's runs: per size its warmups, then the capture call
+        for bs in (4, 2):
+            for _ in range(GATE_WARMUPS if GATE_WARMUPS < 2 else 2):
+                model.forward(bs)
+                profiler.step()
+            model.forward(bs)
+            profiler.step()
+
+    result = graph_capture.engine(capture, forward=(model, "forward"), key=lambda bs: bs, warmups=GATE_WARMUPS)
+    assert [r.graph for r in result] == [(model.graphs[4],), (model.graphs[2],)]  # the recorded graphs, not the priming one
+    golden.check(result)
+"""
+
+
+def test_a_loop_recording_a_warmup_early_is_told_the_warmups_to_pass(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_compiled=RECORDS_ON_SECOND_CALL)
+    monkeypatch.setenv("GATE_WARMUPS", "2")  # two warmups: the second call recorded, the capture call replays
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*CaptureContractError: graph_capture.engine: CompiledModel bs=4: capture: the capture forward ran with no "
+            "graph around it and began none inside it, but the forward of warmup 2 began one: this loop records its "
+            "graph after 1 warmup forward, not 2; pass warmups=1 to graph_capture.engine*"
+        ]
+    )
+    monkeypatch.setenv("GATE_WARMUPS", "1")  # the priming graph in warmup 1 is the library's; the record is the key's
+    run(pytester, "--update-golden", "--golden-dir=goldens").assert_outcomes(passed=1)
+    stored = [p.read_text() for p in sorted((pytester.path / "goldens").rglob("CompiledModel_bs_*.json"))]
+    assert len(stored) == 2 and all('"aten::relu"' in text for text in stored)
+    run(pytester, "--golden-dir=goldens").assert_outcomes(passed=1)
