@@ -23,6 +23,9 @@
 # 9. graphs inside the forward (scripts/gpu_engine_probe.py pieces): an engine whose forward captures three
 #    piece graphs per batch size, eager ops between them, gated by the engine loop: three graphs per key,
 #    each with its ops (and on a GPU its kernels); torch.cuda as it was after -> DIR/pieces.json;
+# 10. a torch.compile(mode="reduce-overhead") model (scripts/gpu_engine_probe.py compiled): its loop, one
+#    warmup call per size then the call inductor records the size's graph in, gated with warmups=1: refused
+#    or not, keys, graphs per key, kernels and kernel_source (on CPU: refused, no graph) -> DIR/compiled.json;
 # then the 3 smallest per-bs traces of the examples are copied to DIR/traces/.
 # DIR/summary.md lists each step, its exit code and the torch/CUDA/driver versions.
 #
@@ -37,7 +40,7 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --out=*) out="${1#--out=}"; shift ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -47,8 +50,8 @@ out="$(cd "$out" && pwd)"
 if [ $dry = 1 ]; then
     device=cpu; repeat=1; sizes=1,2; step_limit=420; short_limit=420
 else
-    # 6 steps x 65 s + 3 short ones x 30 s = 8 minutes
-    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=65; short_limit=30
+    # 6 steps x 60 s + 4 short ones x 30 s = 8 minutes
+    device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=60; short_limit=30
     if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
         echo "gpu_check.sh: torch sees no GPU here; run it on a GPU machine, or pass --dry-run" >&2
         exit 2
@@ -68,7 +71,7 @@ status=0
 step() {  # step NAME COMMAND...: run one step under its time limit, log it, record its exit code
     local name="$1"; shift
     local limit=$step_limit
-    case "$name" in hooks|cupti|pieces) limit=$short_limit ;; esac
+    case "$name" in hooks|cupti|pieces|compiled) limit=$short_limit ;; esac
     local informational=0
     if [ "$name" = examples ] && [ $dry = 0 ]; then informational=1; fi
     local started=$SECONDS
@@ -96,6 +99,7 @@ step graph "$python" scripts/gpu_probe.py graph "$out/graph.json" --device "$dev
 step hooks "$python" scripts/gpu_engine_probe.py hooks "$out/hooks.json" --device "$device"
 step cupti "$python" scripts/gpu_engine_probe.py cupti "$out/cupti.json" --device "$device"
 step pieces "$python" scripts/gpu_engine_probe.py pieces "$out/pieces.json" --device "$device"
+step compiled "$python" scripts/gpu_engine_probe.py compiled "$out/compiled.json" --device "$device"
 
 # Each test's traces are in its own folder (two tests may capture runners of the same name): the
 # copies keep that folder, relative to the trace dir.

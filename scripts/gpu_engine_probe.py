@@ -3,6 +3,7 @@
     python scripts/gpu_engine_probe.py hooks OUT.json [--device cuda|cpu]
     python scripts/gpu_engine_probe.py cupti OUT.json [--device cuda|cpu]
     python scripts/gpu_engine_probe.py pieces OUT.json [--device cuda|cpu]
+    python scripts/gpu_engine_probe.py compiled OUT.json [--device cuda|cpu]
 
 ``hooks`` runs an engine's own capture loop (two batch sizes, two warmups each, the
 capture under ``torch.cuda.graph``) under ``graph_capture.engine``'s function and
@@ -23,6 +24,13 @@ GPU kernels, so nothing may be refused.
 eager softmax between them, as vLLM's PIECEWISE mode runs attention) under the same gate
 and answers: how many graphs each key holds (three), whether every piece's kernels were
 read on a GPU (its kernel source), and whether ``torch.cuda`` is as it was afterwards.
+
+``compiled`` gates a ``torch.compile(mode="reduce-overhead")`` model's loop (two batch
+sizes, one warmup call each, then the call that records the size's graph inside the
+compiled callable) with ``warmups=1`` and answers: was it refused (and the line), the
+keys, the graphs each key holds (one: the recorded graph, not the tree's priming one),
+their kernels and kernel source.  On a GPU it must be gated; on CPU inductor captures no
+graph, so it must be refused in one line saying so.
 Used by scripts/gpu_check.sh.
 """
 
@@ -248,9 +256,74 @@ def pieces(device: torch.device) -> tuple[dict, bool]:
     return answers, ok
 
 
+class CompiledEngine:
+    """A decode engine whose model is ``torch.compile(mode="reduce-overhead")``: per size one warmup call, then the capture call."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.inputs = torch.randn(8, 64, device=device)
+        self.weight = torch.randn(64, 64, device=device)
+        # On CPU the matmul alone: inductor emits no C++ kernel, so no compiler is needed for the dry run.
+        body = (
+            (lambda x: torch.relu(x @ self.weight)) if device.type == "cuda" else (lambda x: torch.mm(x, self.weight))
+        )
+        self.model = torch.compile(body, mode="reduce-overhead", dynamic=False)
+
+    def forward(self, batch_size: int) -> torch.Tensor:
+        return self.model(self.inputs[:batch_size])
+
+    def capture(self, profiler: Any) -> None:
+        for bs in (4, 2):
+            self.forward(bs)  # inductor's warmup call (the first on a device also primes the tree's pool)
+            profiler.step()
+            self.forward(bs)  # the call that records the size's graph
+            profiler.step()
+
+
+def compiled(device: torch.device) -> tuple[dict, bool]:
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = 1  # no pool of compile workers to start inside a 30 s step
+    engine = CompiledEngine(device)
+    answers: dict = {"torch": torch.__version__, "warmups": 1}
+    with tempfile.TemporaryDirectory() as folder, torch.no_grad():
+        try:
+            result = capture_engine_loop(
+                engine.capture,
+                forward=(engine, "forward"),
+                key=lambda bs: bs,
+                device=device,
+                settings=_settings(folder, device),
+                warmups=1,
+            )
+        except Exception as exc:
+            answers.update(refused=True, message=f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}")
+            result = None
+    if result is not None:
+        per_key = {}
+        for key_result in result:
+            summary = key_result.summary
+            graphs = key_result.graph if isinstance(key_result.graph, tuple) else (key_result.graph,)
+            per_key[str(key_result.key)] = {
+                "graphs": len(graphs),
+                "kernel_source": summary.kernel_source if summary is not None else None,
+                "kernels": sum(k["count"] for k in summary.kernels) if summary is not None else 0,
+            }
+        answers.update(refused=False, keys=len(result.keys), per_key=per_key)
+    if device.type == "cuda":
+        ok = not answers["refused"] and answers["keys"] == 2
+        ok = ok and all(
+            v["graphs"] == 1 and v["kernels"] > 0 and v["kernel_source"] in ("graph-data", "graph", "replay")
+            for v in answers["per_key"].values()
+        )
+    else:  # inductor keeps CPU graphs out of CUDA graphs: the capture forward holds none, refused saying so
+        ok = answers["refused"] and "captures no graph on CPU" in answers["message"]
+    return answers, ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("hooks", "cupti", "pieces"))
+    parser.add_argument("what", choices=("hooks", "cupti", "pieces", "compiled"))
     parser.add_argument("out", type=Path)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args(argv)
@@ -258,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_engine_probe.py: no GPU visible to torch {torch.__version__}; use --device cpu", file=sys.stderr)
         return 2
     device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
-    answers, ok = {"hooks": hooks, "cupti": cupti, "pieces": pieces}[args.what](device)
+    answers, ok = {"hooks": hooks, "cupti": cupti, "pieces": pieces, "compiled": compiled}[args.what](device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(answers, indent=2, sort_keys=True, default=str) + "\n")
     print(json.dumps(answers, indent=2, default=str))

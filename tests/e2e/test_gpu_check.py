@@ -2,7 +2,8 @@
 
 Every step runs (gpu-marked tests, the examples with traces and a golden harvest,
 the profiler probe, the capture timings, the live-vs-file agreement, the graph readout,
-the engine loop's capture observation and the CUPTI refusal), and every file the GPU run is read for
+the engine loop's capture observation, the CUPTI refusal, the pieces and the reduce-overhead
+model), and every file the GPU run is read for
 is written: the summary, the harvested goldens, the probe's answers, the timings
 with their ratios and per-key metrics, and the copied traces.
 """
@@ -31,12 +32,13 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
         env=env,
         capture_output=True,
         text=True,
-        timeout=3600,  # nine steps of at most 420 s each on a loaded CPU machine
+        timeout=3600,  # ten steps of at most 420 s each on a loaded CPU machine
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
-    for step in ("gpu-tests", "examples", "probe", "timings", "agree", "graph", "hooks", "cupti", "pieces"):
+    steps = ("gpu-tests", "examples", "probe", "timings", "agree", "graph", "hooks", "cupti", "pieces", "compiled")
+    for step in steps:
         assert f"| {step} | 0 |" in summary, summary
     probe = json.loads((out / "probe.json").read_text())
     assert len(probe["answers"]) == 7 and set(probe["answers"].values()) == {"no GPU (dry run)"}
@@ -69,6 +71,10 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     assert pieces["keys"] == 2 and pieces["torch_cuda_unpatched_after"] is True
     assert [v["graphs"] for v in pieces["per_key"].values()] == [3, 3], pieces
     assert all(all(n > 0 for n in v["ops_per_graph"]) for v in pieces["per_key"].values()), pieces
+    compiled = json.loads((out / "compiled.json").read_text())  # reduce-overhead on CPU: inductor captures no graph
+    assert compiled["refused"] is True and compiled["warmups"] == 1, compiled
+    assert "CompiledEngine bs=4: capture: the capture forward ran with no graph around it" in compiled["message"]
+    assert 'torch.compile(mode="reduce-overhead") captures no graph on CPU' in compiled["message"]
 
 
 def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> None:
