@@ -47,6 +47,11 @@ _cache_child_bytecode()
 GRAPH_CAPTURE_VARIABLES = tuple(
     name for name in os.environ if name.startswith("GRAPH_CAPTURE_") and name != "GRAPH_CAPTURE_REAL_TRACES"
 )
+#: The options of every pytest a test starts in a process of its own (the examples, a doc's command,
+#: a gpu_check step), through PYTEST_ADDOPTS: hypothesis's pytest plugin costs about 2 s of CPU in each
+#: of them (it imports all of hypothesis) and none of those runs uses it.  The outer shell's
+#: PYTEST_ADDOPTS is not passed on either.
+CHILD_PYTEST_ADDOPTS = "-p no:hypothesispytest"
 #: What pytest-xdist sets in the worker running a test: pytest sessions a test starts are not its workers.
 XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
@@ -64,3 +69,4 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES + XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_PYTEST_ADDOPTS)

@@ -111,8 +111,11 @@ def inventory() -> list[tuple[str, str, str]]:
 
 
 def environment() -> dict[str, str]:
+    # PYTEST_ADDOPTS is the suite's own for the pytests it starts (tests/conftest.py), not the worker's.
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("GRAPH_CAPTURE_", "PYTEST_")) and k not in CI_VARIABLES
+        k: v
+        for k, v in os.environ.items()
+        if (k == "PYTEST_ADDOPTS" or not k.startswith(("GRAPH_CAPTURE_", "PYTEST_"))) and k not in CI_VARIABLES
     }
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
