@@ -70,9 +70,20 @@ def assert_gone(pids: list[int]) -> None:
 
 
 def run(
-    pytester: pytest.Pytester, *args: str, subprocess: bool = False, timeout: float | None = None
+    pytester: pytest.Pytester, *args: str, subprocess: bool = False, timeout: float | None = None, warm: bool = False
 ) -> pytest.RunResult:
-    """Run pytest in a pytester project: in-process, or in a subprocess (for ``-n``), without the cache."""
+    """Run pytest in a pytester project: in-process, or in a subprocess (for ``-n``), without the cache.
+
+    ``warm`` (with ``subprocess``): the subprocess is forked from a Python that imported torch
+    already (tests/warm_python.py) — for runs that check nothing of how torch is imported.
+    """
+    if subprocess and warm:
+        from warm_python import warm_python
+
+        python = warm_python()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(pytester, "_getpytestargs", lambda: (python, "-mpytest"))
+            return pytester.runpytest_subprocess(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args, timeout=timeout)
     if subprocess:
         return pytester.runpytest_subprocess(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args, timeout=timeout)
     return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)

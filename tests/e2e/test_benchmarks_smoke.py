@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT
+from warm_python import warm_python
 
 REPO = REPO_ROOT
 RUN = REPO / "benchmarks" / "run.py"
@@ -26,7 +26,7 @@ def _real_traces() -> Path:
 
 def _run(args: list[str], tmp_path: Path, timeout: int = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(RUN), *args], cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+        [warm_python(), str(RUN), *args], cwd=tmp_path, capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -65,15 +65,15 @@ def test_adding_a_batch_size_keeps_the_goldens_of_the_others(
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_model=TEST)
     monkeypatch.setenv("COMPILED_SIZES", "1,2")
-    run(pytester, "--update-golden", subprocess=True).assert_outcomes(passed=1)
+    run(pytester, "--update-golden", subprocess=True, warm=True).assert_outcomes(passed=1)
     before = _goldens(pytester.path)
     assert sorted(before) == ["SomeSizes_bs_1.json", "SomeSizes_bs_2.json"]
     assert b'"Torch-Compiled Region"' in before["SomeSizes_bs_1.json"]
     # bs=4 is captured first now, so dynamo numbers every other compilation differently.
     monkeypatch.setenv("COMPILED_SIZES", "1,2,4")
-    result = run(pytester, subprocess=True)
+    result = run(pytester, subprocess=True, warm=True)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["graph capture of SomeSizes has no golden for bs=4 (*, 1 of 3 keys)"])
-    run(pytester, "--update-golden=new", subprocess=True).assert_outcomes(passed=1)
+    run(pytester, "--update-golden=new", subprocess=True, warm=True).assert_outcomes(passed=1)
     after = _goldens(pytester.path)
     assert {name: after[name] for name in before} == before

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from warm_python import warm_path, warm_python
 
 from pytest_graphcapture.plugin.settings import CI_VARIABLES
 
@@ -117,7 +118,8 @@ def environment() -> dict[str, str]:
         for k, v in os.environ.items()
         if (k == "PYTEST_ADDOPTS" or not k.startswith(("GRAPH_CAPTURE_", "PYTEST_"))) and k not in CI_VARIABLES
     }
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # The doc's python, pytest and graphcapture: this environment's, forked warm (tests/warm_python.py).
+    env["PATH"] = warm_path({"PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])})
     return env
 
 
@@ -127,7 +129,7 @@ def run_block(block: Block, cwd: Path, index: int) -> None:
     if block.lang == "python":
         script = cwd / f".doc_snippet_{index}.py"
         script.write_text(block.text, encoding="utf-8")
-        command = [sys.executable, script.name]
+        command = [warm_python(), script.name]
     else:
         command = ["bash", "-euo", "pipefail", "-c", block.text]
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -146,7 +148,7 @@ def run_pytest_file(block: Block, cwd: Path) -> None:
     (cwd / target).parent.mkdir(parents=True, exist_ok=True)
     (cwd / target).write_text(block.text, encoding="utf-8")
     for extra in (["--update-golden"], []):
-        command = [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", *extra]
+        command = [warm_python(), "-m", "pytest", target, "-p", "no:cacheprovider", *extra]
         done = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{block.where}: pytest {target} {' '.join(extra)} failed:\n{done.stdout[-4000:]}"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from helpers import REPO_ROOT
+from warm_python import warm_python
 
 TEST = "engine_loop/test_engine_loop.py::test_engine_capture_loop_matches_goldens"
 
@@ -21,7 +21,7 @@ def test_a_deliberate_shape_change_in_the_engine_fails_naming_the_op_and_sizes(t
         "self.config = config or DecoderConfig()", "self.config = config or DecoderConfig(intermediate_size=192)"
     )
     assert wider != source, "mini_engine.py no longer builds its DecoderConfig() where this test widens its MLP"
-    command = [sys.executable, "-m", "pytest", TEST, "-p", "no:cacheprovider", "--graph-capture-device=cpu"]
+    command = [warm_python(), "-m", "pytest", TEST, "-p", "no:cacheprovider", "--graph-capture-device=cpu"]
 
     def gate() -> subprocess.CompletedProcess:
         return subprocess.run(command, cwd=examples, capture_output=True, text=True, timeout=600)

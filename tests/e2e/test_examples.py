@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, cpu_op_names, load_trace
+from warm_python import warm_python
 
 from pytest_graphcapture.naming import TRACE_SUBDIR, trace_dir, trace_group_for
 
@@ -16,9 +17,10 @@ EXAMPLES = REPO_ROOT / "examples"
 DEFAULT_SIZES = [1, 2, 4, 8, 12, 16, 24, 32]
 
 
-def run_examples(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+def run_examples(*args: str, cwd: Path = REPO_ROOT, warm: bool = False) -> subprocess.CompletedProcess:
+    """Run the examples as the README's main job does; ``warm``: in a Python forked warm (tests/warm_python.py)."""
     command = [
-        sys.executable,
+        warm_python() if warm else sys.executable,
         "-m",
         "pytest",
         str(EXAMPLES),
@@ -62,6 +64,6 @@ def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Pat
 
 @pytest.mark.slow
 def test_examples_without_trace_option_write_no_trace(tmp_path: Path) -> None:
-    done = run_examples(f"--graph-capture-dir={tmp_path}")
+    done = run_examples(f"--graph-capture-dir={tmp_path}", warm=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (tmp_path / TRACE_SUBDIR).exists()

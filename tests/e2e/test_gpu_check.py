@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT
+from warm_python import warm_python
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
 
@@ -25,7 +26,7 @@ SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
 @pytest.mark.slow
 def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Path) -> None:
     out = tmp_path / "check"
-    env = dict(os.environ, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=warm_python())  # each step's Python forked warm (tests/warm_python.py)
     done = subprocess.run(
         ["bash", str(SCRIPT), "--dry-run", "--out", str(out)],
         cwd=tmp_path,

@@ -13,11 +13,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, fake_project, run
+from warm_python import warm_python
 
 from pytest_graphcapture.golden.op_classes import COMPUTE, DEFAULT_CLASSES, VIEW
 
@@ -65,7 +65,7 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _failure(examples: Path, config: str, activation: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPH_CAPTURE_") and k != "CI"}
     env.update(DECODER_CONFIG=config, SWAP_ACTIVATION=activation, COLUMNS="400")
-    command = [sys.executable, "-m", "pytest", TEST, "-p", "no:cacheprovider", "--graph-capture-device=cpu", "-n0"]
+    command = [warm_python(), "-m", "pytest", TEST, "-p", "no:cacheprovider", "--graph-capture-device=cpu", "-n0"]
     done = subprocess.run(command, cwd=examples, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout.splitlines()

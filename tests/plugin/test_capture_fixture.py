@@ -110,7 +110,7 @@ def test_progress_per_key_shows_live_with_v_and_without_s(
 ) -> None:
     use_this_checkout(monkeypatch)
     # A subprocess, as users run it: output capturing works on the real descriptors there.
-    result = run(project, "-v", subprocess=True)
+    result = run(project, "-v", subprocess=True, warm=True)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
