@@ -37,8 +37,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-#: The modules the zygote imports once (what every run the tests start imports first).
-PRELOAD = ("torch", "torch.profiler")
+#: The modules the zygote imports once: torch, and what a profiled capture imports next (torch's
+#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own).
+PRELOAD = ("torch", "torch.profiler", "torch._inductor")
 _HEADER = struct.Struct("!I")
 
 
