@@ -74,15 +74,20 @@ def run(
 ) -> pytest.RunResult:
     """Run pytest in a pytester project: in-process, or in a subprocess (for ``-n``), without the cache.
 
-    ``warm`` (with ``subprocess``): the subprocess is forked from a Python that imported torch
-    already (tests/warm_python.py) — for runs that check nothing of how torch is imported.
+    ``warm``: the subprocess, and the pytest-xdist workers the run starts, are forked from a
+    Python that imported torch already (tests/warm_python.py) — for runs that check nothing of how
+    torch is imported or of how their processes start and end.
     """
-    if subprocess and warm:
-        from warm_python import warm_python
+    if warm:
+        from warm_python import XDIST_WORKERS, warm_python, warm_xdist_workers
 
+        if not subprocess:
+            with warm_xdist_workers():
+                return pytester.runpytest(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args)
         python = warm_python()
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(pytester, "_getpytestargs", lambda: (python, "-mpytest"))
+            patch.setenv(XDIST_WORKERS, "1")
             return pytester.runpytest_subprocess(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args, timeout=timeout)
     if subprocess:
         return pytester.runpytest_subprocess(*PLUGIN, *QUIET, "-p", "no:cacheprovider", *args, timeout=timeout)

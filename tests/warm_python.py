@@ -25,8 +25,11 @@ a command given options this module does not know runs the real interpreter.  Wi
 from __future__ import annotations
 
 import atexit
+import gc
+import io
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -34,8 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 #: The modules the zygote imports once: torch, and what a profiled capture imports next (torch's
 #: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own).
@@ -51,17 +55,24 @@ import os, socket, struct, sys, json, signal
 SOCKET, REAL, MODE = {socket!r}, {real!r}, {mode!r}
 args = sys.argv[1:]
 target = None
+unbuffered = MODE == "python" and args[:1] == ["-u"]  # as execnet starts an xdist worker: -u -c ...
+if unbuffered:
+    args = args[1:]
 if MODE == "pytest":
     target = ["entry", "pytest:console_main", [sys.argv[0], *args]]
 elif MODE == "graphcapture":
     target = ["entry", "pytest_graphcapture.tools.cli:main", [sys.argv[0], *args]]
 elif args and args[0] == "-m" and len(args) > 1:
     target = ["module", args[1], [args[1], *args[2:]]]
+elif args and args[0].startswith("-m") and len(args[0]) > 2:  # -mpytest, as pytester spells it
+    target = ["module", args[0][2:], [args[0][2:], *args[1:]]]
 elif args and args[0] == "-c" and len(args) > 1:
     target = ["code", args[1], ["-c", *args[2:]]]
 elif args and not args[0].startswith("-"):
     target = ["path", args[0], args]
 def real():
+    if unbuffered:
+        args.insert(0, "-u")
     if MODE in ("pytest", "graphcapture"):
         argv = [REAL, "-m", "pytest", *args] if MODE == "pytest" else [REAL, "-c",
                 "import sys; from pytest_graphcapture.tools.cli import main; sys.exit(main())", *args]
@@ -75,7 +86,7 @@ try:
     conn.connect(SOCKET)
 except OSError:
     real()
-body = json.dumps({{"target": target, "env": dict(os.environ), "cwd": os.getcwd()}}).encode()
+body = json.dumps({{"target": target, "env": dict(os.environ), "cwd": os.getcwd(), "unbuffered": unbuffered}}).encode()
 socket.send_fds(conn, [struct.pack("!I", len(body)) + body], [0, 1, 2])
 def forward(signum, frame):
     try:
@@ -153,6 +164,11 @@ def _run(request: dict) -> int:
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     sys.warnoptions[:] = [w for w in env.get("PYTHONWARNINGS", "").split(",") if w]
     warnings._processoptions(sys.warnoptions)  # type: ignore[attr-defined]
+    if request.get("unbuffered"):
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+    if env.get(XDIST_WORKERS) == "1":
+        _warm_xdist_workers()
     code = 0
     try:
         if kind == "module":
@@ -184,6 +200,30 @@ def _run(request: dict) -> int:
             except Exception:
                 pass
     return code
+
+
+def _warm_xdist_workers(python: Optional[str] = None) -> Callable[[], None]:
+    """pytest-xdist workers started from now on start warm: execnet starts them as ``python -u -c ...``.
+
+    Returns the function that undoes it (a run forked warm never needs to).
+    """
+    import execnet.gateway_io as gateway_io
+
+    plain = gateway_io.popen_args
+    python = python or str(_BIN[0] / "python")
+
+    def popen_args(spec: Any) -> list[str]:
+        args = plain(spec)
+        if not spec.python:
+            args[0] = python
+        return args
+
+    gateway_io.popen_args = popen_args
+
+    def undo() -> None:
+        gateway_io.popen_args = plain
+
+    return undo
 
 
 def _supervise(conn: socket.socket) -> None:
@@ -242,6 +282,9 @@ def _supervise(conn: socket.socket) -> None:
 
 
 _BASE_PATH: list[str] = []
+_BIN: list[Path] = []
+#: Set to 1 in a run's environment: the pytest-xdist workers of that run start warm as well.
+XDIST_WORKERS = "WARM_PYTHON_XDIST_WORKERS"
 
 
 def serve(sock: str, parent: int, here: str) -> None:
@@ -251,7 +294,13 @@ def serve(sock: str, parent: int, here: str) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    # What is imported now is shared with every run, copy-on-write: the collector leaves it alone
+    # (it would otherwise visit, and so copy, that memory in every run; and each full collection
+    # a run makes, pytest makes two, would walk all of torch).
+    gc.collect()
+    gc.freeze()
     _BASE_PATH[:] = [p for p in sys.path if p not in ("", os.getcwd(), here)]
+    _BIN[:] = [Path(sock).parent / "bin"]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ready = sock + ".tmp"
     listener.bind(ready)
@@ -304,7 +353,7 @@ def _start() -> Optional[Path]:
         stderr=open(root / "zygote.log", "wb"),
         start_new_session=True,
     )
-    atexit.register(_stop, process)
+    atexit.register(_stop, process, root)
     deadline = time.monotonic() + 120
     while not os.path.exists(sock):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -314,13 +363,14 @@ def _start() -> Optional[Path]:
     return root / "bin"
 
 
-def _stop(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen, root: Path) -> None:
     if process.poll() is None:
         process.terminate()
         try:
             process.wait(5)
         except subprocess.TimeoutExpired:
             process.kill()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def warm_bin() -> Optional[Path]:
@@ -342,3 +392,17 @@ def warm_path(env: Optional[dict] = None) -> str:
     folder = warm_bin()
     path = env.get("PATH", "")
     return os.pathsep.join([str(folder), path]) if folder is not None else path
+
+
+@contextmanager
+def warm_xdist_workers() -> Iterator[None]:
+    """In this process (an in-process pytester run): the pytest-xdist workers it starts start warm."""
+    folder = warm_bin()
+    if folder is None:
+        yield
+        return
+    undo = _warm_xdist_workers(str(folder / "python"))
+    try:
+        yield
+    finally:
+        undo()

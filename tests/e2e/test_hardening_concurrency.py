@@ -40,7 +40,9 @@ def test_shard(shard, graph_capture, golden, decode_runner):
 
 def run_with_report(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
     report = pytester.path / "report.json"
-    result = run(pytester, "-n", "4", "--graph-capture-json", str(report), *args, subprocess=True, timeout=600)
+    result = run(
+        pytester, "-n", "4", "--graph-capture-json", str(report), *args, subprocess=True, timeout=600, warm=True
+    )
     return result, json.loads(report.read_text())
 
 

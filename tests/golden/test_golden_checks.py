@@ -133,7 +133,7 @@ def test_goldens_of_a_skipped_or_broken_module_are_kept(project: pytest.Pytester
 
 
 def test_orphans_are_found_under_xdist(renamed: pytest.Pytester) -> None:
-    result = run(renamed, "-n", "2", subprocess=True)
+    result = run(renamed, "-n", "2", subprocess=True, warm=True)
     result.stdout.fnmatch_lines(
         [f"unused: goldens/{GONE}/Fake_bs_2.json (belongs to no collected test; remove with --update-golden)"]
     )

@@ -42,7 +42,7 @@ def pytest_run(project: pytest.Pytester, mode: tuple, *args: str, bounded: bool 
     """In-process, or in a subprocess with ``-n 2``; ``bounded`` runs a subprocess either way, so a hang
     fails the test instead of hanging the suite."""
     if mode or bounded:
-        return run(project, *mode, *args, subprocess=True, timeout=120)
+        return run(project, *mode, *args, subprocess=True, timeout=120, warm=True)
     return run(project, *args)
 
 

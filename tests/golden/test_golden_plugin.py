@@ -46,11 +46,11 @@ def golden_tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(base).as_posix(): p.read_bytes() for p in sorted(base.rglob("*.json"))}
 
 
-def report_json(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+def report_json(pytester: pytest.Pytester, *args: str, warm: bool = False) -> tuple[pytest.RunResult, dict]:
     out = pytester.path / "report.json"
     if out.exists():
         out.unlink()
-    result = run(pytester, *args, "--graph-capture-json", str(out))
+    result = run(pytester, *args, "--graph-capture-json", str(out), warm=warm)
     return result, json.loads(out.read_text())
 
 
@@ -448,7 +448,7 @@ def test_many(fake_capture, golden, i):
     )
     # Loading the plugin imports no torch, so four workers on two cores stay at a few seconds per run.
     xdist = ("-n", "4")
-    result, data = report_json(gate, *xdist, "--update-golden")
+    result, data = report_json(gate, *xdist, "--update-golden", warm=True)
     result.assert_outcomes(passed=8)
     assert data["totals"] == {
         "checked": 24,
@@ -469,10 +469,10 @@ def test_many(fake_capture, golden, i):
 
     monkeypatch.setenv("FAKE_BATCH_SIZES", "2,4")
     monkeypatch.setenv("FAKE_HIDDEN", "512")
-    result, data = report_json(gate, *xdist)
+    result, data = report_json(gate, *xdist, warm=True)
     result.assert_outcomes(failed=8)
     assert data["totals"]["failed"] == 16 and data["totals"]["unused"] == 0  # failed tests: folders left alone
-    result, data = report_json(gate, *xdist, "--update-golden")
+    result, data = report_json(gate, *xdist, "--update-golden", warm=True)
     result.assert_outcomes(passed=8)
     assert data["totals"]["updated"] == 16 and data["totals"]["deleted"] == 8
     assert len(golden_tree(gate.path)) == 16
