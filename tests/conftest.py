@@ -44,6 +44,13 @@ def _cache_child_bytecode() -> None:
 
 _cache_child_bytecode()
 
+# torch's OpenMP threads wait for each other by spinning.  The suite runs a worker per core and
+# each starts Pythons of its own, so a waiting thread spins on a core another process needs: a
+# capture run took two to three times the CPU it takes on an idle machine.  Waiting threads sleep
+# instead (set before any process of the suite imports torch, which reads it when its OpenMP
+# runtime loads).  What the tests check does not depend on it; a value already set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 GRAPH_CAPTURE_VARIABLES = tuple(
     name for name in os.environ if name.startswith("GRAPH_CAPTURE_") and name != "GRAPH_CAPTURE_REAL_TRACES"
 )

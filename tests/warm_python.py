@@ -330,14 +330,19 @@ def serve(sock: str, parent: int, here: str) -> None:
 
 
 _STATE: dict[str, Any] = {}
+#: What the zygote does not take from the test that starts it, but OMP_WAIT_POLICY (tests/conftest.py).
 _NOT_INHERITED = ("PYTEST_", "GRAPH_CAPTURE_", "TORCH", "PYTORCH_", "CUDA_", "OMP_", "MKL_")
 
 
 def _start() -> Optional[Path]:
+    if sys.platform != "linux":  # fork, and file descriptors passed over a Unix socket
+        return None
     root = Path(tempfile.mkdtemp(prefix="warm-python-"))
     sock = str(root / "z.sock")
     # torch is imported under none of a test's settings: nothing of pytest's, ours, torch's or the path.
     env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PYTHONPATH"}
+    if "OMP_WAIT_POLICY" in os.environ:
+        env["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
     here = str(Path(__file__).resolve().parent)
     process = subprocess.Popen(
         [
