@@ -146,6 +146,7 @@ def _run(request: dict) -> int:
     """In the run's own process: become the run the command asked for; return its exit code."""
     import runpy
     import threading
+    import types
     import warnings
 
     kind, what, argv = request["target"]
@@ -169,6 +170,13 @@ def _run(request: dict) -> int:
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
     if env.get(XDIST_WORKERS) == "1":
         _warm_xdist_workers()
+    # A __main__ of the run's own, as Python makes one: a console script's holds its file (what a
+    # spawned or fork-server child of the run imports as its main module), -c code's none.
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    if kind == "entry":
+        main.__file__ = os.path.join(os.path.dirname(sys.executable), os.path.basename(argv[0]))
+    sys.modules["__main__"] = main
     code = 0
     try:
         if kind == "module":
@@ -176,7 +184,7 @@ def _run(request: dict) -> int:
         elif kind == "path":
             runpy.run_path(what, run_name="__main__")
         elif kind == "code":
-            exec(compile(what, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+            exec(compile(what, "<string>", "exec"), main.__dict__)
         else:
             module, _, function = what.partition(":")
             code = getattr(__import__(module, fromlist=[function]), function)()

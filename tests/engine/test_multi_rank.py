@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, assert_gone, load_trace, wait_gone
+from helpers import REPO_ROOT, assert_gone, load_trace, run, wait_gone
 
 from pytest_graphcapture.engine.ranks import supervisor as distributed
 from pytest_graphcapture.engine.ranks.capture import capture_on_ranks
@@ -226,8 +226,10 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
     pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install pytest-xdist")
     pytester.makepyfile(test_x=XDIST_TESTS)
     started = time.monotonic()
-    done = pytester.runpytest_subprocess(
-        *QUIET,
+    # The run and its workers start warm (tests/warm_python.py): their ranks come from each worker's fork server.
+    done = run(
+        pytester,
+        "--graph-capture-device=cpu",
         "-p",
         "xdist",
         "-n",
@@ -236,6 +238,8 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
         "--graph-capture-trace",
         f"--graph-capture-dir={tmp_path}",
         "--graph-capture-merge",
+        subprocess=True,
+        warm=True,
         timeout=300,
     )
     done.assert_outcomes(passed=2)
@@ -260,7 +264,9 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
         f"{b}/ModelB_bs_2_rank0.json.gz",
         f"{b}/ModelB_bs_2_rank1.json.gz",
     ]
-    again = pytester.runpytest_subprocess(*QUIET, "-p", "xdist", "-n", "2", timeout=300)
+    again = run(
+        pytester, "--graph-capture-device=cpu", "-p", "xdist", "-n", "2", subprocess=True, warm=True, timeout=300
+    )
     again.assert_outcomes(passed=2)
     assert time.monotonic() - started < 280
 

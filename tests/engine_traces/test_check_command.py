@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -16,13 +20,21 @@ def check(capsys, *args) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.fixture
-def goldens(tmp_path, built, capsys):
-    """A golden tree written by ``--update`` from the vLLM-layout traces (the baseline)."""
-    golden = tmp_path / "goldens"
-    code, out, _ = check(capsys, built("vllm"), "--golden-dir", golden, "--update")
-    assert code == 0, out
+@pytest.fixture(scope="module")
+def baseline(built, tmp_path_factory):
+    """The golden tree ``--update`` writes from the vLLM-layout traces, written once for the module."""
+    golden = tmp_path_factory.mktemp("baseline") / "goldens"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["check", str(built("vllm")), "--golden-dir", str(golden), "--update"])
+    assert code == 0, out.getvalue()
     return golden
+
+
+@pytest.fixture
+def goldens(tmp_path, baseline):
+    """A copy of the baseline golden tree of its own for each test (tests change and update it)."""
+    return Path(shutil.copytree(baseline, tmp_path / "goldens"))
 
 
 def failure_lines(out: str) -> list[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers import FAKE_CONFTEST, REPO_ROOT, TEST_DECODE, isolated_checkout, run
+from warm_python import warm_python
 
 from pytest_graphcapture.golden.lock import LOCK_NAME, GoldenLock
 
@@ -88,18 +89,23 @@ def test_two_independent_update_runs_never_interleave(project: pytest.Pytester) 
 
 def pytest_graphcapture_postprocess_summary(config, summary):
     import time
-    time.sleep(float(os.environ.get("FAKE_SLOW", "0")))
+    release = os.environ.get("FAKE_RELEASE")  # the first writer holds on until the test lets it go
+    deadline = time.monotonic() + 60
+    while release and not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
 """
     )
-    env = {**os.environ, "FAKE_SLOW": "1.5", "PYTHONPATH": str(REPO_ROOT)}
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--update-golden"]
+    release = project.path / "release"
+    env = {**os.environ, "FAKE_RELEASE": str(release), "PYTHONPATH": str(REPO_ROOT)}
+    args = [warm_python(), "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--update-golden"]
     first = subprocess.Popen(args, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not (project.path / "goldens" / LOCK_NAME).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     second = subprocess.run(
-        args, cwd=project.path, env={**env, "FAKE_SLOW": "0", "FAKE_HIDDEN": "64"}, capture_output=True, timeout=120
+        args, cwd=project.path, env={**env, "FAKE_RELEASE": "", "FAKE_HIDDEN": "64"}, capture_output=True, timeout=120
     )
+    release.touch()  # only now may the first writer finish: the second ran while it held the tree
     out, _ = first.communicate(timeout=120)
     assert first.returncode == 0, out.decode()
     assert second.returncode == pytest.ExitCode.USAGE_ERROR, second.stdout.decode()

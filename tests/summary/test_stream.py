@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import subprocess
@@ -49,6 +50,10 @@ def _sliced(path: Path, level: str, *, fast: bool) -> str:
     return _build(scan, KEY, platform_from_trace(top), level, environment_from_trace(top)).to_json()
 
 
+#: A shared real trace's whole-file summary, read once for both slice parsers (the files do not change).
+_whole_real_file = functools.lru_cache(maxsize=None)(_whole_file)
+
+
 def _real_traces() -> list[Path]:
     folder = real_traces_dir()
     found = sorted(folder.glob("*.json.gz")) if folder.is_dir() else []
@@ -59,11 +64,12 @@ def _real_traces() -> list[Path]:
 
 @pytest.mark.parametrize("fast", PARSERS, ids=["msgspec", "stdlib"])
 @pytest.mark.slow
+@pytest.mark.xdist_group("stream_real_traces")  # one worker: both parsers compare with one whole-file read
 def test_every_real_trace_summarizes_byte_identically_in_slices(fast, monkeypatch):
     if fast and stream.msgspec is None:
         pytest.skip("msgspec is not installed (pip install msgspec): only the stdlib slice parser can be tested")
     for path in _real_traces():
-        whole = {level: _whole_file(path, level) for level in LEVELS}
+        whole = {level: _whole_real_file(path, level) for level in LEVELS}
         for slice_bytes in (4096, stream.SLICE_BYTES):
             monkeypatch.setattr(stream, "SLICE_BYTES", slice_bytes)
             scan = _Scan()  # one read per slice size: what is read does not depend on the level
