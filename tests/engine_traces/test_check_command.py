@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_graphcapture.plugin.settings import CI_VARIABLES
 from pytest_graphcapture.tools.cli import main
 
 
@@ -25,7 +26,9 @@ def baseline(built, tmp_path_factory):
     """The golden tree ``--update`` writes from the vLLM-layout traces, written once for the module."""
     golden = tmp_path_factory.mktemp("baseline") / "goldens"
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        for name in CI_VARIABLES:  # outside any test, so tests/conftest.py has not taken CI's variables away
+            patch.delenv(name, raising=False)
         code = main(["check", str(built("vllm")), "--golden-dir", str(golden), "--update"])
     assert code == 0, out.getvalue()
     return golden
