@@ -1,6 +1,6 @@
 """Fail when a module of the package passes the line limit, naming each file that does.
 
-A module holds one idea; past 450 lines it almost always holds two, and the next contributor
+A module holds one idea; past 800 lines it almost always holds two, and the next contributor
 cannot see which part is theirs to change. Split such a file by idea (CONTRIBUTING.md), not by
 moving lines around until the count fits.
 
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-LIMIT = 450
+LIMIT = 800
 
 
 def oversized(package: Path, limit: int = LIMIT) -> list[tuple[Path, int]]:
