@@ -30,7 +30,7 @@ from .engine.capture import CaptureSettings, capture_runner
 from .engine.result import CaptureResult
 from .engine.runner import GraphRunner
 from .engine.stand_ins import eager_cuda_calls, patched
-from .engine.step_contract import KeyLike, as_key, user_key_sequence
+from .engine.step_contract import KeyLike, as_key, user_key_sequence, warmup_count
 from .keys import capture_order
 from .naming import trace_dir, trace_file_name
 from .testing import (
@@ -113,6 +113,7 @@ class CaptureContract:
         ``runner``; failures name the runner).  Step the
         ``profiler`` passed in where your code steps its profiler.
         """
+        warmups = warmup_count(warmups, "capture_contract.check_capture")
         owner, name = forward
         original = getattr(owner, name)
 

@@ -67,6 +67,7 @@ from .step_contract import (
     StepContract,
     as_key,
     user_key_sequence,
+    warmup_count,
 )
 
 
@@ -113,10 +114,10 @@ def capture_engine_loop(
     ``warmups`` is how many forwards (each followed by a profiler step) the loop runs per
     key before its capture forward: 2 as sglang runs, 1 for vLLM's loop and for a
     ``torch.compile(mode="reduce-overhead")`` model (inductor records on a compiled
-    function's second call).  The profiler's schedule waits that many steps, so the
-    recorded step is still each key's capture.
+    function's second call); at most :data:`~.step_contract.MAX_WARMUPS`.  The profiler's
+    schedule waits that many steps, so the recorded step is still each key's capture.
     """
-    warmups = _warmup_count(warmups)
+    warmups = warmup_count(warmups)
     owner, name = _forward_target(forward)
     settings = settings or CaptureSettings()
     device = torch.device(device if device is not None else getattr(owner, "device", None) or "cpu")
@@ -246,16 +247,6 @@ def _keep_selected_sizes(result: CaptureResult, settings: CaptureSettings) -> No
         )
     for key in [k for k in result.keys if k.batch_size not in settings.batch_sizes]:
         del result.keys[key]
-
-
-def _warmup_count(warmups: Any) -> int:
-    """``warmups=`` checked to be a whole number of forwards, 0 or more; UsageError naming it if not."""
-    if isinstance(warmups, bool) or not isinstance(warmups, int) or warmups < 0:
-        raise UsageError(
-            f"graph_capture.engine: warmups= must be the number of warmup forwards the loop runs per key before its "
-            f"capture (a whole number, 0 or more; 2 by default); got {warmups!r}"
-        )
-    return warmups
 
 
 def _forward_target(forward: Any) -> tuple[Any, str]:

@@ -68,6 +68,23 @@ def check_capture_evidence(key: CaptureKey, summary: Optional[Any]) -> None:
         raise EmptyCaptureError(_message(key, "the capture recorded no kernel launch events", _PROCESS_CAUSES))
 
 
+def check_forward_seen(key: CaptureKey, summary: Optional[Any], where: str) -> None:
+    """EmptyCaptureError when a key's recorded capture holds no op, no kernel and no launch (on any device).
+
+    The gate saw the forward run, so a profile without anything of it is a capture the
+    profiler did not see (work skipped at the capture, or run where it does not record):
+    an empty golden would pass any later forward.  ``where`` begins the line.
+    """
+    if summary is None or summary.ops or summary.kernels or int(summary.launches.get("total", 0)):
+        return
+    raise EmptyCaptureError(
+        f"{where}capture: the profile holds nothing of the capture forward (no op, no kernel, no launch) although "
+        f"the forward ran, so no golden is written: the forward did no work the profiler could see (it returned "
+        f"a cached result, or ran its work on another thread); make the capture forward run, on this thread, the "
+        f"work its graph replays"
+    )
+
+
 def _cupti_causes(suspects: Sequence[str]) -> tuple[str, ...]:
     return tuple(f"another CUPTI client holds CUPTI, so the profiler records no GPU activity: {s}" for s in suspects)
 

@@ -86,6 +86,16 @@ def no_graph_reason(warmup_graph: Optional[str], skips: int, warmups: int) -> st
     return ""
 
 
+def other_thread_reason(what: str, thread: str, gate_thread: str) -> str:
+    """Why a call of the engine's loop on a thread other than the gate's is refused: its profile would be empty."""
+    return (
+        f"{what} ran on thread {thread!r}, not on the thread that called graph_capture.engine ({gate_thread}): "
+        f"torch's profiler records only the ops of the thread it was started on, so the key's golden would hold "
+        f"nothing of its forward; run the engine's capture loop on the calling thread (call its capture function "
+        f"directly, not in a worker thread or pool)"
+    )
+
+
 class FailureKeeper:
     """Keeps the first failure of an observed loop (:attr:`failure`) and refuses every call after it."""
 
@@ -121,4 +131,12 @@ class FailureKeeper:
             )
 
 
-__all__ = ["AlreadyFailed", "Failure", "FailureKeeper", "cudagraph_skips", "ended_with_error", "no_graph_reason"]
+__all__ = [
+    "AlreadyFailed",
+    "Failure",
+    "FailureKeeper",
+    "cudagraph_skips",
+    "ended_with_error",
+    "no_graph_reason",
+    "other_thread_reason",
+]

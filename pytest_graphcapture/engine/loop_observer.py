@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import time
 from typing import Any, Callable, NoReturn, Optional
 
@@ -28,13 +29,30 @@ from ..keys import CaptureKey, key_label
 from .backend import CaptureProgress
 from .capture import CaptureSettings, _label
 from .capture_observer import CaptureObserver, still_capturing
-from .guard import check_capture_evidence
+from .guard import check_capture_evidence, check_forward_seen
 from .held_capture import HeldCapture
-from .loop_failures import AlreadyFailed, Failure, FailureKeeper, cudagraph_skips, ended_with_error, no_graph_reason
+from .loop_failures import (
+    AlreadyFailed,
+    Failure,
+    FailureKeeper,
+    cudagraph_skips,
+    ended_with_error,
+    no_graph_reason,
+    other_thread_reason,
+)
 from .profiling import PerBatchSizeProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 from .stand_ins import EagerCUDAGraph
-from .step_contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP, KeyLike, StepContract, as_key
+from .step_contract import (
+    FORWARD,
+    GRAPH_ENTER,
+    GRAPH_EXIT,
+    STEP,
+    CaptureContractError,
+    KeyLike,
+    StepContract,
+    as_key,
+)
 
 
 @dataclasses.dataclass
@@ -101,6 +119,8 @@ class LoopObserver(FailureKeeper):
         #: torch swallowed is :attr:`swallowed` (the engine never saw it, so it did not catch it).
         self.captures: Optional[CaptureObserver] = None
         self.swallowed: Optional[BaseException] = None
+        #: The thread that runs the gate and started the profiler: the only one whose ops it records.
+        self.thread = threading.current_thread()
 
     # ------------------------------------------------------------------ failures
 
@@ -123,6 +143,25 @@ class LoopObserver(FailureKeeper):
         """``"Runner bs=4: "`` for the key the loop is at, as failure lines begin; empty before any key."""
         key = self.progress.key
         return f"{key.runner} {key_label(key)}: " if key is not None else ""
+
+    def elsewhere(self, what: str, key: Optional[CaptureKey] = None) -> bool:
+        """Whether this call runs on a thread other than the gate's: then kept as the failure and passed through.
+
+        The engine's worker thread is never raised into (nothing there would report it); the
+        gate raises the failure when the capture function returns, and no golden is written.
+        """
+        thread = threading.current_thread()
+        if thread is self.thread:
+            return False
+        if self.failure is None:
+            key = key or self.contract.key
+            where = f"{key.runner} {key_label(key)}: " if key is not None else ""
+            error = CaptureContractError(
+                f"graph_capture.engine: {where}{other_thread_reason(what, thread.name, self.thread.name)}"
+            )
+            self._record(error, key)
+            self.swallowed = error  # raised in no frame of the engine's: it did not catch it
+        return True
 
     def placeholder_used(self, message: str) -> NoReturn:
         """The engine instantiated torch's CPU placeholder of a stood-in class: kept as the failure, raised."""
@@ -153,6 +192,8 @@ class LoopObserver(FailureKeeper):
 
     def forward(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.depth:  # the forward called from within itself: one forward
+            return original(*args, **kwargs)
+        if self.elsewhere("a forward", self._key_or_none(args, kwargs)):
             return original(*args, **kwargs)
         self._ended_unseen()
         self._raise_kept()
@@ -211,6 +252,12 @@ class LoopObserver(FailureKeeper):
                 f"{type(exc).__name__}: {exc}; it must return a CaptureKey, a batch size or (batch size, variant)"
             ) from None
 
+    def _key_or_none(self, args: tuple, kwargs: dict) -> Optional[CaptureKey]:
+        try:
+            return self._key(args, kwargs)
+        except UsageError:
+            return None
+
     def _enter_graph(self, key: CaptureKey, original: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """The first forward inside the open graph gives the graph its key; a second one is refused."""
         graph = self.graph
@@ -233,6 +280,8 @@ class LoopObserver(FailureKeeper):
 
     def capture_begin(self, graph: Any) -> bool:
         """A graph begins: one around a forward, or (inside a forward) a piece of the key's capture forward."""
+        if self.elsewhere("a graph capture"):
+            return False
         if self.depth:
             return self._begin_held(graph)
         self._ended_unseen(beginning=graph)
@@ -305,6 +354,8 @@ class LoopObserver(FailureKeeper):
 
     def capture_end(self, graph: Any) -> None:
         """A graph's capture ended: its key moves on, unless the capture is being left by an exception."""
+        if self.elsewhere("a graph capture"):
+            return
         if self.library_graphs and id(graph) in self.library_graphs:
             self.library_graphs.discard(id(graph))
             return
@@ -358,6 +409,8 @@ class LoopObserver(FailureKeeper):
         When the capture was being left by another exception (the one that invalidated it),
         that one is the failure; either way the graph is closed, so the next is not "inside" it.
         """
+        if self.elsewhere("a graph capture"):
+            return
         if self.library_graphs and id(graph) in self.library_graphs:
             self.library_graphs.discard(id(graph))
             return
@@ -401,6 +454,8 @@ class LoopObserver(FailureKeeper):
             read(key, graph)
 
     def on_step(self) -> None:
+        if self.elsewhere("a profiler step"):
+            return
         self._ended_unseen()
         self._raise_kept()
         with self._recorded():
@@ -415,6 +470,8 @@ class LoopObserver(FailureKeeper):
 
     def _close(self, key: CaptureKey) -> None:
         done = self.profiler.results.get(key) if isinstance(self.profiler, PerBatchSizeProfiler) else None
+        if done is not None:
+            check_forward_seen(key, done.summary, f"graph_capture.engine: {key.runner} {key_label(key)}: ")
         if self.backend.kernel_evidence_required and done is not None:
             check_capture_evidence(key, done.summary)
         seconds = time.perf_counter() - self.started[key]

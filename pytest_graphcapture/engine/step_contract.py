@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NoReturn, Optional, Union
 
-from ..errors import GraphCaptureError
+from ..errors import GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
 
 #: The events of the step contract (also the call names of :class:`~pytest_graphcapture.testing.CallLog`).
@@ -26,12 +26,33 @@ def user_key_sequence(warmups: int = WARMUPS) -> list[str]:
     return [FORWARD, STEP] * warmups + [GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP]
 
 
-def _stages(warmups: int) -> list[str]:
-    """The stage each position of :func:`user_key_sequence` belongs to, as failure lines name it."""
-    stages = []
-    for n in range(1, warmups + 1):
-        stages += [f"warmup {n}", f"profiler step after warmup {n}"]
-    return stages + ["capture", "capture", "capture", "profiler step after the capture"]
+#: The most warmup forwards per key ``warmups=`` accepts: engines run 0 to 3; more is a typo.
+MAX_WARMUPS = 1000
+
+
+def warmup_count(warmups: object, where: str = "graph_capture.engine") -> int:
+    """``warmups=`` checked to be a whole number of forwards from 0 to :data:`MAX_WARMUPS`; UsageError naming it if not."""
+    if isinstance(warmups, bool) or not isinstance(warmups, int) or not 0 <= warmups <= MAX_WARMUPS:
+        raise UsageError(
+            f"{where}: warmups= must be the number of warmup forwards the loop runs per key before its "
+            f"capture (a whole number from 0 to {MAX_WARMUPS}; 2 by default); got {warmups!r}"
+        )
+    return warmups
+
+
+def _event(position: int, warmups: int) -> str:
+    """The call at ``position`` of :func:`user_key_sequence` (computed: the sequence is never built)."""
+    if position < 2 * warmups:
+        return STEP if position % 2 else FORWARD
+    return (GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP)[position - 2 * warmups]
+
+
+def _stage(position: int, warmups: int) -> str:
+    """The stage ``position`` of :func:`user_key_sequence` belongs to, as failure lines name it."""
+    if position < 2 * warmups:
+        n = position // 2 + 1
+        return f"profiler step after warmup {n}" if position % 2 else f"warmup {n}"
+    return "profiler step after the capture" if position == 2 * warmups + 3 else "capture"
 
 
 _WHAT = {
@@ -65,8 +86,9 @@ class StepContract:
     """
 
     def __init__(self, warmups: int = WARMUPS) -> None:
-        self.expected = user_key_sequence(warmups)
-        self.stages = _stages(warmups)
+        # Positions are computed, never listed: memory does not grow with the warmup count.
+        self.warmups = warmups
+        self.length = 2 * warmups + 4
         self.key: Optional[CaptureKey] = None
         self.position = 0
         self.done: list[CaptureKey] = []
@@ -74,17 +96,17 @@ class StepContract:
     @property
     def stage(self) -> str:
         """The stage the next call of the current key belongs to (``warmup 1`` … ``profiler step after the capture``)."""
-        return self.stages[min(self.position, len(self.stages) - 1)]
+        return _stage(min(self.position, self.length - 1), self.warmups)
 
     @property
     def last_stage(self) -> str:
         """The stage of the last call accepted: where a loop that raises now stopped."""
-        return self.stages[max(self.position - 1, 0)]
+        return _stage(max(self.position - 1, 0), self.warmups)
 
     def feed(self, event: str, key: Optional[CaptureKey]) -> bool:
         """Accept one call of ``key``; True when it closes the key (its last profiler step)."""
         if key is not None and key != self.key:
-            if self.key is not None and self.position != len(self.expected):
+            if self.key is not None and self.position != self.length:
                 self.fail(
                     self.key,
                     f"{self.stage}: the loop moved on to {key_label(key)} before this key was captured; {self._rule()}",
@@ -92,29 +114,29 @@ class StepContract:
             self._begin(key)
         if self.key is None:
             self.fail(None, f"{_WHAT[event]} came before any forward; {self._rule()}")
-        if self.position == len(self.expected):
+        if self.position == self.length:
             self.fail(self.key, f"after the capture: {_WHAT[event]} of a key already captured; {self._rule()}")
-        want = self.expected[self.position]
+        want = _event(self.position, self.warmups)
         if event != want:
             self.fail(
                 self.key, f"{self.stage}: expected {_WHAT[want]}, but the loop ran {_WHAT[event]}; {self._rule()}"
             )
         self.position += 1
-        if self.position == len(self.expected):
+        if self.position == self.length:
             self.done.append(self.key)  # type: ignore[arg-type]
             return True
         return False
 
     def at_capture(self, key: CaptureKey) -> bool:
         """Whether ``key``'s capture is due now (its warmups done): a forward now may hold the key's graphs."""
-        at = self.expected.index(GRAPH_ENTER)
+        at = 2 * self.warmups
         if key == self.key:
             return self.position == at
         return at == 0 and key not in self.done
 
     def finish(self) -> None:
         """The loop returned: the last key must be complete and at least one key captured."""
-        if self.key is not None and self.position != len(self.expected):
+        if self.key is not None and self.position != self.length:
             self.fail(
                 self.key, f"{self.stage}: the capture function returned before this key was captured; {self._rule()}"
             )
@@ -133,7 +155,7 @@ class StepContract:
         self.key, self.position = key, 0
 
     def _rule(self) -> str:
-        warmups = self.expected.count(FORWARD) - 1
+        warmups = self.warmups
         first = {0: "no warmup forward", 1: "1 warmup forward, followed by a profiler step"}.get(
             warmups, f"{warmups} warmup forwards, each followed by a profiler step"
         )
@@ -154,10 +176,12 @@ __all__ = [
     "GRAPH_ENTER",
     "GRAPH_EXIT",
     "STEP",
+    "MAX_WARMUPS",
     "WARMUPS",
     "CaptureContractError",
     "KeyLike",
     "StepContract",
     "as_key",
     "user_key_sequence",
+    "warmup_count",
 ]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from pytest_graphcapture.engine.engine_loop import (
     FORWARD,
     GRAPH_ENTER,
+    GRAPH_EXIT,
     STEP,
     CaptureContractError,
     StepContract,
@@ -81,3 +84,35 @@ def test_variants_of_one_size_may_come_in_any_order_but_sizes_only_descend() -> 
     feed(contract, key_calls(draft, user_key_sequence()) + key_calls(plain, user_key_sequence()))
     with pytest.raises(CaptureContractError, match="Engine bs=8: warmup 1: captured after bs=4; keys must be"):
         contract.feed(FORWARD, CaptureKey("Engine", 8))
+
+
+def _peak_bytes(warmups: int) -> int:
+    """The peak memory a contract of ``warmups`` takes while it checks one key's whole sequence."""
+    tracemalloc.start()
+    try:
+        contract = StepContract(warmups)
+        for n in range(2 * warmups):
+            contract.feed(STEP if n % 2 else FORWARD, BIG)
+            assert contract.stage.startswith(("warmup", "profiler step after warmup", "capture"))
+        for event in (GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP):
+            contract.feed(event, BIG)
+        contract.finish()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("warmups", [1000, 300])  # 1000: the most warmups= accepts
+def test_the_memory_of_the_contract_does_not_grow_with_the_warmup_count(warmups: int) -> None:
+    few = _peak_bytes(1)
+    assert _peak_bytes(warmups) < few + 4096, "the contract keeps something per warmup"
+
+
+def test_a_loop_breaking_the_contract_after_many_warmups_names_the_warmup() -> None:
+    contract = StepContract(700)
+    feed(contract, [(FORWARD, BIG), (STEP, BIG)] * 449 + [(FORWARD, BIG)])
+    with pytest.raises(
+        CaptureContractError,
+        match="Engine bs=4: profiler step after warmup 450: expected a profiler step, but the loop ran a forward; per key the loop must run 700 warmup forwards",
+    ):
+        contract.feed(FORWARD, BIG)

@@ -178,3 +178,34 @@ def test_a_loop_recording_a_warmup_early_is_told_the_warmups_to_pass(
     stored = [p.read_text() for p in sorted((pytester.path / "goldens").rglob("CompiledModel_bs_*.json"))]
     assert len(stored) == 2 and all('"aten::relu"' in text for text in stored)
     run(pytester, "--golden-dir=goldens").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("absurd", ["1001", "10**9", "2**63"])
+def test_an_absurd_warmup_count_is_refused_in_one_line_naming_the_option_and_the_bound(
+    pytester: pytest.Pytester, absurd: str
+) -> None:
+    pytester.makepyfile(
+        test_engine=f"""
+def test_engine(graph_capture):
+    graph_capture.engine(lambda: None, forward=(object(), "__str__"), key=lambda bs: bs, warmups={absurd})
+"""
+    )
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["UsageError: graph_capture.engine: warmups= must be the number of warmup forwards * from 0 to 1000*got *"]
+    )
+
+
+def test_a_loop_of_many_warmups_writes_the_goldens_of_two(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_engine=GATE)
+    monkeypatch.setenv("STEPS", "plugin")
+    monkeypatch.setenv("WARMUPS", "2")
+    run(pytester, "--update-golden", "--golden-dir=goldens").assert_outcomes(passed=1)
+    written = _goldens(pytester)
+    monkeypatch.setenv("WARMUPS", "1000")  # the most warmups= accepts
+    run(pytester, "--golden-dir=goldens").assert_outcomes(passed=1)
+    run(pytester, "--update-golden", "--golden-dir=goldens").assert_outcomes(passed=1)
+    assert _goldens(pytester) == written
