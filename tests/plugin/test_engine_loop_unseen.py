@@ -31,6 +31,12 @@ class Engine:
     def forward(self, bs):
         if ARRANGEMENT == "cached" and bs in self.cache:
             return self.cache[bs]  # the capture forward does no work: nothing for the profiler to see
+        if ARRANGEMENT == "inner thread":  # the forward runs on this thread, its work on a worker thread
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                return pool.submit(self.body, bs).result()
+        return self.body(bs)
+
+    def body(self, bs):
         self.cache[bs] = out = torch.relu(torch.mm(self.x[:bs], self.w))
         return out
 
@@ -102,11 +108,12 @@ def test_a_capture_on_a_worker_thread_is_refused_in_one_line_and_writes_no_golde
     assert _goldens(pytester) == []
 
 
+@pytest.mark.parametrize("arrangement", ["cached", "inner thread"])
 def test_a_capture_forward_the_profile_holds_nothing_of_is_refused_and_writes_no_golden(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, arrangement: str
 ) -> None:
     pytester.makepyfile(test_engine=ENGINE)
-    monkeypatch.setenv("ARRANGEMENT", "cached")
+    monkeypatch.setenv("ARRANGEMENT", arrangement)
     result = run(pytester, "--update-golden", "--golden-dir=goldens")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -124,6 +131,10 @@ def test_goldens_of_the_calling_thread_gate_a_changed_forward(
     assert _goldens(pytester) == ["Engine_bs_2.json", "Engine_bs_4.json"]
     monkeypatch.setenv("WIDTH", "6")  # a changed forward: other shapes
     run(pytester, "--golden-dir=goldens").assert_outcomes(failed=1)
-    for arrangement in ("thread", "cached"):  # the same change on a capture the profile cannot see: never a pass
+    for arrangement in (
+        "thread",
+        "cached",
+        "inner thread",
+    ):  # the same change on a capture the profile cannot see: never a pass
         monkeypatch.setenv("ARRANGEMENT", arrangement)
         run(pytester, "--golden-dir=goldens").assert_outcomes(failed=1)
