@@ -93,3 +93,17 @@ def test_unknown_fault_stage_names_the_stages() -> None:
 
     with pytest.raises(ValueError, match="unknown stage 'warmup'; one of: warmup 1, warmup 2, capture"):
         FakeBackend().inject_fault("warmup")
+
+
+def test_capture_contract_refuses_an_absurd_warmup_count_naming_the_option(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_user=USER_CAPTURE.split("@pytest.mark.parametrize")[0]
+        + """
+def test_many(capture_contract):
+    engine = Engine()
+    capture_contract.check_capture(engine.capture, forward=(engine, "forward"), key=lambda bs: bs, warmups=5000)
+"""
+    )
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*capture_contract.check_capture: warmups= must be * from 0 to 1000*got 5000*"])
