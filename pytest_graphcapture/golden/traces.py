@@ -141,8 +141,8 @@ def collect_traces(
             if seen.get(summary.key) == trace.path:
                 raise TraceFormatError(
                     trace.path,
-                    f"gives {key_label(summary.key, explicit_rank=True)} of {summary.key.runner} twice "
-                    f"({trace.split_by}): a key is one capture",
+                    f"{key_label(summary.key, explicit_rank=True)} of {summary.key.runner} is captured twice in "
+                    f"this trace (its keys by {trace.split_by}); a key is one capture",
                 )
             if summary.key in seen:
                 raise UsageError(
