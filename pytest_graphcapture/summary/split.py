@@ -183,7 +183,7 @@ def _leading_dims(summary: Summary, sizes: set) -> Counter:
     found: Counter = Counter()
     for op in summary.ops:
         for dims in op.get("input_dims") or ():
-            if isinstance(dims, list) and dims and dims[0] in sizes and is_int(dims[0]):
+            if isinstance(dims, list) and dims and is_int(dims[0]) and dims[0] in sizes:
                 found[dims[0]] += op.get("count", 1)
     return found
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_graphcapture.errors import TraceFormatError
+from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.graphs import graph_count
 from pytest_graphcapture.summary.split import summarize_trace_keys
 from pytest_graphcapture.tools.cli import main
@@ -204,6 +206,17 @@ def test_sizes_the_windows_do_not_contradict_are_taken(built, capture, captured,
     (path,) = built("sglang-single", sizes=captured).glob("**/*.json.gz")
     read = summarize_trace_keys(path, batch_sizes=list(given))
     assert [s.key.batch_size for s in read.summaries] == list(dict.fromkeys(given))
+
+
+def test_a_single_trace_with_a_handler_time_stamp_is_still_a_single_trace(built, tmp_path):
+    """A trace handler's ``.{ms}.pt.trace`` suffix does not turn the whole capture into one ``bs=?`` key."""
+    (single,) = built("sglang-single").glob("**/*.json.gz")
+    stamped = tmp_path / single.name.replace(".json.gz", ".1701234567890.pt.trace.json.gz")
+    shutil.copy(single, stamped)
+    with pytest.raises(TraceFormatError, match="holds 3 capture windows with no batch-size marker"):
+        summarize_trace_keys(stamped)
+    read = summarize_trace_keys(stamped, batch_sizes=[8, 4, 2])
+    assert [s.key for s in read.summaries] == [CaptureKey("DecodeCudaGraphRunner", bs, None, 0) for bs in (8, 4, 2)]
 
 
 # 8. Nested or overlapping capture ranges.
