@@ -134,8 +134,9 @@ def collect_traces(
     for trace in read:
         _refuse_empty(trace)
         if trace.unkeyed and not ignore_unkeyed_windows:
+            them = "it" if len(trace.unkeyed) == 1 else "them"
             raise TraceFormatError(
-                trace.path, f"{unkeyed_windows(trace)}; to check the trace without them, pass {IGNORE_UNKEYED}"
+                trace.path, f"{unkeyed_windows(trace)}; to check the trace without {them}, pass {IGNORE_UNKEYED}"
             )
         for summary in trace.summaries:
             if seen.get(summary.key) == trace.path:
