@@ -12,7 +12,10 @@ Nothing to check is an error, never a pass (:class:`~..errors.UsageError`, one l
 a folder without traces (vLLM's V2 model runner ignores ``capture_torch_profiler``
 and leaves ``capture_traces/`` empty), a trace without a capture window on a GPU
 platform, a key whose range holds no capture window or that launched nothing on a
-GPU platform, a capture cut off by the profiler window, and two traces giving one key.
+GPU platform, a capture cut off by the profiler window, and two traces (or one twice)
+giving one key.  A capture window in no ``capture_{bs}_{mode}`` range is a graph of no
+key: refused unless ``ignore_unkeyed_windows``, and then still reported.  Batch sizes
+that no trace takes (every trace names its keys) are refused, never dropped.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from ..summary.graphs import graph_count
 from ..summary.model import Summary
 from ..summary.platform import CPU
 from ..summary.split import TraceKeys, summarize_trace_keys
+
+#: How a user checks a trace without its windows in no range (the CLI option and the keyword).
+IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unkeyed_windows=True))"
 
 PathLike = Union[str, Path]
 
@@ -101,16 +107,24 @@ def collect_traces(
     runner: Optional[str] = None,
     level: str = "name",
     max_bytes: Optional[int] = None,
+    ignore_unkeyed_windows: bool = False,
 ) -> TraceResult:
     """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result.
 
     ``batch_sizes`` (capture order) maps the windows of a single-capture trace; with
     several such traces each gets the same list.  ``runner`` names every key's runner.
+    ``ignore_unkeyed_windows`` checks a trace without its windows in no capture range.
     """
     files = trace_files(paths)
     read = [
         summarize_trace_keys(p, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes) for p in files
     ]
+    if batch_sizes is not None and not any(t.split_by == "windows" for t in read):
+        raise UsageError(
+            f"batch sizes {','.join(map(str, batch_sizes))} were given, but no trace is one trace of a whole "
+            f"capture without size markers: each names its own keys ({', '.join(sorted({t.split_by for t in read}))}); "
+            f"leave the batch sizes out"
+        )
     platforms = sorted({t.platform for t in read})
     if len(platforms) > 1:
         where = "; ".join(f"{t.path}: {t.platform}" for t in read)
@@ -119,7 +133,18 @@ def collect_traces(
     seen: dict = {}
     for trace in read:
         _refuse_empty(trace)
+        if trace.unkeyed and not ignore_unkeyed_windows:
+            them = "it" if len(trace.unkeyed) == 1 else "them"
+            raise TraceFormatError(
+                trace.path, f"{unkeyed_windows(trace)}; to check the trace without {them}, pass {IGNORE_UNKEYED}"
+            )
         for summary in trace.summaries:
+            if seen.get(summary.key) == trace.path:
+                raise TraceFormatError(
+                    trace.path,
+                    f"{key_label(summary.key, explicit_rank=True)} of {summary.key.runner} is captured twice in "
+                    f"this trace (its keys by {trace.split_by}); a key is one capture",
+                )
             if summary.key in seen:
                 raise UsageError(
                     f"{key_label(summary.key, explicit_rank=True)} of {summary.key.runner} is in two traces "
@@ -128,6 +153,15 @@ def collect_traces(
             seen[summary.key] = trace.path
             result.keys.append(TraceKey(summary.key, summary, trace.path))
     return result
+
+
+def unkeyed_windows(trace: TraceKeys) -> str:
+    """What the windows of ``trace`` in no capture range are, in words."""
+    n = len(trace.unkeyed)
+    return (
+        f"{n} capture window{'s' if n != 1 else ''} (the first at ts={trace.unkeyed[0]}) in no "
+        f"capture_{{bs}}_{{mode}} range belong{'s' if n == 1 else ''} to no key"
+    )
 
 
 def _runner_name(read: list) -> str:
@@ -166,7 +200,8 @@ def describe(result: TraceResult) -> list[str]:
         keys = ", ".join(
             key_label(s.key) + (f" ({graph_count(s)} graphs)" if graph_count(s) > 1 else "") for s in trace.summaries
         )
-        lines.append(f"{trace.path}: {len(trace.summaries)} key(s) by {trace.split_by}: {keys}")
+        ignored = f"; {unkeyed_windows(trace)}: not checked" if trace.unkeyed else ""
+        lines.append(f"{trace.path}: {len(trace.summaries)} key(s) by {trace.split_by}: {keys}{ignored}")
     return lines
 
 
@@ -184,7 +219,7 @@ def split_single_capture(result: Any) -> Optional[TraceResult]:
     runner = str(getattr(result, "runner_name", "") or "capture")
     try:
         # One window per key, in the order they were captured: the keys' own sizes may repeat (variants).
-        read = summarize_trace_keys(path, batch_sizes=list(range(1, len(items) + 1)), runner=runner)
+        read = summarize_trace_keys(path, batch_sizes=list(range(1, len(items) + 1)), runner=runner, check_order=False)
     except TraceFormatError as exc:
         if "holds 0 capture windows" in exc.problem:
             return None

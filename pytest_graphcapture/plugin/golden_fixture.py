@@ -8,6 +8,7 @@ failed outcome into a pytest failure.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -123,6 +124,7 @@ class GoldenChecker:
         sections: Optional[Sequence[str]] = None,
         max_launches: Union[int, Mapping[int, int], None] = None,
         name: Optional[str] = None,
+        ignore_unkeyed_windows: bool = False,
     ) -> None:
         """The gate of :meth:`check` over capture traces an engine wrote (files, or folders searched for them).
 
@@ -131,19 +133,34 @@ class GoldenChecker:
         of a whole capture, its windows mapped to ``batch_sizes`` (capture order: sglang
         captures the largest first).  ``runner`` names every key's runner.  A folder
         without traces, a trace without a capture window or a key that captured
-        nothing fails the test in one line: nothing to check is never a pass.
+        nothing fails the test in one line: nothing to check is never a pass.  So does a
+        capture window in no ``capture_{bs}_{mode}`` range, unless ``ignore_unkeyed_windows``
+        (then a warning names it).
         """
-        from ..golden.traces import collect_traces
+        from ..golden.traces import collect_traces, unkeyed_windows
 
         given = [paths] if isinstance(paths, (str, Path)) else list(paths)
         try:
-            result = collect_traces(given, batch_sizes=batch_sizes, runner=runner, level=level or self._session.level)
+            result = collect_traces(
+                given,
+                batch_sizes=batch_sizes,
+                runner=runner,
+                level=level or self._session.level,
+                ignore_unkeyed_windows=ignore_unkeyed_windows,
+            )
         except GraphCaptureError as exc:
             problem = f"golden.check_traces: {exc}"
         else:
             problem = None
         if problem is not None:
             pytest.fail(problem, pytrace=False)
+        for trace in result.traces:  # windows of no key, ignored on request: said, never silent
+            if trace.unkeyed:
+                warnings.warn(
+                    f"golden.check_traces: {trace.path}: {unkeyed_windows(trace)}: not checked",
+                    UserWarning,
+                    stacklevel=2,
+                )
         self.check(
             result,
             level=level,

@@ -7,16 +7,20 @@ holds as many keys as its markers say:
   ``capture_{bs}_{mode}`` range per captured shape (``record_function``), mode ``FULL``
   or ``PIECEWISE``: each range is a key (batch size, variant = mode), and the capture
   windows that begin inside it are its graphs, in capture order (a PIECEWISE shape is
-  one graph per piece);
+  one graph per piece).  A window belongs to the innermost range it begins in (ranges
+  that overlap without nesting are refused); a window in no range is kept in ``unkeyed``;
 * **file name** — sglang's per-size traces (``{runner}_bs_{bs}_rank{rank}.json.gz``) and
   the plugin's own: one key, each capture window in it a graph;
 * **windows** — a trace of the whole capture (sglang's
   ``cuda_graph_capture-{runner}-TP-{rank}.json.gz``, the plugin's single mode) marks no
   size: its windows, in capture order, are mapped to the batch sizes the caller lists
   in that order (sglang captures the largest first), one key each; a size listed several
-  times in a row is one key of that many graphs (a batch size that captures more than one);
+  times in a row is one key of that many graphs (a batch size that captures more than one).
+  Sizes whose order the windows' own input shapes contradict are refused;
 * otherwise one key, as :func:`~..naming.key_from_trace_name` reads it (``bs=?`` when
   the trace does not say).
+
+A trace whose name or ranges give its keys keeps them: batch sizes map only a trace that marks none.
 
 Only what lies inside a capture window is a graph's: warmup kernels and the eager
 attention between PIECEWISE pieces, inside a key's range but outside its windows,
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -77,12 +82,30 @@ class TraceKeys:
     empty: list = field(default_factory=list)
     #: Capture calls that could not be paired (a capture cut off by the profiler window), one sentence each.
     problems: list = field(default_factory=list)
+    #: Start times of the capture windows in no ``capture_{bs}_{mode}`` range (graphs of no key).
+    unkeyed: list = field(default_factory=list)
 
 
 def stable_runner(path: Union[str, Path]) -> str:
     """A runner name from a trace file name, without what changes run to run (a trace handler's time stamp)."""
     stem = trace_stem(path)
     return _HANDLER_PARTS.sub("", stem) or stem
+
+
+def batch_sizes_problem(sizes: Sequence[int]) -> Optional[str]:
+    """What is wrong with ``sizes`` as batch sizes in capture order (None: nothing).
+
+    A size may repeat only in a row (one key of that many graphs): apart, it would be two keys.
+    """
+    if not sizes or not all(is_int(b) and b >= 1 for b in sizes):
+        return "batch sizes must be positive integers in capture order"
+    for i, bs in enumerate(sizes):
+        if bs in sizes[:i] and sizes[i - 1] != bs:
+            return (
+                f"{bs} is given twice, apart; a size repeats only in a row (one key of that many graphs), "
+                f"in capture order"
+            )
+    return None
 
 
 def summarize_trace_keys(
@@ -92,19 +115,22 @@ def summarize_trace_keys(
     runner: Optional[str] = None,
     level: str = DEFAULT_LEVEL,
     max_bytes: Optional[int] = None,
+    check_order: bool = True,
 ) -> TraceKeys:
     """Every capture key of the trace at ``path``, each with its graphs (the module docstring says how).
 
     ``batch_sizes`` maps a single-capture trace's windows, in capture order, to batch
     sizes (the count must match; the refusal says how many windows there are);
+    ``check_order`` refuses sizes whose order the windows' input shapes contradict;
     ``runner`` names the runner of every key instead of the trace's own name.
     """
     check_level(level)
     path = Path(path)
     if batch_sizes is not None:
         batch_sizes = list(batch_sizes)
-        if not batch_sizes or not all(is_int(b) and b >= 1 for b in batch_sizes):
-            raise UsageError(f"batch sizes must be positive integers in capture order, got {batch_sizes!r}")
+        problem = batch_sizes_problem(batch_sizes)
+        if problem is not None:
+            raise UsageError(f"batch sizes {_listed(batch_sizes)}: {problem}")
     with gc_paused():
         scan, top = collect_trace_file(path, max_bytes=max_bytes)
         platform, environment = platform_from_trace(top), environment_from_trace(top)
@@ -112,10 +138,54 @@ def summarize_trace_keys(
         spans = windows.spans if windows is not None else []
         plan, split_by = _plan(path, scan, top, spans, batch_sizes, runner)
         summaries = _summaries(scan, windows, plan, platform, level, environment)
+        if split_by == "windows" and check_order:
+            _check_order(path, batch_sizes, [g for s in summaries for g in (s.graphs or [s])])
+    keyed = {w for _, graphs in plan for w in graphs}
+    unkeyed = [spans[w][0] for w in range(len(spans)) if w not in keyed] if split_by == "annotations" else []
     # A range around no capture window captured nothing (with no window at all, every range is empty).
     empty = [s.key for s, (_, graphs) in zip(summaries, plan) if not graphs and (spans or split_by == "annotations")]
     problems = list(windows.problems) if windows is not None else []
-    return TraceKeys(path, summaries, split_by, len(spans), platform, empty, problems)
+    return TraceKeys(path, summaries, split_by, len(spans), platform, empty, problems, unkeyed)
+
+
+def _listed(sizes: Sequence) -> str:
+    return ",".join(map(str, sizes))
+
+
+def _check_order(path: Path, batch_sizes: list, windows: list) -> None:
+    """Refuse ``batch_sizes`` when the windows' own input shapes show the same sizes in another order.
+
+    A window shows size ``s`` when more of its ops' inputs lead with ``s`` than in the window with
+    fewest (what leads with ``s`` whatever the batch size); a window showing no size or several is
+    ambiguous, and nothing is refused unless every window shows one.
+    """
+    sizes = set(batch_sizes)
+    if len(sizes) < 2:
+        return
+    counts = [_leading_dims(w, sizes) for w in windows]
+    floor = {s: min(c[s] for c in counts) for s in sizes}
+    shown = []
+    for c in counts:
+        above = [s for s in sizes if c[s] > floor[s]]
+        if len(above) != 1:
+            return
+        shown.append(above[0])
+    if sorted(shown) == sorted(batch_sizes) and shown != batch_sizes:
+        raise TraceFormatError(
+            path,
+            f"the batch sizes given in capture order ({_listed(batch_sizes)}) contradict the windows: their "
+            f"inputs' leading dimensions show {_listed(shown)} in capture order; give the sizes in that order",
+        )
+
+
+def _leading_dims(summary: Summary, sizes: set) -> Counter:
+    """How many inputs of the ops of ``summary`` lead with each of ``sizes``."""
+    found: Counter = Counter()
+    for op in summary.ops:
+        for dims in op.get("input_dims") or ():
+            if isinstance(dims, list) and dims and is_int(dims[0]) and dims[0] in sizes:
+                found[dims[0]] += op.get("count", 1)
+    return found
 
 
 def _plan(
@@ -128,13 +198,16 @@ def _plan(
 ) -> tuple[list, str]:
     """``([(key, [window index, ...]), ...], how)``: which windows are the graphs of which key."""
     stem = trace_stem(path)
-    single = SINGLE_TRACE.match(stem)
+    single = SINGLE_TRACE.match(stable_runner(path))
     everything = list(range(len(spans)))
-    if _PER_SIZE.match(stem) and batch_sizes is None:
+    if _PER_SIZE.match(stem):  # its name gives its key, whatever sizes were given for a single trace
         key = key_from_trace_name(path, scan.annotations, top)
         return [(_renamed(key, runner), everything)], "file name"
     base = runner or (single.group("runner") if single else stable_runner(path))
     rank = int(single.group("rank")) if single else key_from_trace_name(path, (), top, unknown_ok=True).rank
+    marks = [(name, start, end, pid) for name, start, end, pid in scan.annotation_spans if CAPTURE_MARK.match(name)]
+    if marks:  # its ranges give its keys
+        return _by_marks(path, marks, spans, runner, base, rank), "annotations"
     if batch_sizes is not None:
         if len(batch_sizes) != len(spans):
             raise TraceFormatError(
@@ -150,9 +223,6 @@ def _plan(
             else:
                 plan.append((CaptureKey(base, bs, None, rank), [i]))
         return plan, "windows"
-    marks = [(name, start, end, pid) for name, start, end, pid in scan.annotation_spans if CAPTURE_MARK.match(name)]
-    if marks:
-        return _by_marks(marks, spans, runner, base, rank), "annotations"
     if single:
         raise TraceFormatError(
             path,
@@ -189,16 +259,46 @@ def _renamed(key: CaptureKey, runner: Optional[str]) -> CaptureKey:
     return key if runner is None else CaptureKey(runner, key.batch_size, key.variant, key.rank)
 
 
-def _by_marks(marks: list, spans: list, runner: Optional[str], base: str, rank: int) -> list:
-    """A key per ``capture_{bs}_{mode}`` range, in time order; its graphs the windows that begin inside it."""
-    marks.sort(key=lambda mark: (mark[1], mark[2]))
-    plan = []
-    for name, start, end, pid in marks:
+def _by_marks(path: Path, marks: list, spans: list, runner: Optional[str], base: str, rank: int) -> list:
+    """A key per ``capture_{bs}_{mode}`` range, in time order; its graphs the windows that begin inside it.
+
+    A window begun in nested ranges is the innermost one's; in ranges that overlap without
+    nesting, or in an outer range that keeps none of its own, it would be two keys': refused.
+    """
+    marks = sorted(dict.fromkeys(marks), key=lambda mark: (mark[1], mark[2]))
+    plan: list = []
+    for name, _start, _end, _pid in marks:
         found = CAPTURE_MARK.match(name)
         prefix = found.group("prefix")
-        key = CaptureKey(runner or prefix or base, int(found.group("bs")), found.group("mode"), rank)
-        inside = [i for i, (s, _, p) in enumerate(spans) if start <= s <= end and (pid is None or p in (None, pid))]
-        plan.append((key, inside))
+        plan.append((CaptureKey(runner or prefix or base, int(found.group("bs")), found.group("mode"), rank), []))
+    held: list = [[] for _ in marks]
+    for i, (s, _, p) in enumerate(spans):
+        around = [
+            m for m, (_, start, end, pid) in enumerate(marks) if start <= s <= end and (pid is None or p in (None, pid))
+        ]
+        if not around:
+            continue
+        inner = max(around, key=lambda m: (marks[m][1], -marks[m][2]))
+        for m in around:
+            held[m].append(i)
+            _, start, end, _ = marks[m]
+            if m != inner and not (
+                start <= marks[inner][1] and marks[inner][2] <= end and marks[m][1:3] != marks[inner][1:3]
+            ):
+                raise TraceFormatError(
+                    path,
+                    f"the ranges {marks[m][0]} and {marks[inner][0]} overlap without one inside the other, and the "
+                    f"capture window at ts={s} begins in both; a window belongs to exactly one key",
+                )
+        plan[inner][1].append(i)
+    for m, (name, _, _, _) in enumerate(marks):
+        if held[m] and not plan[m][1]:
+            inner = next(marks[n][0] for n, (_, graphs) in enumerate(plan) if n != m and held[m][0] in graphs)
+            raise TraceFormatError(
+                path,
+                f"the range {name} holds only capture windows of the range {inner} inside it, so it captured "
+                f"nothing of its own; a window belongs to exactly one key (the innermost range)",
+            )
     return plan
 
 

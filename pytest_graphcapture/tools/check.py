@@ -34,6 +34,7 @@ from ..golden.traces import collect_traces, describe
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME
 from ..summary.normalize import LEVELS
+from ..summary.split import batch_sizes_problem
 from .project import golden_dir as resolve_golden_dir
 from .project import shown
 
@@ -68,6 +69,12 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
         "a size repeated in a row is one key of that many graphs",
     )
     p.add_argument("--runner", help="runner name of every key (default: from each trace)")
+    p.add_argument(
+        "--ignore-unkeyed-windows",
+        action="store_true",
+        help="check a trace whose capture windows lie in no capture_{bs}_{mode} range without them "
+        "(they are still reported); by default such a trace is refused",
+    )
     p.add_argument("--level", choices=LEVELS, default="name", help="kernel-name level compared (default name)")
     p.add_argument(
         "--update",
@@ -86,6 +93,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``check`` command: 0 pass, 1 a difference, 2 (raised as GraphCaptureError) bad input."""
+    problem = batch_sizes_problem(args.batch_sizes) if args.batch_sizes else None
+    if problem is not None:
+        raise UsageError(f"--batch-sizes {','.join(map(str, args.batch_sizes))}: {problem}")
     golden_dir = resolve_golden_dir(args.golden_dir)
     if args.update:
         ci_var = ci_environment()
@@ -99,7 +109,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--golden-out {args.golden_out}: holds the golden dir; the harvest goes to a folder of its own"
         )
-    result = collect_traces(args.traces, batch_sizes=args.batch_sizes, runner=args.runner, level=args.level)
+    result = collect_traces(
+        args.traces,
+        batch_sizes=args.batch_sizes,
+        runner=args.runner,
+        level=args.level,
+        ignore_unkeyed_windows=args.ignore_unkeyed_windows,
+    )
     if out_dir is not None:
         reset_harvest(out_dir, f"--golden-out {args.golden_out}")
     for line in describe(result):
@@ -197,6 +213,8 @@ def _rerun_command(args: argparse.Namespace, golden_dir: Path) -> str:
         words += ["--batch-sizes", ",".join(map(str, args.batch_sizes))]
     if args.runner:
         words += ["--runner", args.runner]
+    if args.ignore_unkeyed_windows:
+        words.append("--ignore-unkeyed-windows")
     if args.level != "name":
         words += ["--level", args.level]
     return " ".join(shlex.quote(str(w)) for w in words)
