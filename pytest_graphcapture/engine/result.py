@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional
 
 from .._io import format_bytes
 from ..keys import CaptureKey
-from ..summary.model import Summary
+from ..summary.validate import summary_from_dict
 
 #: The memory figures of a capture, in bytes: what the capture added to the allocator's counters.
 MEMORY_FIELDS = ("memory_allocated", "memory_reserved")
@@ -97,7 +97,7 @@ class KeyResult:
         """Inverse of :meth:`to_dict`; the summary is validated (TraceFormatError naming ``source``)."""
         key = CaptureKey.from_dict(data["key"])
         summary = (
-            Summary.from_dict(data["summary"], source=f"{source} summary of {key}")
+            summary_from_dict(data["summary"], f"{source} summary of {key}")
             if data.get("summary") is not None
             else None
         )

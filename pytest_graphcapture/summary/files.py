@@ -20,6 +20,7 @@ from .replay import with_replay
 from .scan import _build, _Scan, _scan
 from .stream import Unusual, stream_trace
 from .tracefile import load_trace
+from .validate import summary_from_dict
 
 #: The top-level field of a merged multi-rank trace (``graphcapture merge``) that describes the merge.
 MERGED_FIELD = "graphcapture_merged"
@@ -130,4 +131,4 @@ def load_summary_file(path: Union[str, Path]) -> Summary:
         data = loads_strict(text)
     except JSONProblem as exc:
         raise TraceFormatError(path, str(exc)) from None
-    return Summary.from_dict(data, source=str(path))
+    return summary_from_dict(data, str(path))

@@ -1,10 +1,10 @@
-"""The summary of one captured graph — what goldens store — and the one validator of summary dicts.
+"""The summary of one captured graph — what goldens store.
 
 A :class:`Summary` holds only what must not change silently (kernels, CPU ops with
 shapes, launch counts) and nothing that changes run to run (timestamps, ids,
 correlation ids, streams, durations, pids).  ``environment`` is informational and
-never part of equality.  :func:`summary_from_dict` is the only place a summary dict
-(from a golden, a summary file or a post-processing hook) is checked.
+never part of equality.  :func:`~.validate.summary_from_dict` is the only place a summary dict
+(from a golden, a summary file or a post-processing hook) is checked and becomes a Summary.
 """
 
 from __future__ import annotations
@@ -188,13 +188,6 @@ class Summary:
         return self.comparable() == other.comparable()
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by content
-
-    @classmethod
-    def from_dict(cls, data: Any, *, source: str = "<summary>") -> "Summary":
-        """Validate and build a Summary (:func:`~.validate.summary_from_dict`); TraceFormatError(source, problem) on bad content."""
-        from .validate import summary_from_dict  # the validator builds Summaries: imported when used
-
-        return summary_from_dict(data, source)
 
     def normalized(
         self,

@@ -22,8 +22,8 @@ levels trade precision against stability:
     ``nvjet…``, hipBLASLt/Tensile ``Cijk_…``) fold into the single family ``GEMM``
     (their shapes are visible in the ops).
 
-Demangling is :mod:`.demangle`'s: the C++ runtime's ``__cxa_demangle``, so a demangled name
-reads as the profiler prints it.  A symbol the runtime cannot read keeps its mangled
+Demangling is :mod:`.demangle`'s: the same on every host, spelled as the profiler (Kineto,
+``c++filt``) prints it.  A symbol it cannot read keeps its mangled
 spelling at the ``exact`` and ``name`` levels, and at ``family`` becomes the
 qualified base name read from the mangled prefix (e.g. ``sgl_hip::activation::
 act_and_mul_kernel``, the family its demangled name has) when that much can be read.  Every level is applied until it

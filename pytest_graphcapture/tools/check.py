@@ -21,7 +21,7 @@ import argparse
 import os
 import shlex
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from .._io import write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
@@ -236,9 +236,3 @@ def _write_picture(report_md: Path, out_folder: Path, golden_dir: Path, outcome,
     target = report_md.with_suffix(".html")
     write_atomic(target, page)
     report.picture = os.path.relpath(target, report_md.parent).replace(os.sep, "/")
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:  # pragma: no cover - the console script goes through cli
-    from .cli import main as cli_main
-
-    return cli_main(["check", *(argv or [])])

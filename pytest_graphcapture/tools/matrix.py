@@ -22,6 +22,7 @@ from ..summary.files import is_graph_dump, summarize_trace_file
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
 from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
+from ..summary.validate import summary_from_dict
 
 PathLike = Union[str, Path]
 
@@ -80,7 +81,7 @@ def _is_summary(obj: object) -> bool:
 
 def _summary_from(obj: dict, path: Path, *, level: Optional[str], batch_size: Optional[int]) -> Summary:
     """A summary dict as read from ``path``: migrated like a golden, the batch size and level applied."""
-    summary = Summary.from_dict(migrate(obj, path), source=str(path))
+    summary = summary_from_dict(migrate(obj, path), str(path))
     if batch_size is not None and summary.key.batch_size == UNKNOWN_BATCH_SIZE:
         summary.key = replace(summary.key, batch_size=batch_size)
     if level is not None and summary.level != level:

@@ -3,8 +3,9 @@
 plugin → tools → engine and golden → summary → the shared modules (errors, keys,
 naming, _io).  summary/, golden/ and the shared modules import neither torch nor
 pytest; engine/ does not import pytest.  Every import is read, lazy ones inside
-functions included; cycles are looked for among module-level imports (what runs
-at import time).
+functions included, for layers and for cycles alike: an import put inside a function
+hides a circle from import time, not from the design, so two modules (in one folder
+or in two) that import each other, however late, are a cycle.
 """
 
 from __future__ import annotations
@@ -79,24 +80,24 @@ def imports(root: Path) -> dict[str, list[tuple[str, int, bool]]]:
 
 
 def violations(root: Path) -> list[str]:
-    """Every import that reaches the wrong way, and every module-level import cycle, as readable lines."""
+    """Every import that reaches the wrong way, and every import cycle between modules, as readable lines."""
     graph = imports(root)
     pkg = root.name
     problems = []
     edges: dict[str, set[str]] = {m: set() for m in graph}
     for module, entries in graph.items():
         own = layer(module)
-        for target, line, eager in entries:
+        for target, line, _eager in entries:
             if target == pkg or target.startswith(pkg + "."):
                 while target not in graph and "." in target:
                     target = target.rsplit(".", 1)[0]
                 if layer(target) not in ALLOWED[own]:
                     problems.append(f"{module}:{line} ({own}) imports {target} ({layer(target)})")
-                if eager and target in graph and target != module:
+                if target in graph and target != module:
                     edges[module].add(target)
             elif target.split(".")[0] in FORBIDDEN_EXTERNAL.get(own, set()):
                 problems.append(f"{module}:{line} ({own}) imports {target}")
-    # Cycles: depth-first search over module-level edges (a package's __init__ importing its own
+    # Cycles: depth-first search over every edge (a package's __init__ importing its own
     # submodules is how a package is built, not a cycle).
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -136,8 +137,16 @@ def test_the_check_catches_a_layer_reaching_the_wrong_way_and_a_cycle(tmp_path: 
     capture.write_text("import pytest\n" + capture.read_text(encoding="utf-8"), encoding="utf-8")
     keys = copy / "keys.py"
     keys.write_text("from . import naming\n" + keys.read_text(encoding="utf-8"), encoding="utf-8")
+    # inside one folder: a lazy import back (model imports normalize), and two modules importing each other
+    normalize = copy / "summary" / "normalize.py"
+    normalize.write_text(normalize.read_text(encoding="utf-8") + "\n\ndef f():\n    from .model import Summary\n")
+    (copy / "golden" / "zz_one.py").write_text("from . import zz_two\n", encoding="utf-8")
+    (copy / "golden" / "zz_two.py").write_text("from .zz_one import x\n", encoding="utf-8")
     found = violations(copy)
     assert "pytest_graphcapture.summary.model:1 (summary) imports torch" in found
     assert "pytest_graphcapture.golden.store:1 (golden) imports pytest_graphcapture.plugin.settings (plugin)" in found
     assert "pytest_graphcapture.engine.capture:1 (engine) imports pytest" in found
-    assert any(p.startswith("import cycle:") and "pytest_graphcapture.keys" in p for p in found), found
+    cycles = [p for p in found if p.startswith("import cycle:")]
+    assert any("pytest_graphcapture.keys" in p for p in cycles), found
+    assert any("summary.normalize -> pytest_graphcapture.summary.model" in p for p in cycles), found
+    assert any("golden.zz_one -> pytest_graphcapture.golden.zz_two" in p for p in cycles), found

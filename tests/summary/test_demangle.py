@@ -1,18 +1,16 @@
-"""Kernel names are demangled as the profiler demangles them: by the C++ runtime's ``__cxa_demangle``.
+"""Kernel names are demangled the same on every host, spelled as the profiler (Kineto, ``c++filt``) prints them.
 
-The oracle is binutils' ``c++filt`` (libiberty, the same demangler libstdc++'s ``__cxa_demangle``
-is built from): the recorded expectations below are its output (binutils 2.40), and the tests
-that walk every mangled symbol of the real traces and of the graph-dump fixtures ask it live.
+The oracle is binutils' ``c++filt`` (libiberty, the demangler libstdc++'s ``__cxa_demangle`` is
+built from): the recorded expectations below are its output (binutils 2.40), and the tests that
+walk every mangled symbol of the real traces and of the graph-dump fixtures ask it live.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
-import os
 import re
 import shutil
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -20,12 +18,12 @@ import pytest
 from helpers import REPO_ROOT, real_traces_dir
 
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary import demangle as demangle_module
 from pytest_graphcapture.summary import summarize_trace_file, with_graph
-from pytest_graphcapture.summary.demangle import NoDemanglerWarning, demangle, mangled_base_name
+from pytest_graphcapture.summary.demangle import demangle, mangled_base_name
 from pytest_graphcapture.summary.dot import summarize_dot_file
 from pytest_graphcapture.summary.graph import CapturedGraph, GraphNode, Launch
 from pytest_graphcapture.summary.normalize import normalize_kernel_name
+from pytest_graphcapture.summary.tracefile import trace_blocks
 
 DUMPS = REPO_ROOT / "tests" / "data" / "graph_dumps"
 CXXFILT = shutil.which("c++filt")
@@ -64,8 +62,14 @@ ACT_AND_MUL_NAME = (
     "(c10::Half*, c10::Half const*, int)"
 )
 # sglang's ROCm activation kernel (real trace): a C++20 ``Tn`` template-parameter declaration,
-# which binutils 2.40 and GCC 12's libstdc++ do not read.
+# which binutils 2.40 and GCC 12's libstdc++ do not read (libiberty reads it from GCC 14 on).
 SGL = "_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16TnPFT_RKS3_EXadL_Z4siluIS2_ES3_S5_EEEEvPS3_PS4_i"
+# Its reading in libiberty's conventions (the function address as c++filt prints ACT_AND_MUL's); c++filt 2.40
+# cannot say, so this is the one recorded expectation no live c++filt here checks.
+SGL_NAME = (
+    "void sgl_hip::activation::act_and_mul_kernel<__hip_bfloat16, &(__hip_bfloat16 silu<__hip_bfloat16>"
+    "(__hip_bfloat16 const&))>(__hip_bfloat16*, __hip_bfloat16 const*, int)"
+)
 
 
 @pytest.mark.parametrize(
@@ -104,7 +108,7 @@ def test_demangles_as_cxxfilt_does(mangled: str, expected: str) -> None:
 
 # aiter's RMSNorm kernel (real ROCm trace): ``DF16b`` is ``std::bfloat16_t``, read by binutils 2.40
 # and libstdc++ from GCC 13 on; GCC 12's runtime cannot read this symbol (and misreads a shorter
-# one, ``_Z1fDF16b`` → ``f(bool _Accum)``): what the runtime says is what the profiler there prints.
+# one, ``_Z1fDF16b`` → ``f(bool _Accum)``), so a runtime's reading would depend on the host.
 AITER = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb0ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"
 AITER_NAME = (
     "void aiter::add_rmsnorm_quant_kernel<std::bfloat16_t, std::bfloat16_t, 256, 16, false, false, true, 1>"
@@ -113,18 +117,31 @@ AITER_NAME = (
 )
 
 
-def test_demangles_bfloat16_as_cxxfilt_does_where_the_runtime_reads_it() -> None:
-    # the family does not depend on whether the runtime reads the symbol
-    assert normalize_kernel_name(AITER, "family") == "aiter::add_rmsnorm_quant_kernel"
-    probe = demangle("_Z1fDF16b")
-    if probe != "f(std::bfloat16_t)":
-        pytest.skip(
-            f"this process's C++ runtime ({demangle_module._runtime_name()}) does not read DF16b (std::bfloat16_t): "
-            f"_Z1fDF16b reads {probe!r}, as this machine's profiler prints it; libstdc++ from GCC 13 on reads it: "
-            "run on such a runtime to compare with c++filt"
-        )
+@pytest.mark.parametrize(
+    "mangled, expected",
+    [(AITER, AITER_NAME), ("_Z1fDF16b", "f(std::bfloat16_t)"), (SGL, SGL_NAME)],
+)
+def test_names_a_host_runtime_may_not_read_demangle_the_same_everywhere(mangled: str, expected: str) -> None:
+    """No skip for an older C++ runtime: the reading does not come from the host's runtime."""
+    assert demangle(mangled) == expected
+    assert normalize_kernel_name(mangled, "exact") == expected
+    assert normalize_kernel_name(mangled, "family") == mangled_base_name(mangled)
+
+
+def test_a_bf16_kernel_reads_the_same_with_and_without_the_cxx_runtime_loaded() -> None:
+    """A Python that never loaded a C++ runtime (no torch) demangles as this one, which did."""
+    import torch  # noqa: F401  loads libstdc++ here, as in every pytest run of the plugin
+
+    code = (
+        "import sys; from pytest_graphcapture.summary.demangle import demangle; print(demangle(sys.argv[1])); "
+        "print(any('libstdc++' in line or 'libc++' in line for line in open('/proc/self/maps')))"
+    )
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("the loaded libraries are read from /proc/self/maps, which this platform has not (Linux has)")
+    done = subprocess.run([sys.executable, "-c", code, AITER], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [AITER_NAME, "False"]
     assert demangle(AITER) == AITER_NAME
-    assert normalize_kernel_name(AITER, "name").endswith("true, 1>")
 
 
 def _cxxfilt(symbols: list[str]) -> dict[str, str]:
@@ -136,28 +153,15 @@ def _cxxfilt(symbols: list[str]) -> dict[str, str]:
     return dict(zip(symbols, out))
 
 
-def _assert_like_cxxfilt(symbols: set[str]) -> set[str]:
-    """Each symbol the runtime reads reads as c++filt prints it; one it does not stays as recorded.
-
-    Returns the symbols c++filt reads and this process's runtime does not (an older libiberty).
-    """
+def _assert_like_cxxfilt(symbols: set[str]) -> None:
+    """Each symbol c++filt reads reads exactly as c++filt prints it; the others only where recorded above."""
     assert symbols
     oracle = _cxxfilt(sorted(symbols))
-    read = {symbol: demangle(symbol) for symbol in oracle if demangle(symbol) is not None}
-    assert read == {symbol: oracle[symbol] for symbol in read}
-    unread = set(oracle) - set(read)
-    assert {symbol: normalize_kernel_name(symbol, "exact") for symbol in unread} == {s: s for s in unread}
-    return {symbol for symbol in unread if oracle[symbol] != symbol}
-
-
-def _skip_if_runtime_older(newer: set[str]) -> None:
-    if newer:
-        version = subprocess.run([CXXFILT, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-        pytest.skip(
-            f"{len(newer)} symbol(s) that {' '.join(version) or 'c++filt'} reads are not read by this process's C++ "
-            f"runtime ({demangle_module._runtime_name()}), an older demangler: they stay mangled, as this machine's "
-            f"profiler spells them (e.g. {min(newer)}); run on a newer runtime to compare them too"
-        )
+    ours = {symbol: demangle(symbol) or symbol for symbol in oracle}
+    newer = {symbol for symbol in oracle if oracle[symbol] == symbol and ours[symbol] != symbol}
+    assert newer <= {SGL}, f"read here, not by c++filt: {sorted(newer)}"
+    assert {s: ours[s] for s in oracle if s not in newer} == {s: oracle[s] for s in oracle if s not in newer}
+    assert {s: normalize_kernel_name(s, "exact") for s in oracle} == ours
 
 
 _SYMBOL = re.compile(r"_Z[A-Za-z0-9_$]+")
@@ -167,18 +171,20 @@ _SYMBOL = re.compile(r"_Z[A-Za-z0-9_$]+")
 def test_every_mangled_symbol_of_the_graph_dump_fixtures_demangles_as_cxxfilt_does() -> None:
     symbols = {s for path in DUMPS.glob("*.dot") for s in _SYMBOL.findall(path.read_text(encoding="utf-8"))}
     assert DROPOUT in symbols
-    assert _assert_like_cxxfilt(symbols) == set()  # plain C++11 symbols: every runtime reads them
+    _assert_like_cxxfilt(symbols)
 
 
-def _trace_kernel_names(path: Path) -> set[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        trace = json.load(handle)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    names = set()
-    for event in events:
-        names.add(event.get("name"))
-        names.add((event.get("args") or {}).get("kernel"))  # ROCm launch events name their kernel
-    return {name for name in names if isinstance(name, str)}
+_QUOTED_SYMBOL = re.compile(rb'"(_Z[^"\\]*)"')
+
+
+def _trace_symbols(path: Path) -> set[str]:
+    """Every JSON string of the trace that is a mangled symbol (any field), read in blocks."""
+    found, tail = set(), b""
+    for block in trace_blocks(path, limit=1 << 40):
+        data = tail + block
+        found.update(m.group(1).decode("ascii", "replace") for m in _QUOTED_SYMBOL.finditer(data))
+        tail = data[-65536:]  # a symbol cut by a block boundary is found whole with the next block
+    return found
 
 
 def _real_traces() -> list[Path]:
@@ -190,9 +196,19 @@ def _real_traces() -> list[Path]:
 
 @needs_cxxfilt
 def test_every_mangled_symbol_of_the_real_traces_demangles_as_cxxfilt_does() -> None:
-    symbols = {name for path in _real_traces() for name in _trace_kernel_names(path) if name.startswith("_Z")}
+    symbols = set().union(*map(_trace_symbols, _real_traces()))
     assert SGL in symbols and AITER in symbols
-    _skip_if_runtime_older(_assert_like_cxxfilt(symbols))
+    _assert_like_cxxfilt(symbols)
+
+
+def test_a_bf16_trace_summarizes_to_the_names_cxxfilt_gives() -> None:
+    """The summary (what a golden holds) of the sglang MI300X capture names aiter's bf16 kernels demangled."""
+    trace = real_traces_dir() / "tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
+    if not trace.exists():
+        pytest.skip(f"real trace {trace.name} not found in {real_traces_dir()}; set GRAPH_CAPTURE_REAL_TRACES")
+    names = {k["name"] for k in summarize_trace_file(trace, key=CaptureKey("Decode", 32), level="exact").kernels}
+    assert AITER_NAME in names and SGL_NAME in names
+    assert not [name for name in names if name.startswith("_Z")]
 
 
 def test_names_equal_the_profilers() -> None:
@@ -200,8 +216,7 @@ def test_names_equal_the_profilers() -> None:
     trace = real_traces_dir() / "tracelens_h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
     if not trace.exists():
         pytest.skip(f"real trace {trace.name} not found in {real_traces_dir()}; set GRAPH_CAPTURE_REAL_TRACES")
-    recorded = _trace_kernel_names(trace)
-    assert INDEX_SELECT_NAME in recorded
+    assert INDEX_SELECT_NAME.encode() in b"".join(trace_blocks(trace, limit=1 << 40))
     for level in ("exact", "name", "family"):
         assert normalize_kernel_name(INDEX_SELECT, level) == normalize_kernel_name(INDEX_SELECT_NAME, level)
 
@@ -272,7 +287,7 @@ def test_names_that_are_not_mangled_symbols_stay_as_recorded(name: str) -> None:
     assert normalize_kernel_name(name, "exact") == name.strip()
 
 
-def test_a_name_the_runtime_cannot_read_stays_mangled_and_keeps_its_family() -> None:
+def test_a_name_that_cannot_be_read_stays_mangled_and_keeps_its_family() -> None:
     cut = SGL[:60]  # the symbol cut inside its template arguments: no demangler reads it
     assert demangle(cut) is None
     assert normalize_kernel_name(cut, "exact") == cut
@@ -304,31 +319,6 @@ def test_mangled_base_name_reads_only_what_the_prefix_says(mangled: str, base: s
         assert normalize_kernel_name(mangled, "family") == base
 
 
-@pytest.fixture
-def no_demangler(monkeypatch: pytest.MonkeyPatch):
-    """A process with no C++ runtime demangler: every library the loader tries is absent."""
-    monkeypatch.setattr(demangle_module, "_candidate_libraries", lambda: iter(["libno-such-runtime.so.0"]))
-    demangle_module._reset()
-    yield
-    demangle_module._reset()
-
-
-def test_without_a_platform_demangler_names_stay_mangled_and_it_is_said_once(no_demangler: None) -> None:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert demangle("triton_poi_fused_add_0") is None
-        assert caught == []  # nothing to demangle, nothing said
-        assert demangle(INDEX_SELECT) is None
-        assert demangle(DROPOUT) is None
-        assert normalize_kernel_name(ACT_AND_MUL, "exact") == ACT_AND_MUL
-        assert normalize_kernel_name(ACT_AND_MUL, "name") == ACT_AND_MUL
-        assert normalize_kernel_name(ACT_AND_MUL, "family") == "vllm::act_and_mul_kernel"
-    said = [w for w in caught if issubclass(w.category, NoDemanglerWarning)]
-    assert len(said) == 1
-    message = str(said[0].message)
-    assert "__cxa_demangle" in message and "mangled" in message and "libstdc++" in message
-
-
 @pytest.mark.parametrize(
     "mangled",
     [
@@ -337,32 +327,5 @@ def test_without_a_platform_demangler_names_stay_mangled_and_it_is_said_once(no_
         "_Z32Cijk_Alik_Bljk_BBS_BH_MT64x32x256v",
     ],
 )
-@pytest.mark.parametrize("runtime", ["present", "absent"])
-def test_family_folds_gemms_whether_or_not_the_name_demangles(
-    mangled: str, runtime: str, request: pytest.FixtureRequest
-) -> None:
-    if runtime == "absent":
-        request.getfixturevalue("no_demangler")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NoDemanglerWarning)
-        assert normalize_kernel_name(mangled, "family") == "GEMM"
-
-
-def _mapped_cxx_runtimes() -> set[str]:
-    with open("/proc/self/maps", encoding="utf-8") as maps:
-        paths = {line.split(maxsplit=5)[-1].strip() for line in maps if line.count(" ") >= 5}
-    return {os.path.realpath(p) for p in paths if re.search(r"/lib(stdc\+\+|c\+\+(abi)?)\.so", p)}
-
-
-def test_the_runtime_is_the_one_the_process_already_has() -> None:
-    """With torch imported (as in every pytest run of the plugin), its libstdc++ demangles; no second one is loaded."""
-    if not Path("/proc/self/maps").exists():
-        pytest.skip("the loaded libraries are read from /proc/self/maps, which this platform has not (Linux has)")
-    import torch  # noqa: F401  loads the C++ runtime the profiler uses
-
-    before = _mapped_cxx_runtimes()
-    assert before, "torch loaded no C++ runtime"
-    demangle_module._reset()
-    assert demangle("_Z3fooi") == "foo(int)"
-    assert demangle_module._runtime_name() is not None
-    assert _mapped_cxx_runtimes() == before
+def test_family_folds_gemms_whether_or_not_the_name_demangles(mangled: str) -> None:
+    assert normalize_kernel_name(mangled, "family") == "GEMM"

@@ -18,8 +18,7 @@ from pytest_graphcapture.summary.normalize import (
 )
 
 AITER = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16ELb0ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"
-# sglang's ROCm activation kernel; whether the C++ runtime reads it may depend on its version (``Tn``),
-# its family does not.
+# sglang's ROCm activation kernel (C++20 ``Tn``, which binutils 2.40 does not read); its family is its base name.
 SGL = "_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16TnPFT_RKS3_EXadL_Z4siluIS2_ES3_S5_EEEEvPS3_PS4_i"
 #: A symbol cut inside its template arguments: no demangler reads it.
 UNREADABLE = SGL[:60]

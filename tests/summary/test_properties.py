@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.files import summarize_trace_file
-from pytest_graphcapture.summary.model import Summary
 from pytest_graphcapture.summary.normalize import LEVELS, normalize_kernel_name
 from pytest_graphcapture.summary.scan import summarize_events
+from pytest_graphcapture.summary.validate import summary_from_dict
 
 KEY = CaptureKey("Prop", 8)
 OP_NAMES = st.sampled_from(["aten::mm", "aten::add", "aten::copy_", "aten::softmax", "c10d::allreduce_"])
@@ -79,7 +79,7 @@ def test_summaries_round_trip_through_json_unchanged(events: list[dict], level: 
         events, key=KEY, platform="rocm-gfx942", level=level, environment={"torch_version": "2.13.0"}
     )
     text = json.dumps(summary.to_dict(), sort_keys=True)
-    again = Summary.from_dict(json.loads(text))
+    again = summary_from_dict(json.loads(text))
     assert again == summary
     assert json.dumps(again.to_dict(), sort_keys=True) == text, "environment included, byte for byte"
 

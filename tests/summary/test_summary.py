@@ -17,6 +17,7 @@ from pytest_graphcapture.summary.files import summarize_trace_file
 from pytest_graphcapture.summary.model import SCHEMA_VERSION, Summary
 from pytest_graphcapture.summary.replay import KernelEvidenceWarning, with_replay
 from pytest_graphcapture.summary.scan import replay_kernels_from_events, summarize_events
+from pytest_graphcapture.summary.validate import summary_from_dict
 
 KEY = CaptureKey("decode", 8)
 GEMM = "void gemm_kernel<float, 128>(float*, float const*)"
@@ -315,7 +316,7 @@ def test_to_dict_layout_and_round_trip() -> None:
     assert data["kernel_source"] == "capture-window"  # ROCm's launch events name the kernels
     assert data["key"] == {"runner": "r", "batch_size": 8, "variant": "DECODE", "rank": 1}
     assert data["complete"] == {"value": True, "reason": None}
-    again = Summary.from_dict(json.loads(json.dumps(data)))
+    again = summary_from_dict(json.loads(json.dumps(data)))
     assert again == summary and again.environment == {"device_name": "MI300X"}
     assert again.to_json() == summary.to_json()
 
@@ -352,10 +353,10 @@ def test_from_dict_names_the_problem(mutate, problem: str) -> None:
     data = json.loads(json.dumps(_summary().to_dict()))
     mutate(data)
     with pytest.raises(TraceFormatError) as info:
-        Summary.from_dict(data, source="golden/r_bs_8.json")
+        summary_from_dict(data, "golden/r_bs_8.json")
     assert info.value.path == "golden/r_bs_8.json" and problem in info.value.problem
     with pytest.raises(TraceFormatError, match="JSON object"):
-        Summary.from_dict([], source="x")
+        summary_from_dict([], "x")
 
 
 def test_normalized_merges_filters_and_refuses_finer_levels() -> None:
