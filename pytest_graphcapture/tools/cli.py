@@ -9,8 +9,9 @@ scripts never see a success that was not one.  An output file that is one of the
 inputs (the same file under any name) is refused: writing it would replace what
 the command reads.  ``graphcapture --version`` prints the version.
 
-* ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--batch-size N] [--out FILE]`` —
-  summary JSON (the golden layout: one line per entry); a list for several traces.
+* ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--batch-size N] [--batch-sizes B1,...] [--out FILE]``
+  — summary JSON (the golden layout: one line per entry); a list for several traces or keys.
+  Every command reads a trace into the keys ``check`` finds (:func:`.matrix.load_summaries`, in slices).
   A trace that does not say its batch size (eager, replay-only, sent by someone) gets
   a key saying ``bs=?`` (0 in the JSON) and a note on stderr; ``--batch-size`` sets it.
   A graph dump (``.dot``, ``.gv``, maybe gzipped; ``CUDAGraph.debug_dump``, ``cudaGraphDebugDotPrint``,
