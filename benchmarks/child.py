@@ -6,6 +6,7 @@ Modes:
 * ``ours`` — ``pytest_graphcapture.summary.summarize_trace_file`` (explicit key);
 * ``summarize`` — ``graphcapture summarize TRACE --out OUT_FILE`` (the CLI, in process);
 * ``check`` — ``graphcapture check TRACE --golden-dir GOLDEN_DIR`` (its output discarded);
+* ``cli`` — ``graphcapture ARGS...`` (``TRACE`` is the first argument; output discarded, exit 0 expected);
 * ``hta`` — Holistic Trace Analysis: ``Trace(trace_dir=HTA_DIR).parse_traces(...)``,
   run with the HTA virtual environment's Python (this file imports nothing of
   ours in that mode).
@@ -96,11 +97,14 @@ def _hta(trace_dir: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("floor", "ours", "summarize", "check", "hta"):
-        print("usage: child.py floor|ours|summarize|check|hta TRACE [HTA_DIR | OUT_FILE | GOLDEN_DIR]", file=sys.stderr)
+    if len(argv) < 2 or argv[0] not in ("floor", "ours", "summarize", "check", "cli", "hta"):
+        print(
+            "usage: child.py floor|ours|summarize|check|hta TRACE [HTA_DIR | OUT_FILE | GOLDEN_DIR] | cli ARGS...",
+            file=sys.stderr,
+        )
         return 2
     mode, path = argv[0], argv[1]
-    if mode in ("ours", "summarize", "check"):
+    if mode in ("ours", "summarize", "check", "cli"):
         import pytest_graphcapture.summary  # noqa: F401  (import cost excluded)
         import pytest_graphcapture.tools.check  # noqa: F401
         import pytest_graphcapture.tools.cli  # noqa: F401
@@ -117,6 +121,8 @@ def main(argv: list[str]) -> int:
             items = _cli(["summarize", path, "--out", argv[2]])
         elif mode == "check":
             items = _cli(["check", path, "--golden-dir", argv[2]])
+        elif mode == "cli":
+            items = _cli(argv[1:])
         else:
             items = _hta(argv[2] if len(argv) > 2 else os.path.dirname(path))
     except Exception as exc:  # reported as a result row, never a traceback

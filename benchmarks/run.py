@@ -4,8 +4,8 @@ B1 capture cost of the embedded runner against bare loops; B2 trace summarize
 time against the parse floor, and peak memory; B3 our trace load against
 Holistic Trace Analysis; B4 the golden check of 36 batch sizes against reading
 the files; B5 reading a 5,000-node graph dump (DOT); B6 gating an engine's own
-capture loop against gating it through an adapter; B7 ``graphcapture check`` of an
-engine-written trace of 61 keys against ``graphcapture summarize`` of it.  Every benchmark interleaves its variants round by round and reports
+capture loop against gating it through an adapter; B7 ``graphcapture check``, ``diff`` and
+``show`` of an engine-written trace of 61 keys against ``graphcapture summarize`` of it.  Every benchmark interleaves its variants round by round and reports
 medians; the run ends with one table, also written as Markdown (``--out``).
 See docs/benchmarks.md for what each row means and the measured figures.
 """
@@ -102,6 +102,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="minimum uncompressed size of the huge synthetic trace, summarized by us alone (default 2048; 0: none)",
     )
     parser.add_argument(
+        "--engine-keys",
+        type=int,
+        default=None,
+        help="B7's keys in its one engine trace (default 61; --quick 8): more keys, a larger trace",
+    )
+    parser.add_argument("--engine-rounds", type=int, default=None, help="B7's rounds (default 5; --quick 1)")
+    parser.add_argument(
         "--hta-venv",
         type=Path,
         default=None,
@@ -115,6 +122,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.skip_hta:
         only.discard("B3")
     args.only = only
+    if args.engine_keys is not None and args.engine_keys < 2:
+        parser.error("--engine-keys must be at least 2 (one FULL shape and the PIECEWISE one)")
+    if args.engine_rounds is not None and args.engine_rounds < 1:
+        parser.error("--engine-rounds must be at least 1")
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.realistic_rounds is not None and args.realistic_rounds < 1:
@@ -265,7 +276,10 @@ def run_b6(args: argparse.Namespace, device: str) -> Section:
 def run_b7(args: argparse.Namespace) -> Section:
     import b7_engine_traces
 
-    return b7_engine_traces.run(keys=8 if args.quick else 61, rounds=1 if args.quick else 5, work_dir=args.work_dir)
+    keys = args.engine_keys or (8 if args.quick else 61)
+    return b7_engine_traces.run(
+        keys=keys, rounds=args.engine_rounds or (1 if args.quick else 5), work_dir=args.work_dir
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, Union
 
+from .._io import require_regular
 from ..errors import TraceFormatError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import is_hidden, is_merged_trace, is_trace_path
@@ -95,6 +96,8 @@ def trace_files(paths: Sequence[PathLike]) -> list[Path]:
             found += inside
         elif given.is_file():
             found.append(given)
+        elif given.exists():  # a FIFO or a device: reading it would block or never end
+            require_regular(given, error=TraceFormatError)
         else:
             raise UsageError(f"{given}: no such file or folder")
     return list(dict.fromkeys(found))

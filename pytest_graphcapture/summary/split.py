@@ -228,7 +228,7 @@ def _plan(
             path,
             f"is one trace of a whole capture and holds {len(spans)} capture window"
             f"{'s' if len(spans) != 1 else ''} with no batch-size marker; give the batch sizes in capture order "
-            f"(largest first for sglang): graphcapture check --batch-sizes, or batch_sizes=[...]",
+            f"(largest first for sglang): --batch-sizes B1,B2,... on the command line, or batch_sizes=[...]",
         )
     key = key_from_trace_name(path, scan.annotations, top, unknown_ok=True)
     return [(_renamed(key, runner), everything)], "one key"

@@ -9,8 +9,9 @@ scripts never see a success that was not one.  An output file that is one of the
 inputs (the same file under any name) is refused: writing it would replace what
 the command reads.  ``graphcapture --version`` prints the version.
 
-* ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--batch-size N] [--out FILE]`` —
-  summary JSON (the golden layout: one line per entry); a list for several traces.
+* ``graphcapture summarize TRACE... [--level L] [--replay REPLAY] [--batch-size N] [--batch-sizes B1,...] [--out FILE]``
+  — summary JSON (the golden layout: one line per entry); a list for several traces or keys.
+  Every command reads a trace into the keys ``check`` finds (:func:`.matrix.load_summaries`, in slices).
   A trace that does not say its batch size (eager, replay-only, sent by someone) gets
   a key saying ``bs=?`` (0 in the JSON) and a note on stderr; ``--batch-size`` sets it.
   A graph dump (``.dot``, ``.gv``, maybe gzipped; ``CUDAGraph.debug_dump``, ``cudaGraphDebugDotPrint``,
@@ -47,17 +48,17 @@ from typing import Iterable, Optional, Sequence, Union
 from .._io import write_atomic
 from ..errors import GraphCaptureError, UsageError
 from ..keys import UNKNOWN_BATCH_SIZE
-from ..summary.dot import summarize_dot_file
-from ..summary.files import is_graph_dump, summarize_trace_file
+from ..summary.files import collect_trace_file, is_graph_dump
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, check_level
-from .dirdiff import describe_differences, diff_dirs
+from ..summary.replay import with_replay
+from .dirdiff import DirDiff, describe_differences, diff_dirs, diff_keys, keyed
 from .matrix import (
     at_level,
     coarsest,
     collect_tree,
     kernel_matrix,
-    load_any,
+    load_summaries,
     op_matrix,
     path_kind,
     render_matrix_text,
@@ -100,20 +101,22 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         _refuse_input_as_output("--out", args.out, [*args.traces, *([args.replay] if args.replay else [])])
     texts = []
     for trace in args.traces:
-        dump = is_graph_dump(trace)
-        if dump:
-            summary = summarize_dot_file(trace, level=args.level, batch_size=args.batch_size)
-        else:
-            summary = summarize_trace_file(
-                trace, level=args.level, replay_path=args.replay, batch_size=args.batch_size, unknown_batch_size_ok=True
-            )
-        if summary.key.batch_size == UNKNOWN_BATCH_SIZE:
-            print(
-                f"note: {trace}: the {'dump' if dump else 'trace'} does not say its batch size (key bs=?, written as 0); "
-                "--batch-size N sets it",
-                file=sys.stderr,
-            )
-        texts.append(summary.to_json())
+        summaries = load_summaries(trace, level=args.level, batch_size=args.batch_size, batch_sizes=args.batch_sizes)
+        if args.replay is not None:
+            if len(summaries) != 1:
+                raise UsageError(
+                    f"--replay belongs to one graph's capture; {trace} holds {len(summaries)} keys: "
+                    "give the replay with a trace of one key"
+                )
+            summaries = [with_replay(summaries[0], collect_trace_file(args.replay)[0].replay_kernels())]
+        for summary in summaries:
+            if summary.key.batch_size == UNKNOWN_BATCH_SIZE:
+                print(
+                    f"note: {trace}: the {'dump' if is_graph_dump(trace) else 'trace'} does not say its batch size "
+                    "(key bs=?, written as 0); --batch-size N sets it",
+                    file=sys.stderr,
+                )
+            texts.append(summary.to_json())
     text = texts[0] if len(texts) == 1 else "[\n" + ",\n".join(t.rstrip("\n") for t in texts) + "\n]\n"
     if args.out:
         try:
@@ -136,11 +139,22 @@ def _cmd_diff(args: argparse.Namespace) -> int:
                 f"diff compares two files or two directories; got {kinds[0]} ({args.expected}) "
                 f"and {kinds[1]} ({args.actual})"
             )
-        result = diff_dirs(Path(args.expected), Path(args.actual), level=args.level, batch_size=args.batch_size)
-        sys.stdout.write("\n".join(result.lines) + "\n")
-        return 0 if result.equal else 1
-    expected = load_any(args.expected, batch_size=args.batch_size)
-    actual = load_any(args.actual, batch_size=args.batch_size)
+        result = diff_dirs(
+            Path(args.expected),
+            Path(args.actual),
+            level=args.level,
+            batch_size=args.batch_size,
+            batch_sizes=args.batch_sizes,
+        )
+        return _print_keyed(result)
+    sides = [
+        load_summaries(path, batch_size=args.batch_size, batch_sizes=args.batch_sizes)
+        for path in (args.expected, args.actual)
+    ]
+    if len(sides[0]) != 1 or len(sides[1]) != 1:  # a trace of several keys: compared key by key
+        a, b = (keyed([(".", s) for s in side], path) for side, path in zip(sides, (args.expected, args.actual)))
+        return _print_keyed(diff_keys(a, b, args.expected, args.actual, level=args.level))
+    (expected,), (actual,) = sides
     target = coarsest([expected.level, actual.level] + ([args.level] if args.level else []))
     expected, actual = expected.normalized(target), actual.normalized(target)
     if expected == actual:
@@ -153,6 +167,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 1
 
 
+def _print_keyed(result: DirDiff) -> int:
+    sys.stdout.write("\n".join(result.lines) + "\n")
+    return 0 if result.equal else 1
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     if args.against and not args.html:
         raise UsageError("--against compares in the HTML picture; give --html OUT.html with it")
@@ -162,7 +181,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         roots = [Path(args.directory), *([Path(args.against)] if args.against else [])]
         _refuse_input_as_output("--html", args.html, (p for root in roots if root.is_dir() for p in root.rglob("*")))
 
-        page = picture_from_dirs(args.directory, against=args.against, level=args.level)
+        page = picture_from_dirs(args.directory, against=args.against, level=args.level, batch_sizes=args.batch_sizes)
         try:
             write_atomic(Path(args.html), page)
         except GraphCaptureError as exc:
@@ -171,7 +190,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
     # One table per folder (searched recursively, as the HTML picture does) / runner / variant / rank / platform.
     groups: dict[tuple, list[Summary]] = {}
-    for folder, s in at_level(collect_tree(args.directory, batch_size=args.batch_size), args.level):
+    for folder, s in at_level(
+        collect_tree(args.directory, batch_size=args.batch_size, batch_sizes=args.batch_sizes), args.level
+    ):
         k = s.key  # type: ignore[attr-defined]
         groups.setdefault((folder, k.runner, k.variant_name or "", k.rank, s.platform), []).append(s)  # type: ignore[attr-defined]
     blocks = []
@@ -229,11 +250,20 @@ def _positive_int(text: str) -> int:
 
 
 def _batch_size_option(parser: argparse.ArgumentParser) -> None:
+    from .check import batch_sizes
+
     parser.add_argument(
         "--batch-size",
         type=_positive_int,
         metavar="N",
-        help="batch size of traces that do not say theirs (by default their key says bs=?)",
+        help="batch size of a one-key trace that does not say its size (by default its key says bs=?)",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=batch_sizes,
+        metavar="B1,B2,...",
+        help="batch sizes of a single-capture trace's windows, in capture order (sglang: largest first), "
+        "as for graphcapture check",
     )
 
 

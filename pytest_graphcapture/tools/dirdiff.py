@@ -1,8 +1,8 @@
 """``graphcapture diff DIR_A DIR_B``: two capture or summary directories compared key by key.
 
-Both trees are read recursively (summary JSON files and traces; merged multi-rank
-traces and dot-files are skipped); a key is matched by its folder below the
-directory and its capture key.  The output is first a kernel × batch-size matrix of
+Both trees are read recursively, as ``show`` reads one (:func:`~.matrix.collect`: summary
+JSON files, and every key of every trace; merged multi-rank traces and dot-files are
+skipped); a key is matched by its folder below the directory and its capture key.  The output is first a kernel × batch-size matrix of
 what changed per runner/variant/rank (kernels and ops), then every differing key's
 change lines, as a failing golden check prints them.
 """
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-from ..errors import TraceFormatError, UsageError
+from ..errors import UsageError
 from ..golden.diff import compare_dicts
 from ..keys import CaptureKey, key_label
-from ..naming import is_hidden, is_merged_trace
 from ..summary.model import Summary
-from .matrix import coarsest, load_any, render_matrix_text, require_directory
+from .matrix import coarsest, collect_tree, render_matrix_text
 
 LEGEND = "+n only in B, -n only in A, a→b count changed, ~ same count but op shapes changed, . unchanged"
 
@@ -44,24 +43,15 @@ def describe_differences(expected: Summary, actual: Summary) -> list[str]:
     return lines
 
 
-def is_input_file(path: Path) -> bool:
-    """A summary JSON file or a per-key trace: ``.json``/``.json.gz``, not hidden, not a merged trace."""
-    name = path.name
-    return path.is_file() and name.endswith((".json", ".json.gz")) and not is_hidden(path) and not is_merged_trace(path)
-
-
-def collect_tree(root: Path, batch_size: Optional[int] = None) -> dict[Ident, tuple[Path, Summary]]:
-    """``{(folder below root, key): (file, summary)}`` of every input file under ``root``."""
-    root = require_directory(root)
-    found: dict[Ident, tuple[Path, Summary]] = {}
-    for path in sorted(p for p in root.rglob("*") if is_input_file(p)):
-        summary = load_any(path, batch_size=batch_size)
-        ident = (path.parent.relative_to(root).as_posix(), summary.key)
+def keyed(pairs: list[tuple[str, Summary]], where: object) -> dict[Ident, Summary]:
+    """``{(folder, key): summary}`` of :func:`~.matrix.collect`'s pairs; a key found twice in a folder is refused."""
+    found: dict[Ident, Summary] = {}
+    for folder, summary in pairs:
+        ident = (folder, summary.key)
         if ident in found:
-            raise UsageError(f"{found[ident][0]} and {path} hold the same key {summary.key}; keep one of them")
-        found[ident] = (path, summary)
-    if not found:
-        raise TraceFormatError(root, "contains no summary JSON or trace files (*.json, *.json.gz)")
+            place = where if folder in ("", ".") else f"{where}/{folder}"
+            raise UsageError(f"{place} holds the key {summary.key} twice (two files, or twice in one trace); keep one")
+        found[ident] = summary
     return found
 
 
@@ -120,10 +110,24 @@ def _group_title(folder: str, key: CaptureKey) -> str:
     return f"{where}{key.runner}{variant} rank {key.rank}"
 
 
-def diff_dirs(dir_a: Path, dir_b: Path, *, level: Optional[str] = None, batch_size: Optional[int] = None) -> DirDiff:
+def diff_dirs(
+    dir_a: Path,
+    dir_b: Path,
+    *,
+    level: Optional[str] = None,
+    batch_size: Optional[int] = None,
+    batch_sizes: Optional[Sequence[int]] = None,
+) -> DirDiff:
     """Compare every key of ``dir_a`` with the same key of ``dir_b`` (see the module docstring)."""
-    a, b = collect_tree(dir_a, batch_size), collect_tree(dir_b, batch_size)
-    target = coarsest([s.level for _, s in list(a.values()) + list(b.values())] + ([level] if level else []))
+    a, b = (keyed(collect_tree(d, batch_size=batch_size, batch_sizes=batch_sizes), d) for d in (dir_a, dir_b))
+    return diff_keys(a, b, dir_a, dir_b, level=level)
+
+
+def diff_keys(
+    a: dict[Ident, Summary], b: dict[Ident, Summary], name_a: object, name_b: object, *, level: Optional[str] = None
+) -> DirDiff:
+    """Compare the summaries of ``a`` and ``b`` key by key: two trees, or two traces of several keys."""
+    target = coarsest([s.level for s in list(a.values()) + list(b.values())] + ([level] if level else []))
     result = DirDiff(target)
     groups: dict[tuple, dict[int, dict]] = {}
     per_key: list[str] = []
@@ -139,14 +143,14 @@ def diff_dirs(dir_a: Path, dir_b: Path, *, level: Optional[str] = None, batch_si
             result.only_b.append(ident)
             continue
         result.compared += 1
-        old, new = a[ident][1].normalized(target), b[ident][1].normalized(target)
+        old, new = a[ident].normalized(target), b[ident].normalized(target)
         if old == new:
             continue
         result.differing.append(ident)
         group[key.batch_size] = changed_cells(old, new)
         per_key.append(f"{_group_title(folder, key)} {key_label(key)}:")
         per_key += [f"  {line}" for line in describe_differences(old, new)]
-    lines = [f"A: {dir_a}", f"B: {dir_b}", f"level {target}; {LEGEND}"]
+    lines = [f"A: {name_a}", f"B: {name_b}", f"level {target}; {LEGEND}"]
     for (folder, runner, variant, rank), changed in groups.items():
         key = CaptureKey(runner, 1, variant or None, rank)
         only = [
@@ -184,4 +188,4 @@ def _same_group(key: CaptureKey, other: CaptureKey) -> bool:
     return (key.runner, key.variant, key.rank) == (other.runner, other.variant, other.rank)
 
 
-__all__ = ["DirDiff", "changed_cells", "describe_differences", "collect_tree", "diff_dirs", "is_input_file"]
+__all__ = ["DirDiff", "changed_cells", "describe_differences", "diff_dirs", "diff_keys", "keyed"]

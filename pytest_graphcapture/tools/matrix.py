@@ -1,6 +1,7 @@
 """The kernel × batch-size matrix, and loading summaries from whatever a user points at.
 
-:func:`load_any` reads a summary JSON file, a trace or a graph dump; :func:`kernel_matrix` turns
+:func:`load_summaries` reads a summary JSON file, a trace (one summary per key) or a graph dump, for
+every command; :func:`kernel_matrix` turns
 the summaries of one runner/variant/rank into the table that ``graphcapture show``
 prints (:func:`render_matrix_text`) and the HTML picture draws; :func:`collect`
 finds every summary and trace under a folder, recursively, for both.
@@ -12,67 +13,77 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
-from .._io import JSONProblem, is_scratch, loads_strict
-from ..errors import TraceFormatError, UsageError
+from .._io import JSONProblem, is_scratch, loads_strict, require_regular
+from ..errors import GraphCaptureError, TraceFormatError, UsageError
 from ..golden.store import migrate
 from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..naming import is_merged_trace
 from ..summary.dot import summarize_dot_file
-from ..summary.files import is_graph_dump, summarize_trace_file
+from ..summary.files import is_graph_dump
 from ..summary.model import Summary
 from ..summary.normalize import LEVELS, is_coarser_or_equal
-from ..summary.tracefile import parse_trace_bytes, read_trace_bytes
+from ..summary.split import summarize_trace_keys
+from ..summary.tracefile import read_trace_bytes, resolve_max_bytes, trace_blocks
 from ..summary.validate import summary_from_dict
 
 PathLike = Union[str, Path]
 
 
-def load_any(path: Union[str, Path], *, level: Optional[str] = None, batch_size: Optional[int] = None) -> Summary:
-    """A Summary from a summary JSON file, a trace file (``.json``/``.json.gz``) or a graph dump (DOT).
+def load_summaries(
+    path: PathLike,
+    *,
+    level: Optional[str] = None,
+    batch_size: Optional[int] = None,
+    batch_sizes: Optional[Sequence[int]] = None,
+) -> list[Summary]:
+    """The summaries in a summary JSON file (one, or a list), a graph dump, or a trace: one per capture key.
 
-    A trace or dump that does not say its batch size gets the unknown one (``bs=?``),
-    or ``batch_size`` when given (which also sets it on a summary whose key says unknown).
+    A trace is split into its keys as ``graphcapture check`` splits it
+    (:func:`~..summary.split.summarize_trace_keys`, read in slices); ``batch_sizes``
+    maps a single-capture trace's windows to sizes.  ``batch_size`` names the size of
+    a one-key trace or dump (whatever its name says) and of a summary whose key says ``bs=?``.
     """
     path = Path(path)
-    if not path.exists():
-        raise TraceFormatError(path, "no such file")
     if path.is_dir():
         raise TraceFormatError(path, "is a directory, expected a summary JSON file, a trace or a graph dump")
+    require_regular(path, error=TraceFormatError)
     if is_graph_dump(path):
-        return summarize_dot_file(path, level=level or "name", batch_size=batch_size)
-    data = read_trace_bytes(path)
-    if data[:2] != b"\x1f\x8b":
+        return [summarize_dot_file(path, level=level or "name", batch_size=batch_size)]
+    if _looks_like_summary(path):
         try:
-            obj = loads_strict(data.decode("utf-8"))
+            obj = loads_strict(read_trace_bytes(path).decode("utf-8"))
         except (UnicodeDecodeError, JSONProblem):
-            obj = None  # let the trace parser produce the precise error
-        if _is_summary(obj):
-            return _summary_from(obj, path, level=level, batch_size=batch_size)
-        if isinstance(obj, list) and obj and all(_is_summary(item) for item in obj):
-            if len(obj) == 1:
-                return _summary_from(obj[0], path, level=level, batch_size=batch_size)
-            raise TraceFormatError(
-                path,
-                f"holds {len(obj)} summaries (what graphcapture summarize writes for several files); diff compares "
-                "one summary with one: summarize each file on its own, or put the files in a folder (show DIR, "
-                "diff DIR_A DIR_B)",
-            )
-        if obj is not None:
-            parse_trace_bytes(data, path)  # validates the trace shape with a clear error
-    return summarize_trace_file(path, level=level or "name", batch_size=batch_size, unknown_batch_size_ok=True)
+            obj = None  # the trace reader names the problem
+        items = obj if isinstance(obj, list) and obj else [obj]
+        if all(_is_summary(item) for item in items):
+            return [_summary_from(item, path, level=level, batch_size=batch_size) for item in items]
+    read = summarize_trace_keys(path, batch_sizes=batch_sizes, level=level or "name")
+    if batch_size is None:
+        return read.summaries
+    if len(read.summaries) != 1:
+        raise UsageError(
+            f"--batch-size {batch_size}: {path} holds {len(read.summaries)} keys split by {read.split_by}, "
+            "each with its own batch size; --batch-size names the size of a trace of one key"
+        )
+    summary = read.summaries[0]
+    summary.key = replace(summary.key, batch_size=batch_size)
+    return [summary]
 
 
-def load_all(path: Union[str, Path], *, batch_size: Optional[int] = None) -> list[Summary]:
-    """Every summary in ``path``: the summaries of a list file (``graphcapture summarize A B``), else :func:`load_any`'s."""
-    path = Path(path)
-    if path.is_file() and path.name.endswith(".json"):
-        try:
-            obj = loads_strict(path.read_bytes().decode("utf-8"))
-        except (OSError, UnicodeDecodeError, JSONProblem):
-            obj = None  # load_any names the problem
-        if isinstance(obj, list) and len(obj) > 1 and all(_is_summary(item) for item in obj):
-            return [_summary_from(item, path, level=None, batch_size=batch_size) for item in obj]
-    return [load_any(path, batch_size=batch_size)]
+def _looks_like_summary(path: Path) -> bool:
+    """Whether the file's first bytes are a summary's (``schema_version`` and no ``traceEvents``): read it whole.
+
+    A trace is read in slices instead; its whole text is never parsed into objects here.
+    """
+    try:
+        head = next(trace_blocks(path, resolve_max_bytes(None), _HEAD_BYTES), b"")
+    except GraphCaptureError:
+        return False  # the trace reader names the problem
+    return b'"schema_version"' in head and b'"traceEvents"' not in head
+
+
+#: Bytes looked at to tell a summary JSON file from a trace: a summary's identity fields come first.
+_HEAD_BYTES = 64 * 1024
 
 
 def _is_summary(obj: object) -> bool:
@@ -182,13 +193,20 @@ def _summary_files(root: Path, *, recursive: bool) -> list[Path]:
     )
 
 
-def collect(root: PathLike, *, recursive: bool = True, batch_size: Optional[int] = None) -> list[tuple[str, object]]:
-    """``(folder relative to root, Summary)`` for each summary JSON / trace file under ``root``."""
+def collect(
+    root: PathLike,
+    *,
+    recursive: bool = True,
+    batch_size: Optional[int] = None,
+    batch_sizes: Optional[Sequence[int]] = None,
+) -> list[tuple[str, Summary]]:
+    """``(folder relative to root, Summary)`` for each summary, and each key of each trace, under ``root``."""
     root = require_directory(root)
     pairs = []
     for path in _summary_files(root, recursive=recursive):
         folder = path.parent.relative_to(root).as_posix()
-        pairs.extend((folder, summary) for summary in load_all(path, batch_size=batch_size))
+        read = load_summaries(path, batch_size=batch_size, batch_sizes=batch_sizes)
+        pairs.extend((folder, summary) for summary in read)
     return pairs
 
 
@@ -198,9 +216,11 @@ def at_level(pairs: Sequence[tuple[str, object]], level: Optional[str] = None) -
     return [(f, s if s.level == target else s.normalized(target)) for f, s in pairs]  # type: ignore[attr-defined]
 
 
-def collect_tree(directory: PathLike, *, batch_size: Optional[int] = None) -> list[tuple[str, object]]:
+def collect_tree(
+    directory: PathLike, *, batch_size: Optional[int] = None, batch_sizes: Optional[Sequence[int]] = None
+) -> list[tuple[str, Summary]]:
     """:func:`collect` of ``directory``; TraceFormatError when it holds no summary or trace file at all."""
-    found = collect(directory, batch_size=batch_size)
+    found = collect(directory, batch_size=batch_size, batch_sizes=batch_sizes)
     if not found:
         raise TraceFormatError(Path(directory), "contains no summary JSON or trace files (*.json, *.json.gz)")
     return found

@@ -19,7 +19,7 @@ opens from a CI artifact as is.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from .matrix import PathLike, collect, collect_tree
 from .picture_html import render_html
@@ -44,14 +44,19 @@ __all__ = [
 
 
 def picture_from_dirs(
-    directory: PathLike, *, against: Optional[PathLike] = None, level: Optional[str] = None, title: Optional[str] = None
+    directory: PathLike,
+    *,
+    against: Optional[PathLike] = None,
+    level: Optional[str] = None,
+    title: Optional[str] = None,
+    batch_sizes: Optional[Sequence[int]] = None,
 ) -> str:
     """HTML of every summary / trace under ``directory``, compared with goldens under ``against``.
 
     A golden matches an obtained summary when it sits in the same folder relative to
     its root and has the same runner, variant, rank and platform.
     """
-    obtained = collect_tree(directory)
+    obtained = collect_tree(directory, batch_sizes=batch_sizes)
     goldens = collect(against) if against is not None else []
     tables = build_tables(obtained, goldens, level=level, compared=against is not None)
     source = f"{directory}" + (f" against goldens in {against}" if against is not None else "")

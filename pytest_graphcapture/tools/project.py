@@ -54,21 +54,28 @@ def golden_dir(option: Optional[str], invocation_dir: Optional[Path] = None) -> 
     """
     here = Path(invocation_dir) if invocation_dir is not None else Path.cwd()
     if option:
-        return setting_path(option, "option", invocation_dir=here, inipath=None, rootdir=here)
+        return _folder(setting_path(option, "option", invocation_dir=here, inipath=None, rootdir=here), "--golden-dir")
     env = os.environ.get(GOLDEN_DIR_ENV, "").strip()
     if env:
-        return setting_path(
-            env, f"environment variable {GOLDEN_DIR_ENV}", invocation_dir=here, inipath=None, rootdir=here
-        )
+        where = f"environment variable {GOLDEN_DIR_ENV}"
+        return _folder(setting_path(env, where, invocation_dir=here, inipath=None, rootdir=here), where)
     rootdir, inipath, values = pytest_setup(here)
     ini = values.get(GOLDEN_DIR_INI)
     if isinstance(ini, str) and ini.strip():
-        return setting_path(
-            ini.strip(), f"ini key {GOLDEN_DIR_INI}", invocation_dir=here, inipath=inipath, rootdir=rootdir
-        )
+        where = f"ini key {GOLDEN_DIR_INI}"
+        return _folder(setting_path(ini.strip(), where, invocation_dir=here, inipath=inipath, rootdir=rootdir), where)
     if ini not in (None, "", []):
         raise UsageError(f"{inipath}: ini key {GOLDEN_DIR_INI} must be one directory, not {ini!r}")
-    return setting_path(GOLDEN_DIR_DEFAULT, "default", invocation_dir=here, inipath=inipath, rootdir=rootdir)
+    path = setting_path(GOLDEN_DIR_DEFAULT, "default", invocation_dir=here, inipath=inipath, rootdir=rootdir)
+    return _folder(path, "the default golden dir")
+
+
+def _folder(path: Path, where: str) -> Path:
+    """``path`` unless something other than a folder is there: goldens are files inside a folder, never one file."""
+    if (path.exists() or path.is_symlink()) and not path.is_dir():
+        kind = "a file" if path.is_file() else "not a folder (a special file or a broken link)"
+        raise UsageError(f"{where} {path}: is {kind}; the golden tree must be a folder (name a folder, or a new path)")
+    return path
 
 
 def shown(path: Path, invocation_dir: Optional[Path] = None) -> Path:

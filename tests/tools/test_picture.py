@@ -161,7 +161,7 @@ def test_real_mi300x_capture_renders_its_kernels(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
     folder.mkdir()
     (folder / trace.name).symlink_to(trace)
-    s = matrix.load_any(folder / trace.name)
+    (s,) = matrix.load_summaries(folder / trace.name)
     page = picture.picture_from_dirs(folder)
     (table,) = picture.build_tables([("", s)])
     assert table.batch_sizes == [32]
