@@ -156,8 +156,9 @@ def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, o
     lines: list[str] = []
     failed = bool(outcome.failed) or bool(unused)
     if outcome.failed:
+        full_diff = str(shown(out_folder / HARVEST_DIFF_NAME)) if out_folder else None  # written below
         head, body, tail = outcome.failure_parts(
-            rerun=rerun, display=lambda p: str(shown(Path(p))), ci_var=ci_environment()
+            rerun=rerun, display=lambda p: str(shown(Path(p))), ci_var=ci_environment(), full_diff=full_diff
         )
         tail = [t.replace("--update-golden", "--update") for t in tail]
         lines = [head, *body, *tail]

@@ -1,0 +1,135 @@
+"""What ``graphcapture check`` leaves behind: failure lines that read entry by entry, pointers that lead to a
+file, a report that adds to the step summary, and goldens rewritten only for what they gate."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_graphcapture.golden.change import MAX_LINE_WIDTH
+from pytest_graphcapture.plugin.settings import CI_VARIABLES
+from pytest_graphcapture.tools.cli import main
+
+FOLDER = Path("rocm-gfx942") / "engine-traces"
+#: How a change line separates its entries, old from new, and the op from its kernels; a cut keeps every one.
+SEPARATORS = re.compile(r"(; | → |: )")
+
+
+def check(capsys, *args) -> tuple[int, str, str]:
+    code = main(["check", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def baseline(built, tmp_path_factory):
+    """The golden tree ``--update`` writes from the vLLM-layout traces, written once for the module."""
+    golden = tmp_path_factory.mktemp("baseline") / "goldens"
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        for name in CI_VARIABLES:
+            patch.delenv(name, raising=False)
+        code = main(["check", str(built("vllm")), "--golden-dir", str(golden), "--update"])
+    assert code == 0, out.getvalue()
+    return golden
+
+
+@pytest.fixture
+def goldens(tmp_path, baseline):
+    return Path(shutil.copytree(baseline, tmp_path / "goldens"))
+
+
+def edit_goldens(goldens: Path, edit) -> None:
+    """Apply ``edit(data)`` to every golden of one graph."""
+    for path in sorted((goldens / FOLDER).glob("*.json")):
+        data = json.loads(path.read_text())
+        if "graphs" not in data:  # a key of several graphs holds their sums: left as it is
+            edit(data)
+            path.write_text(json.dumps(data, indent=1))
+
+
+def grow_kernels(extra: int):
+    """An edit of each op launching several kernels: its first kernel renamed ``extra`` longer, the others once more.
+
+    The change line then holds a kernel swap (old → new) and count changes, one entry after another.
+    """
+
+    def edit(part: dict) -> None:
+        by_op: dict[str, list] = {}
+        for entry in part["kernels"]:
+            by_op.setdefault(json.dumps(entry.get("op"), sort_keys=True), []).append(entry)
+        for first, *others in (entries for entries in by_op.values() if len(entries) > 1):
+            if extra:
+                first["name"] += "_" + "x" * extra
+            for entry in others if extra else [first, *others]:
+                entry["count"] += 1
+
+    return edit
+
+
+def is_cut_of(short: str, full: str) -> bool:
+    """``short`` is ``full`` with parts cut out (``…``) inside its fields, every separator between entries kept."""
+    a, b = SEPARATORS.split(short), SEPARATORS.split(full)
+    if len(a) != len(b) or a[1::2] != b[1::2]:
+        return False
+    for s, f in zip(a[0::2], b[0::2]):
+        pieces = s.split("…")
+        if not (f.startswith(pieces[0]) and f.endswith(pieces[-1])):
+            return False
+        at = len(pieces[0])
+        for piece in pieces[1:-1]:
+            at = f.find(piece, at)
+            if at < 0:
+                return False
+            at += len(piece)
+    return True
+
+
+@pytest.mark.parametrize("extra", [0, 30, 90, 400])
+def test_a_long_change_line_is_cut_inside_its_fields_never_across_entries(goldens, built, tmp_path, capsys, extra):
+    edit_goldens(goldens, grow_kernels(extra))
+    harvest = tmp_path / "harvest"
+    code, out, _ = check(capsys, built("vllm"), "--golden-dir", goldens, "--golden-out", harvest)
+    assert code == 1
+    full = (harvest / FOLDER / "diff.txt").read_text().splitlines()
+    # A change line, per key or for a run of sizes (``bs=2,4,8: ~ …``).
+    changed = [re.sub(r"^bs=[\d,…]+: ", "", line.strip()) for line in out.splitlines()]
+    changed = [line for line in changed if line.startswith(("~ ", "+ ", "- "))]
+    cut = [line for line in changed if "…" in line and "view/metadata" not in line]
+    assert cut, out  # the edit makes lines too long for one screen line
+    for line in cut:
+        matches = [f.strip() for f in full if is_cut_of(line, f.strip())]
+        assert matches, f"{line!r} is not a field-wise cut of any line of the full diff"
+        assert line.count("→") == matches[0].count("→")
+    assert all(len(line) <= MAX_LINE_WIDTH + 40 for line in cut)
+
+
+def view_and_compute_ops(part: dict) -> None:
+    """An edit: one view op and one compute op launch once more, so the view op line folds."""
+    views = [op for op in part["ops"] if op["name"] in ("aten::view", "aten::as_strided", "aten::transpose")]
+    computes = [op for op in part["ops"] if op["name"] in ("aten::copy_", "aten::embedding", "aiter::rmsnorm")]
+    for op in views[:2] + computes[:1]:
+        op["count"] += 1
+
+
+@pytest.mark.parametrize("harvested", [False, True])
+def test_folded_view_op_lines_point_only_at_a_file_that_exists(goldens, built, tmp_path, capsys, harvested):
+    edit_goldens(goldens, view_and_compute_ops)
+    args = ("--golden-out", tmp_path / "harvest") if harvested else ()
+    code, out, _ = check(capsys, built("vllm"), "--golden-dir", goldens, *args)
+    assert code == 1
+    folded = [line for line in out.splitlines() if "view/metadata op line" in line]
+    assert folded, out
+    assert "per-batch-size diff" not in out
+    for line in folded:
+        named = re.search(r"full diff in (\S+)$", line)
+        if harvested:
+            assert named and Path(named[1]).is_file(), line
+        else:
+            assert named is None, line
