@@ -133,3 +133,77 @@ def test_folded_view_op_lines_point_only_at_a_file_that_exists(goldens, built, t
             assert named and Path(named[1]).is_file(), line
         else:
             assert named is None, line
+
+
+def links(report: Path) -> list[Path]:
+    """The files a Markdown report links, resolved from its folder."""
+    return [report.parent / target for target in re.findall(r"\]\(<([^>]+)>\)", report.read_text())]
+
+
+EARLIER = "## Tests\n\nwritten by an earlier step\n"
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+def test_report_md_into_the_step_summary_adds_to_it_and_links_no_file(
+    goldens, built, tmp_path, capsys, monkeypatch, runs
+):
+    summary = tmp_path / "runner" / "step_summary_1"
+    summary.parent.mkdir()
+    summary.write_text(EARLIER)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    harvest = tmp_path / "harvest"
+    for _ in range(runs):
+        args = ("--golden-dir", goldens, "--golden-out", harvest, "--report-md", summary)
+        code, _, _ = check(capsys, built("vllm", drop=(4, "PIECEWISE", 2)), *args)
+        assert code == 1
+    text = summary.read_text()
+    assert text.startswith(EARLIER) and text.count("## Graph capture goldens") == runs
+    assert list(summary.parent.iterdir()) == [summary]  # nothing written into the runner's folder
+    assert links(summary) == []
+    picture = harvest / "picture.html"
+    assert picture.is_file() and f"`{picture}`" in text  # named where the harvest is uploaded
+    assert main(["accept", str(harvest), "--golden-dir", str(goldens)]) == 0  # the picture is no golden
+
+
+def test_report_md_into_a_file_of_its_own_adds_to_it_and_links_the_picture_beside_it(
+    goldens, built, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "elsewhere"))
+    report = tmp_path / "out" / "report.md"
+    report.parent.mkdir()
+    report.write_text(EARLIER)
+    args = ("--golden-dir", goldens, "--golden-out", tmp_path / "harvest", "--report-md", report)
+    code, _, _ = check(capsys, built("vllm", drop=(4, "PIECEWISE", 2)), *args)
+    assert code == 1
+    assert report.read_text().startswith(EARLIER + "\n## Graph capture goldens")
+    assert links(report) and all(target.is_file() for target in links(report))
+
+
+PYTEST_CHECK = """
+def test_engine_capture(golden):
+    golden.check_traces({traces!r})
+"""
+
+
+@pytest.mark.parametrize("step_summary", [True, False])
+def test_graph_capture_report_adds_to_the_file_and_links_only_what_opens(
+    pytester, built, monkeypatch, step_summary
+):
+    report = pytester.path / "runner" / "summary.md"
+    report.parent.mkdir()
+    report.write_text(EARLIER)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(report if step_summary else pytester.path / "elsewhere"))
+    pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm"))))
+    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    report.write_text(EARLIER)
+    pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm", drop=(4, "PIECEWISE", 2)))))
+    result = pytester.runpytest("--golden-out=harvest", f"--graph-capture-report={report}")
+    result.assert_outcomes(failed=1)
+    text = report.read_text()
+    assert text.startswith(EARLIER) and "bs=4 variant=PIECEWISE" in text
+    assert all(target.is_file() for target in links(report))
+    if step_summary:
+        assert links(report) == [] and list(report.parent.iterdir()) == [report]
+        assert (pytester.path / "harvest" / "picture.html").is_file() and "picture.html`" in text
+    else:
+        assert [p.name for p in links(report)] == ["summary.html"]
