@@ -26,6 +26,7 @@ from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
 from ..summary.model import SCHEMA_VERSION, Summary
 from ..summary.validate import summary_from_dict as model_summary_from_dict
 from .budget import MEMORY_BUDGET_FIELD, launch_budget_of
+from .environment import gated_content
 
 
 def _v1_to_v2(data: dict) -> dict:
@@ -272,9 +273,11 @@ def read_golden(path: Path) -> Summary:
 
 
 def same_content(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """True when two golden dicts differ at most in ``environment`` (informational only)."""
-    strip = lambda d: {k: v for k, v in d.items() if k != "environment"}  # noqa: E731
-    return strip(old) == strip(new)
+    """True when two golden dicts gate the same: they differ at most in what no check compares.
+
+    See :func:`~.environment.gated_content`; an update rewrites a golden only when this is False.
+    """
+    return gated_content(old) == gated_content(new)
 
 
 def unused_goldens(

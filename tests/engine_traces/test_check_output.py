@@ -186,9 +186,7 @@ def test_engine_capture(golden):
 
 
 @pytest.mark.parametrize("step_summary", [True, False])
-def test_graph_capture_report_adds_to_the_file_and_links_only_what_opens(
-    pytester, built, monkeypatch, step_summary
-):
+def test_graph_capture_report_adds_to_the_file_and_links_only_what_opens(pytester, built, monkeypatch, step_summary):
     report = pytester.path / "runner" / "summary.md"
     report.parent.mkdir()
     report.write_text(EARLIER)
@@ -207,3 +205,75 @@ def test_graph_capture_report_adds_to_the_file_and_links_only_what_opens(
         assert (pytester.path / "harvest" / "picture.html").is_file() and "picture.html`" in text
     else:
         assert [p.name for p in links(report)] == ["summary.html"]
+
+
+def with_stack_off(data: dict) -> None:
+    data["environment"]["profiler"]["with_stack"] = not data["environment"]["profiler"]["with_stack"]
+
+
+def another_device(data: dict) -> None:
+    data["environment"]["device_count"] = 8
+    data["environment"]["device_name"] = "AMD Instinct MI300X (another)"
+
+
+def read_by_replay(data: dict) -> None:
+    data["kernel_source"] = "replay"  # how the kernels were read: a profiler setting, compared by no check
+
+
+def canonical(goldens: Path) -> dict[str, bytes]:
+    """Every golden rewritten in the writer's own layout, as an update would leave it: name → bytes."""
+    from pytest_graphcapture.golden import store
+
+    out = {}
+    for path in sorted((goldens / FOLDER).glob("*.json")):
+        store.write_golden(path, json.loads(path.read_text()))
+        out[path.name] = path.read_bytes()
+    return out
+
+
+def edit_every_golden(goldens: Path, *edits) -> None:
+    for path in sorted((goldens / FOLDER).glob("*.json")):
+        data = json.loads(path.read_text())
+        for edit in edits:
+            edit(data)
+        path.write_text(json.dumps(data))
+
+
+NOT_GATED = [(with_stack_off,), (another_device,), (read_by_replay,), (with_stack_off, another_device, read_by_replay)]
+
+
+@pytest.mark.parametrize("edits", NOT_GATED, ids=lambda e: "+".join(f.__name__ for f in e))
+def test_check_update_rewrites_no_golden_for_what_it_does_not_gate(goldens, built, capsys, edits):
+    edit_every_golden(goldens, *edits)
+    before = canonical(goldens)  # in the writer's layout: only a change of content can alter the bytes
+    code, out, _ = check(capsys, built("vllm"), "--golden-dir", goldens, "--update")
+    assert code == 0 and "written" not in out
+    assert canonical(goldens) == before == {p.name: p.read_bytes() for p in sorted((goldens / FOLDER).glob("*"))}
+    # A change of what a golden gates is still written, in that golden only.
+    drop = built("vllm", drop=(8, "FULL", 1))
+    assert check(capsys, drop, "--golden-dir", goldens, "--update")[0] == 0
+    after = {p.name: p.read_bytes() for p in sorted((goldens / FOLDER).glob("*"))}
+    assert [name for name in after if after[name] != before[name]] == ["decoder_bs_8_FULL.json"]
+
+
+@pytest.mark.parametrize("edits", NOT_GATED[2:], ids=lambda e: "+".join(f.__name__ for f in e))
+def test_update_golden_rewrites_no_golden_for_what_it_does_not_gate(pytester, built, edits):
+    pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm"))))
+    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    folder = pytester.path / "goldens" / "rocm-gfx942" / "test_engine.py" / "test_engine_capture"
+    for path in folder.glob("*.json"):
+        data = json.loads(path.read_text())
+        for edit in edits:
+            edit(data)
+        path.write_text(store_text(data))
+    before = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    result = pytester.runpytest("--update-golden")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*0 created, 0 updated*"])
+    assert {p.name: p.read_bytes() for p in sorted(folder.iterdir())} == before
+
+
+def store_text(data: dict) -> str:
+    from pytest_graphcapture.golden import store
+
+    return store.dumps(data)
