@@ -19,7 +19,15 @@ from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from .._io import JSONProblem, dumps_entries, encode_utf8, loads_unique, require_regular, write_atomic
+from .._io import (
+    JSONProblem,
+    dumps_entries,
+    encode_utf8,
+    loads_unique,
+    require_regular,
+    unpack_graphs,
+    write_atomic,
+)
 from ..errors import GoldenError
 from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
@@ -195,7 +203,10 @@ def parse_golden_text(text: str, path: Any) -> dict:
         raise GoldenError(path, str(exc)) from None
     if not isinstance(data, dict):
         raise GoldenError(path, f"expected a JSON object at the top level, got {type(data).__name__}")
-    return data
+    try:
+        return unpack_graphs(data)  # a key of several graphs is written one line per entry
+    except ValueError as exc:
+        raise GoldenError(path, str(exc)) from None
 
 
 def migrate(data: dict, path: Any) -> dict:

@@ -277,3 +277,47 @@ def store_text(data: dict) -> str:
     from pytest_graphcapture.golden import store
 
     return store.dumps(data)
+
+
+def entry_lines(path: Path) -> tuple[int, int]:
+    """``(lines holding a kernel or op entry, kernel and op entries of the key)`` of a golden."""
+    text = path.read_text()
+    data = json.loads(text)
+    lines = sum(line.lstrip().startswith('{"name": ') for line in text.splitlines())
+    return lines, len(data["kernels"]) + len(data["ops"])
+
+
+SHAPES = [("vllm", {}), ("vllm", {"piecewise": (2, 5)}), ("vllm", {"piecewise": (8, 2)}), ("sglang-per-bs", {})]
+
+
+@pytest.mark.parametrize(("layout", "changes"), SHAPES, ids=lambda v: str(v))
+def test_every_golden_is_one_line_per_entry_whatever_its_graphs(tmp_path, built, capsys, layout, changes):
+    goldens, traces = tmp_path / "goldens", built(layout, **changes)
+    assert check(capsys, traces, "--golden-dir", goldens, "--update")[0] == 0
+    paths = sorted(goldens.rglob("*.json"))
+    assert paths
+    for path in paths:
+        lines, entries = entry_lines(path)
+        assert lines == entries, f"{path.name}: {lines} entry lines for {entries} entries"
+        data = json.loads(path.read_text())
+        assert len(path.read_text().splitlines()) <= entries + 30 + len(data.get("graphs", ()))
+    # They gate as they did: the same traces pass, a launch dropped from one piece fails that graph.
+    assert check(capsys, traces, "--golden-dir", goldens)[0] == 0
+    bs, pieces = changes.get("piecewise", (4, 3))
+    if layout == "vllm":
+        code, out, _ = check(capsys, built("vllm", **changes, drop=(bs, "PIECEWISE", 2)), "--golden-dir", goldens)
+        assert code == 1 and f"bs={bs} variant=PIECEWISE graph 2 of {pieces} (" in out
+
+
+def test_update_golden_writes_a_key_of_several_graphs_one_line_per_entry(pytester, built):
+    pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm"))))
+    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    folder = pytester.path / "goldens" / "rocm-gfx942" / "test_engine.py" / "test_engine_capture"
+    piecewise = folder / "decoder_bs_4_PIECEWISE.json"
+    assert len(json.loads(piecewise.read_text())["graphs"]) == 3
+    for path in sorted(folder.glob("*.json")):
+        lines, entries = entry_lines(path)
+        assert lines == entries, f"{path.name}: {lines} entry lines for {entries} entries"
+    pytester.runpytest().assert_outcomes(passed=1)
+    pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm", drop=(4, "PIECEWISE", 2)))))
+    pytester.runpytest().assert_outcomes(failed=1)
