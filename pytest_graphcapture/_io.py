@@ -378,14 +378,91 @@ def dumps_entries(data: dict) -> str:
 
     The other fields come first, one line each (a short header); then the
     :data:`ENTRY_SECTIONS`, one compact entry a line, in the order the summary keeps
-    them (sorted and stable).  A one-op change is then a one-line diff.  Still plain
-    JSON: any JSON reader loads it.  Raises TypeError/ValueError for what JSON cannot hold.
+    them (sorted and stable).  A one-op change is then a one-line diff.  A key of
+    several graphs keeps that layout (:func:`pack_graphs`).  Still plain JSON: any
+    JSON reader loads it.  Raises TypeError/ValueError for what JSON cannot hold.
     """
-    return "\n".join(_entry_lines(data, "")) + "\n"
+    return "\n".join(_entry_lines(pack_graphs(data), "")) + "\n"
 
 
-#: A summary's list of its graphs (a key of several graphs): each graph laid out like a summary, last.
+#: A summary's list of its graphs (a key of several graphs), last.
 GRAPHS_SECTION = "graphs"
+#: In a key of several graphs as written, each kernel and op entry's count in each graph (capture order).
+PER_GRAPH = "per_graph"
+#: The entry sections each graph of a key holds a share of (the key's are their sums).
+_SHARED = ("kernels", "ops")
+
+
+def pack_graphs(data: dict) -> dict:
+    """A key of several graphs as written: one line per entry of the key, each with its count per graph.
+
+    Each graph's kernels and ops are the key's entries at their counts in it, so they
+    are written once, with ``per_graph``, and each graph keeps its other fields (one
+    line).  A key whose graphs are not its entries' shares is written as it is.
+    """
+    graphs = data.get(GRAPHS_SECTION)
+    if not isinstance(graphs, list) or not graphs or not all(isinstance(g, dict) for g in graphs):
+        return data
+    out = dict(data)
+    for name in _SHARED:
+        entries = data.get(name)
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and PER_GRAPH not in e for e in entries):
+            return data
+        index = {_identity(e): i for i, e in enumerate(entries)}
+        if len(index) != len(entries):
+            return data
+        counts = [[0] * len(graphs) for _ in entries]
+        for g, graph in enumerate(graphs):
+            for entry in graph.get(name) or ():
+                i = index.get(_identity(entry)) if isinstance(entry, dict) else None
+                if i is None or not isinstance(entry.get("count"), int) or counts[i][g]:
+                    return data
+                counts[i][g] = entry["count"]
+        out[name] = [{**e, PER_GRAPH: c} for e, c in zip(entries, counts)]
+    out[GRAPHS_SECTION] = [{k: v for k, v in g.items() if k not in _SHARED} for g in graphs]
+    return out if unpack_graphs(out) == data else data  # lossless, or written as it is
+
+
+def unpack_graphs(data: Any) -> Any:
+    """The summary dict of a key of several graphs as written by :func:`pack_graphs`: each graph's own entries.
+
+    Anything else is returned as it is; a ``per_graph`` that is not one count per
+    graph is a ValueError naming the entry.
+    """
+    graphs = data.get(GRAPHS_SECTION) if isinstance(data, dict) else None
+    if not isinstance(graphs, list) or not all(isinstance(g, dict) for g in graphs):
+        return data
+    packed = [name for name in _SHARED if isinstance(data.get(name), list)]
+    if not any(isinstance(e, dict) and PER_GRAPH in e for name in packed for e in data[name]):
+        return data
+    out = dict(data)
+    shares: list[dict] = [{k: v for k, v in g.items()} for g in graphs]
+    for name in packed:
+        for share in shares:
+            share[name] = []
+        entries = []
+        for i, entry in enumerate(data[name]):
+            counts = entry.get(PER_GRAPH) if isinstance(entry, dict) else None
+            if not (isinstance(counts, list) and len(counts) == len(graphs) and all(_count(c) for c in counts)):
+                raise ValueError(
+                    f"{name}[{i}].{PER_GRAPH} must be one count of at least 0 per graph ({len(graphs)}), got {counts!r}"
+                )
+            entry = {k: v for k, v in entry.items() if k != PER_GRAPH}
+            entries.append(entry)
+            for share, count in zip(shares, counts):
+                if count:
+                    share[name].append({**entry, "count": count})
+        out[name] = entries
+    out[GRAPHS_SECTION] = [{k: s[k] for k in (*_SHARED, *graphs[j]) if k in s} for j, s in enumerate(shares)]
+    return out
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _identity(entry: dict) -> str:
+    return _compact_json({k: v for k, v in entry.items() if k != "count"})
 
 
 def _entry_lines(data: dict, indent: str, comma: str = "") -> list[str]:
@@ -400,7 +477,11 @@ def _entry_lines(data: dict, indent: str, comma: str = "") -> list[str]:
         if name == GRAPHS_SECTION and isinstance(data[name], list) and all(isinstance(g, dict) for g in data[name]):
             lines.append(f"{inner}{_compact_json(name)}: [")
             for j, graph in enumerate(data[name]):
-                lines += _entry_lines(graph, inner + "  ", "" if j == len(data[name]) - 1 else ",")
+                comma = "" if j == len(data[name]) - 1 else ","
+                if any(k in graph for k in _SHARED):
+                    lines += _entry_lines(graph, inner + "  ", comma)
+                else:  # packed (pack_graphs): a graph's own fields, one line
+                    lines.append(f"{inner}  {_compact_json(graph)}{comma}")
             lines.append(f"{inner}]{'' if last else ','}")
         elif name in ENTRY_SECTIONS:
             lines += _expanded(name, data[name], inner, last)

@@ -37,6 +37,8 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 GOLDEN_SUFFIX = ".json"
 #: The full failure text a check writes beside the summaries it harvests with --golden-out.
 HARVEST_DIFF_NAME = "diff.txt"
+#: The kernel × batch-size picture, written into the harvest when the report cannot link a file beside it.
+HARVEST_PICTURE_NAME = "picture.html"
 MERGED_SUFFIX = "_merged.json.gz"
 #: The golden tree's setting, shared by the plugin's option and ``graphcapture accept``.
 GOLDEN_DIR_OPTION = "--golden-dir"

@@ -26,8 +26,8 @@ from .change import (
     KeyDiff,
     abstract_bs,
     fill_slots,
+    fit_line,
     folded_line,
-    shorten,
 )
 from .op_classes import VIEW, OpClasses
 from .report import LIST_LIMIT
@@ -113,7 +113,7 @@ def _render(sizes: list[int], template: Entry) -> str:
     text, lists = template
     shown = [[x.replace(_HOLE, "bs") for x in items] for items in lists]
     line = fill_slots(text.replace(_HOLE, "bs"), shown, LIST_BUDGET)
-    return f"{_sizes(sizes)}: {shorten(line, MAX_LINE_WIDTH)}"
+    return f"{_sizes(sizes)}: {fit_line(line, MAX_LINE_WIDTH)}"
 
 
 def group_lines(

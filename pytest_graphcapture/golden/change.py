@@ -81,6 +81,33 @@ def shorten(name: str, width: Optional[int]) -> str:
     return f"{name[: keep * 2 // 3]}…{name[-(keep - keep * 2 // 3) :]}"
 
 
+#: What separates the fields of a change line (entries, old → new); a cut never crosses one.
+_FIELD_SEPARATORS = re.compile(r"(, |; | → |: )")
+#: A field is never cut shorter than this: its start and end still tell which entry it is.
+MIN_FIELD_WIDTH = 24
+
+
+def fit_line(text: str, width: int) -> str:
+    """``text`` within about ``width`` characters, its longest fields shortened in their middle.
+
+    Every separator (``, ``, ``; ``, `` → ``, ``: ``) stays, so a cut line still reads
+    entry by entry, old → new; a line of many fields may stay longer than ``width``.
+    """
+    if len(text) <= width:
+        return text
+    parts = _FIELD_SEPARATORS.split(text)
+    fields, fixed = parts[0::2], sum(map(len, parts[1::2]))
+    low, high = MIN_FIELD_WIDTH, max(map(len, fields))  # the widest cap on every field that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fixed + sum(min(len(f), mid) for f in fields) <= width:
+            low = mid
+        else:
+            high = mid - 1
+    parts[0::2] = [shorten(f, low) for f in fields]
+    return "".join(parts)
+
+
 @dataclass
 class Change:
     """One difference: ``section`` (kernels/ops/launches), ``kind`` (added/removed/changed)."""
@@ -105,7 +132,7 @@ class Change:
 
     def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
         text = fill_slots(self.head(width), self.lists, None if width is None else LIST_BUDGET)
-        return text if width is None else shorten(text, MAX_LINE_WIDTH)
+        return text if width is None else fit_line(text, MAX_LINE_WIDTH)
 
     def to_dict(self) -> dict:
         return {
@@ -185,12 +212,15 @@ class KeyDiff:
 
 
 def folded_line(subjects: Sequence[str], full_diff: Optional[str]) -> str:
-    """The one line standing for view/metadata op lines: how many, of which ops, where they are."""
+    """The one line standing for view/metadata op lines: how many, of which ops, and the file that has them.
+
+    Without ``full_diff`` (no diff file was written) it names no place: a pointer must lead to a file.
+    """
     names = list(dict.fromkeys(s.split("::", 1)[1] if s.startswith("aten::") else s for s in subjects))
     which = fit_list(names, 48)
-    where = f"full diff in {full_diff}" if full_diff else "they are in the per-batch-size diff"
+    where = f"; full diff in {full_diff}" if full_diff else ""
     n = len(subjects)
-    return f"+ {n} view/metadata op line{'s' if n != 1 else ''} ({which}); {where}"
+    return f"+ {n} view/metadata op line{'s' if n != 1 else ''} ({which}){where}"
 
 
 def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MAX_DIFF_LINES) -> list[str]:

@@ -72,18 +72,34 @@ def environment_note(
     return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
 
 
+#: Fields a golden records but no check compares (how the capture was read, what ran it): a difference in
+#: them alone is no change of what the golden gates, so no update rewrites a golden for it.
+INFORMATIONAL_FIELDS = ("environment", "kernel_source")
+
+
+def gated_content(data: Mapping[str, Any]) -> dict:
+    """What a golden dict gates: all but :data:`INFORMATIONAL_FIELDS` and the wording of an incompleteness reason."""
+    out = {k: v for k, v in data.items() if k not in INFORMATIONAL_FIELDS}
+    if isinstance(out.get("complete"), Mapping) and not out["complete"].get("value", True):
+        out["complete"] = {**out["complete"], "reason": None}  # incomplete either way: the check treats them alike
+    return out
+
+
 def keeping_environment_of(golden: Mapping[str, Any], current: dict) -> dict:
     """``current`` (a golden dict with the same content) carrying ``golden``'s environment.
 
     The rule for writers that find a golden's content unchanged (``--update-golden``,
     ``graphcapture accept``): the environment a golden records is the one that
     produced its content, so a rewrite for another reason (an older file layout)
-    keeps it, and "torch X → Y since the goldens were written" names the change since
-    the content was written.
+    keeps it (and every other :data:`INFORMATIONAL_FIELDS`), and "torch X → Y since
+    the goldens were written" names the change since the content was written.
     """
-    if "environment" not in golden:
-        return {k: v for k, v in current.items() if k != "environment"}
-    return {**current, "environment": golden["environment"]}
+    out = {k: v for k, v in current.items() if k not in INFORMATIONAL_FIELDS}
+    out.update((k, golden[k]) for k in INFORMATIONAL_FIELDS if k in golden)
+    if "complete" in golden and "complete" in out:
+        if gated_content({"complete": golden["complete"]}) == gated_content({"complete": out["complete"]}):
+            out["complete"] = golden["complete"]
+    return out
 
 
 def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> list[str]:

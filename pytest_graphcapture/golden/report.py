@@ -24,11 +24,15 @@ No pytest imports here: the plugin feeds it and prints what it renders.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Iterable, Optional
 
-from .._io import format_bytes
+from .._io import encode_utf8, format_bytes, write_atomic
+from ..errors import FileError
+from ..naming import HARVEST_PICTURE_NAME
 
 OUTCOMES = ("passed", "failed", "created", "updated")
 COUNT_NAMES = ("checked", "passed", "failed", "created", "updated", "deleted", "unused", "incomplete")
@@ -137,6 +141,8 @@ class SessionReport:
     update_mode: Optional[str] = None
     #: The HTML picture (kernel × batch-size matrix) written beside the Markdown report, relative to it.
     picture: Optional[str] = None
+    #: The picture written into the harvest instead, as shown to the user: a report that cannot link it names it.
+    picture_file: Optional[str] = None
     #: Output the session was asked for and could not write, each starting with the option; they fail the run.
     errors: list[str] = field(default_factory=list)
 
@@ -179,6 +185,7 @@ class SessionReport:
             "deleted": files(self.deleted),
             "unused": files(self.unused),
             "picture": self.picture,
+            **({"picture_file": self.picture_file} if self.picture_file else {}),
             "errors": list(self.errors),
         }
 
@@ -198,6 +205,7 @@ class SessionReport:
             deleted=[FileRecord(**f) for f in data.get("deleted", [])],
             unused=[FileRecord(**f) for f in data.get("unused", [])],
             picture=data.get("picture"),
+            picture_file=data.get("picture_file"),
             errors=list(data.get("errors", [])),
         )
 
@@ -209,6 +217,7 @@ class SessionReport:
         self.obtained_dir = self.obtained_dir or other.obtained_dir
         self.update_mode = self.update_mode or other.update_mode
         self.picture = self.picture or other.picture
+        self.picture_file = self.picture_file or other.picture_file
         self.records.extend(other.records)
         self.failures.extend(other.failures)
         self.folders |= other.folders
@@ -317,6 +326,12 @@ class SessionReport:
                 f"the job's artifacts).",
                 "",
             ]
+        elif self.picture_file:
+            out += [
+                f"Kernel × batch-size picture, added/removed kernels highlighted: `{self.picture_file}` "
+                f"(a self-contained HTML file in the harvest; in CI, open it from the job's artifacts).",
+                "",
+            ]
         if self.failures:
             out += ["### Failures", ""]
             for f in sorted(self.failures, key=lambda f: (f.platform, f.nodeid)):
@@ -357,6 +372,42 @@ class SessionReport:
         data["counts"] = self.counts()
         data["totals"] = self.totals()
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def is_step_summary(path: Path) -> bool:
+    """Whether ``path`` is the GitHub job's step summary: shown on the run's page, where no file link leads."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    return bool(summary) and Path(summary).resolve() == Path(path).resolve()
+
+
+def picture_place(report_md: Path, harvest: Path) -> tuple[Path, Optional[str]]:
+    """Where the picture of a report goes and the link the report gives it (None: named, not linked).
+
+    Beside the report, linked, as a folder uploaded with it; into the harvest for a step
+    summary, whose folder is the runner's own and whose page opens no relative link.
+    """
+    if is_step_summary(report_md):
+        return harvest / HARVEST_PICTURE_NAME, None
+    target = report_md.with_suffix(".html")
+    return target, os.path.relpath(target, report_md.parent).replace(os.sep, "/")
+
+
+def write_markdown(path: Path, text: str) -> None:
+    """Write the Markdown report to ``path``, after what it already holds (a step summary's earlier steps).
+
+    A new or empty file is written atomically; FileError naming ``path`` when it cannot be written.
+    """
+    path = Path(path)
+    try:
+        earlier = path.is_file() and path.stat().st_size > 0
+        if earlier:
+            raw = encode_utf8("\n" + text, path)  # what cannot be encoded is refused before the file is touched
+            with open(path, "ab") as handle:
+                handle.write(raw)
+            return
+    except OSError as exc:
+        raise FileError(path, f"cannot append: {exc.strerror or exc}") from None
+    write_atomic(path, text)
 
 
 def _html(text: str) -> str:

@@ -19,13 +19,22 @@ from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from .._io import JSONProblem, dumps_entries, encode_utf8, loads_unique, require_regular, write_atomic
+from .._io import (
+    JSONProblem,
+    dumps_entries,
+    encode_utf8,
+    loads_unique,
+    require_regular,
+    unpack_graphs,
+    write_atomic,
+)
 from ..errors import GoldenError
 from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
 from ..summary.model import SCHEMA_VERSION, Summary
 from ..summary.validate import summary_from_dict as model_summary_from_dict
 from .budget import MEMORY_BUDGET_FIELD, launch_budget_of
+from .environment import gated_content
 
 
 def _v1_to_v2(data: dict) -> dict:
@@ -194,7 +203,10 @@ def parse_golden_text(text: str, path: Any) -> dict:
         raise GoldenError(path, str(exc)) from None
     if not isinstance(data, dict):
         raise GoldenError(path, f"expected a JSON object at the top level, got {type(data).__name__}")
-    return data
+    try:
+        return unpack_graphs(data)  # a key of several graphs is written one line per entry
+    except ValueError as exc:
+        raise GoldenError(path, str(exc)) from None
 
 
 def migrate(data: dict, path: Any) -> dict:
@@ -272,9 +284,11 @@ def read_golden(path: Path) -> Summary:
 
 
 def same_content(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """True when two golden dicts differ at most in ``environment`` (informational only)."""
-    strip = lambda d: {k: v for k, v in d.items() if k != "environment"}  # noqa: E731
-    return strip(old) == strip(new)
+    """True when two golden dicts gate the same: they differ at most in what no check compares.
+
+    See :func:`~.environment.gated_content`; an update rewrites a golden only when this is False.
+    """
+    return gated_content(old) == gated_content(new)
 
 
 def unused_goldens(

@@ -24,7 +24,7 @@ from ..golden import store
 from ..golden.harvest import HARVEST_MARK, HARVEST_MARK_TEXT, reset_folder, reset_harvest  # noqa: F401
 from ..golden.lock import GoldenLock
 from ..golden.op_classes import op_classes, parse_globs
-from ..golden.report import FileRecord, SessionReport
+from ..golden.report import FileRecord, SessionReport, picture_place, write_markdown
 from ..golden.store import unused_goldens
 from ..keys import CaptureKey
 from . import settings as s
@@ -196,9 +196,11 @@ class GoldenSession:
         for setting, target in ((s.REPORT_MD, self.report_md), (s.REPORT_JSON, self.report_json)):
             if target is None:
                 continue
-            text = self.report.markdown() if setting is s.REPORT_MD else self.report.to_json()
             try:
-                write_atomic(target, text)
+                if setting is s.REPORT_MD:  # added to what the file holds: a step summary keeps earlier steps
+                    write_markdown(target, self.report.markdown())
+                else:
+                    write_atomic(target, self.report.to_json())
             except FileError as exc:
                 self.report.errors.append(f"{setting.option} {self.display(target)}: not written: {exc.problem}")
             else:
@@ -253,10 +255,10 @@ class GoldenSession:
         self.report.unused.append(entry)
 
     def _write_picture(self, report_md: Path, out_dir: Path) -> None:
-        """The HTML kernel × batch-size picture beside the Markdown report, which links it."""
+        """The HTML kernel × batch-size picture the Markdown report links or names (see :func:`picture_place`)."""
         from ..tools.picture import session_picture
 
-        target = report_md.with_suffix(".html")
+        target, link = picture_place(report_md, out_dir)
         try:
             page = session_picture(
                 out_dir,
@@ -270,7 +272,7 @@ class GoldenSession:
         except GraphCaptureError as exc:
             warnings.warn(pytest.PytestWarning(f"graph capture picture not written: {exc}"), stacklevel=1)
             return
-        self.report.picture = os.path.relpath(target, report_md.parent).replace(os.sep, "/")
+        self.report.picture, self.report.picture_file = link, None if link else self.display(target)
 
     def terminal_lines(self) -> list[str]:
         lines = self.report.terminal_lines(verbose=self.config.getoption("verbose", 0) > 0)

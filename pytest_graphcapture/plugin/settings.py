@@ -367,7 +367,7 @@ REPORT_MD = declare(
     Setting(
         "--graph-capture-report",
         "GRAPH_CAPTURE_REPORT",
-        "write the golden session report as Markdown (with the diffs) to FILE, e.g. for CI job summaries",
+        "add the golden session report as Markdown (with the diffs) to FILE, e.g. $GITHUB_STEP_SUMMARY",
         metavar="FILE",
     )
 )

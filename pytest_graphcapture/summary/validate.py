@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._io import unpack_graphs
 from ..errors import FileError, TraceFormatError
 from ..keys import CaptureKey, is_int
 from .graphs import of_graphs
@@ -30,6 +31,10 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
             raise error(source, problem)
 
     expect(isinstance(data, dict), f"summary must be a JSON object, got {type(data).__name__}")
+    try:
+        data = unpack_graphs(data)  # a key of several graphs as written: one line per entry
+    except ValueError as exc:
+        raise error(source, str(exc)) from None
     required = ("schema_version", "key", "platform", "kernels", "ops", "launches", "complete")
     missing = [k for k in required if k not in data]
     expect(not missing, f"summary is missing {', '.join(missing)}")

@@ -30,7 +30,7 @@ from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
 from ..golden.lock import GoldenLock
 from ..keys import UNKNOWN_BATCH_SIZE, safe_name
-from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, golden_file_name, is_hidden
+from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, HARVEST_PICTURE_NAME, golden_file_name, is_hidden
 from .dirdiff import describe_differences
 
 
@@ -79,7 +79,7 @@ def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[Pl
         for p in harvest.rglob("*")
         if p.is_file()
         and not any(is_hidden(q) for q in p.relative_to(harvest).parts)
-        and p.name != HARVEST_DIFF_NAME  # the failure text a check writes beside its harvest, not a golden
+        and p.name not in (HARVEST_DIFF_NAME, HARVEST_PICTURE_NAME)  # written beside the harvest, not goldens
     )
     if only is not None:
         files = [p for p in files if fnmatch.fnmatchcase(p.relative_to(harvest).as_posix(), only)]

@@ -12,13 +12,12 @@ nothing to check (one line on stderr).  ``--update`` (``--update-new``: only mis
 safety of ``--update-golden`` (the golden tree's write lock, atomic writes, refused
 when ``CI`` is set unless ``--update-on-ci``); ``--golden-out DIR`` writes every
 obtained summary in the golden layout (and the full diff) for ``graphcapture accept``;
-``--report-md FILE`` writes the Markdown report (for ``$GITHUB_STEP_SUMMARY``).
+``--report-md FILE`` adds the Markdown report to FILE (for ``$GITHUB_STEP_SUMMARY``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -29,7 +28,7 @@ from ..golden import store
 from ..golden.gate import CheckOptions, check_result
 from ..golden.harvest import reset_harvest
 from ..golden.lock import GoldenLock, ci_environment
-from ..golden.report import FileRecord, KeyRecord, SessionReport
+from ..golden.report import FileRecord, KeyRecord, SessionReport, picture_place, write_markdown
 from ..golden.traces import collect_traces, describe
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME
@@ -87,7 +86,7 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
     )
     p.add_argument("--update-on-ci", action="store_true", help="allow --update where a CI variable is set")
     p.add_argument("--golden-out", metavar="DIR", help="write every obtained summary here, in the golden layout")
-    p.add_argument("--report-md", metavar="FILE", help="write the Markdown report here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--report-md", metavar="FILE", help="add the Markdown report to FILE (e.g. $GITHUB_STEP_SUMMARY)")
     p.set_defaults(func=run)
 
 
@@ -172,8 +171,9 @@ def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, o
     lines: list[str] = []
     failed = bool(outcome.failed) or bool(unused)
     if outcome.failed:
+        full_diff = str(shown(out_folder / HARVEST_DIFF_NAME)) if out_folder else None  # written below
         head, body, tail = outcome.failure_parts(
-            rerun=rerun, display=lambda p: str(shown(Path(p))), ci_var=ci_environment()
+            rerun=rerun, display=lambda p: str(shown(Path(p))), ci_var=ci_environment(), full_diff=full_diff
         )
         tail = [t.replace("--update-golden", "--update") for t in tail]
         lines = [head, *body, *tail]
@@ -196,9 +196,9 @@ def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, o
     if args.report_md:
         target = Path(args.report_md)
         try:
-            if out_folder is not None:  # the picture beside the report, as the pytest gate writes it
+            if out_folder is not None:  # the picture, as the pytest gate writes it
                 _write_picture(target, out_folder, golden_dir, outcome, report, args.level)
-            write_atomic(target, report.markdown())
+            write_markdown(target, report.markdown())
         except GraphCaptureError as exc:
             raise UsageError(f"--report-md {args.report_md}: {getattr(exc, 'problem', exc)}") from None
     return 1 if failed else 0
@@ -221,7 +221,7 @@ def _rerun_command(args: argparse.Namespace, golden_dir: Path) -> str:
 
 
 def _write_picture(report_md: Path, out_folder: Path, golden_dir: Path, outcome, report, level: str) -> None:
-    """The kernel × batch-size picture of the obtained summaries against the goldens, beside the report."""
+    """The kernel × batch-size picture of the obtained summaries against the goldens (see :func:`picture_place`)."""
     from .picture import session_picture
 
     folder = out_folder.relative_to(out_folder.parents[1]).as_posix()  # <platform>/<name>
@@ -233,6 +233,6 @@ def _write_picture(report_md: Path, out_folder: Path, golden_dir: Path, outcome,
         level=level,
         source=f"obtained summaries in {shown(harvest)} against goldens in {shown(golden_dir)}",
     )
-    target = report_md.with_suffix(".html")
+    target, report.picture = picture_place(report_md, harvest)
     write_atomic(target, page)
-    report.picture = os.path.relpath(target, report_md.parent).replace(os.sep, "/")
+    report.picture_file = None if report.picture else str(shown(target))

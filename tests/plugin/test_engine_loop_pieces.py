@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from helpers import run
+
+from pytest_graphcapture.golden import store
 
 #: A piecewise engine written the way vLLM's PIECEWISE mode runs: per key, the forward's pieces are
 #: captured as graphs, the attention between them run eagerly.  PIECES / HIDDEN / SIZES / MERGE vary it.
@@ -92,8 +92,9 @@ def test_zz_torch_cuda_is_unpatched():
 
 
 def _golden(pytester: pytest.Pytester, bs: int) -> dict:
+    """The golden of ``bs`` as read back: each graph with its own entries (the file lists each entry once)."""
     (path,) = (pytester.path / "goldens").rglob(f"PiecewiseEngine_bs_{bs}.json")
-    return json.loads(path.read_text())
+    return store.read_golden(path).to_dict()
 
 
 @pytest.mark.parametrize(

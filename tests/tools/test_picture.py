@@ -205,6 +205,7 @@ def test_session_report_links_the_picture(pytester: pytest.Pytester, monkeypatch
     assert re.search(r'<tr class="removed"><td class="name" title="fused_rmsnorm_kernel">', page)
     # Without --golden-out there is nothing obtained on disk to picture: no HTML, no link.
     (pytester.path / "ci" / "report.html").unlink()
+    (pytester.path / "ci" / "report.md").unlink()  # a report is added to what the file holds
     run(pytester, "--graph-capture-report", "ci/report.md").assert_outcomes(failed=1)
     assert not (pytester.path / "ci" / "report.html").exists()
     assert "report.html" not in (pytester.path / "ci" / "report.md").read_text()
