@@ -23,11 +23,7 @@ def _entries(data: dict) -> int:
 
 
 def test_example_goldens_meet_the_line_budget() -> None:
-    """≤ 1.2 lines per kernel/op/launch entry plus ≤ 20 header lines (10 more per graph), for every golden shipped.
-
-    A key of several graphs written before they were packed one line per entry (each graph
-    listing its own entries) still reads to the same summary; an update rewrites it.
-    """
+    """≤ 1.2 lines per kernel/op/launch entry plus ≤ 20 header lines (10 more per graph), for every golden shipped."""
     files = sorted((REPO_ROOT / "examples" / "goldens").rglob("*.json"))
     assert files
     for path in files:
@@ -36,10 +32,6 @@ def test_example_goldens_meet_the_line_budget() -> None:
         lines = len(text.splitlines())
         header = 20 + 10 * len(data.get("graphs", []))
         assert lines <= 1.2 * _entries(data) + header, f"{path}: {lines} lines for {_entries(data)} entries"
-        if any("kernels" in graph for graph in data.get("graphs", [])):  # the older layout of several graphs
-            data = store.parse_golden_text(store.dumps(data), path)
-            assert data == json.loads(text), path
-            continue
         assert text == store.dumps(data), f"{path} is not in the current layout (run pytest examples --update-golden)"
 
 
