@@ -23,7 +23,14 @@ from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_graph, with_replay
 from .backend import Backend, CaptureProgress
 from .cupti_clients import refuse_other_clients, suspected_clients
-from .guard import check_capture_evidence, check_replay_evidence, mark_silent, silent_replay_reason
+from .guard import (
+    EmptyCaptureError,
+    check_capture_evidence,
+    check_forward_seen,
+    check_replay_evidence,
+    mark_silent,
+    silent_replay_reason,
+)
 from .memory import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
@@ -149,6 +156,10 @@ def capture_runner(
     names the key and stage (its ``partial`` holds the result so far).  A
     ``KeyboardInterrupt`` cleans up the same way and propagates unchanged.
 
+    A key whose recorded capture holds no op, no kernel and no launch fails with an
+    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming it once every key
+    ran (so a forward that raises is reported as itself); no result comes back.
+
     On a GPU (``backend.kernel_evidence_required``) a key whose capture recorded
     no launch events, or whose replay recorded no kernels, fails the same way with an
     :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming the likely causes;
@@ -164,6 +175,9 @@ def capture_runner(
     per_bs = isinstance(profiler, PerBatchSizeProfiler)
 
     progress = CaptureProgress(on_stage=settings.on_stage)
+    # The first key whose recorded capture holds nothing of its forward, and why: no golden may come from it.
+    unseen: Optional[EmptyCaptureError] = None
+    unseen_key: Optional[CaptureKey] = None
     history = backend.memory_history() if settings.memory_snapshot else None
     snapshot = Recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank, settings.trace_group))
     try:
@@ -187,6 +201,14 @@ def capture_runner(
             )
             seconds = time.perf_counter() - started
             done = profiler.results.get(key) if per_bs else None
+            if done is not None:
+                try:
+                    check_forward_seen(key, done.summary, f"{_label(key)}: ")
+                except EmptyCaptureError as exc:
+                    # Raised once every key ran: a forward that raises at a later key is reported as itself.
+                    if unseen is None:
+                        unseen, unseen_key = exc, key
+                    continue
             if backend.kernel_evidence_required and done is not None:
                 progress.enter("kernel evidence check")
                 check_capture_evidence(key, done.summary)
@@ -200,6 +222,10 @@ def capture_runner(
             )
             if settings.progress is not None:
                 settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+        if unseen is not None:
+            progress.key = unseen_key
+            progress.enter("capture")
+            raise unseen
         result.memory_snapshot_path = snapshot.finish()
         if profiler is not None:
             progress.key = None
@@ -219,6 +245,8 @@ def capture_runner(
     except Exception as exc:
         _stop_quietly(profiler)
         snapshot.abandon()
+        if exc is unseen:  # already one line naming the runner, the key and what to do
+            raise
         if progress.stage == "replay":
             # Its graph could not be read back: the key keeps its trace file but gets no result.
             result.keys.pop(progress.key, None)
