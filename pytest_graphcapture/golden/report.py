@@ -139,6 +139,8 @@ class SessionReport:
     picture: Optional[str] = None
     #: Output the session was asked for and could not write, each starting with the option; they fail the run.
     errors: list[str] = field(default_factory=list)
+    #: What a narrowed run left unchecked (goldens its selection or named traces left out), told, never failing.
+    notes: list[str] = field(default_factory=list)
 
     # ----------------------------------------------------------------- filling
 
@@ -180,6 +182,7 @@ class SessionReport:
             "unused": files(self.unused),
             "picture": self.picture,
             "errors": list(self.errors),
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -199,6 +202,7 @@ class SessionReport:
             unused=[FileRecord(**f) for f in data.get("unused", [])],
             picture=data.get("picture"),
             errors=list(data.get("errors", [])),
+            notes=list(data.get("notes", [])),
         )
 
     def merge(self, other: "SessionReport | dict") -> None:
@@ -216,6 +220,7 @@ class SessionReport:
         self.deleted.extend(f for f in other.deleted if f not in self.deleted)
         self.unused.extend(f for f in other.unused if f not in self.unused)
         self.errors.extend(e for e in other.errors if e not in self.errors)
+        self.notes.extend(n for n in other.notes if n not in self.notes)
 
     # ----------------------------------------------------------------- counting
 
@@ -254,7 +259,7 @@ class SessionReport:
 
     @property
     def empty(self) -> bool:
-        return not self.records and not self.unused and not self.deleted and not self.errors
+        return not self.records and not self.unused and not self.deleted and not self.errors and not self.notes
 
     # ----------------------------------------------------------------- rendering
 
@@ -289,6 +294,7 @@ class SessionReport:
         for f in sorted(self.unused, key=lambda f: f.path):
             why = "belongs to no collected test; " if f.orphan else ""
             lines.append(f"unused: {self._golden_path(f.path)} ({why}remove with --update-golden)")
+        lines += [f"not checked: {n}" for n in self.notes]
         lines += [f"error: {e}" for e in self.errors]
         if self.obtained_dir and self.records and not self.harvest_failed:
             lines.append(f"obtained summaries written under {self.obtained_dir}")
