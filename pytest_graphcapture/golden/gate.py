@@ -29,7 +29,7 @@ from .budget import (
 )
 from .diff import compare_dicts, completeness, require_level
 from .environment import keeping_environment_of
-from .expect import EXPECT_FIELD, golden_expectations, unmet
+from .expect import EXPECT_FIELD, golden_expectations, unevaluated, unmet
 from .graphs import compare_keys
 from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
@@ -141,8 +141,11 @@ class _Gate:
         )
         out.over_launch, out.over_memory = bool(budget_lines), bool(memory_lines)
         budget_lines += memory_lines
-        unmet_lines = self.unmet(item, key, golden_expect, shown)
+        unmet_lines, skipped = self.unmet(item, key, golden_expect, shown)
         out.unmet = bool(unmet_lines)
+        if skipped:  # never a silent pass: the key is incomplete, naming what was not evaluated
+            reason = f"no kernel evidence, so not evaluated: {'; '.join(skipped)}"
+            out.incomplete = f"{out.incomplete}; {reason}" if out.incomplete else reason
         if self.out_folder is not None and out.no_golden is None:
             try:
                 store.write_golden(self.out_folder / path.name, data)
@@ -156,13 +159,15 @@ class _Gate:
             out.over_budget = bool(budget_lines)
         return out
 
-    def unmet(self, item: Any, key: CaptureKey, golden_expect: tuple, shown: str) -> list[str]:
-        """Lines of the expectations (the check's and the golden's) that do not hold for this key."""
+    def unmet(self, item: Any, key: CaptureKey, golden_expect: tuple, shown: str) -> tuple[list[str], list[str]]:
+        """Lines of the expectations (the check's and the golden's) that do not hold for this key, and those
+        that could not be evaluated (:func:`~.expect.unevaluated`)."""
         given = [(self.options.expect, "golden.check(expect=...)"), (golden_expect, f"expect in {shown}")]
         if not any(items for items, _ in given):
-            return []
+            return [], []
         summary = _postprocessed(item.summary, str(key), self.postprocess)
-        return unmet(key, summary, given, level=self.options.level, rename=self.options.rename)
+        lines = unmet(key, summary, given, level=self.options.level, rename=self.options.rename)
+        return lines, unevaluated(key, summary, given)
 
     def compare(
         self,
