@@ -109,6 +109,11 @@ def test_expectations_in_a_golden_file_are_checked_and_kept_by_update(
         ('[Expect.op("x", count=-1)]', "count=-1 must be a non-negative integer"),
         ('[Expect.op("x", bs="big")]', "bs='big' is not a batch-size range"),
         ('[Expect.op("x", forbid=True, max=2)]', "forbid cannot be combined"),
+        # A selector that selects no size would let a false expectation pass: refused.
+        ('[Expect.op("aten::mm", count=9, bs="8..4")]', "the range 8..4 is reversed and selects no batch size"),
+        ('[{"op": "aten::mm", "count": 9, "bs": ">= 16 and < 8"}]', "selects no batch size"),
+        ('[Expect.op("aten::mm", count=9, bs="bs < 1")]', "selects no batch size"),
+        ('[Expect.op("aten::mm", count=9, bs=0)]', "selects no batch size"),
     ],
 )
 def test_a_bad_expectation_is_one_line_naming_it(
