@@ -402,7 +402,7 @@ def _not_captured(
     """
     used = {k.golden for k in outcome.keys}
     runners = {kr.key.runner for kr in result}
-    covers = getattr(result, "covers", None) or (lambda key: key.runner in runners)
+    covers = getattr(result, "covers", None) or (lambda key: key.runner in runners)  # a runner: all its keys
     for path in store.golden_files(gate.folder):
         if path in used:
             continue
@@ -415,10 +415,14 @@ def _not_captured(
                 outcome.keys.append(KeyOutcome(CaptureKey(path.name, 1), path.name, path, "failed", [str(exc)]))
                 outcome.total += 1
             continue
+        if not covers(key):
+            if hasattr(result, "covers"):
+                outcome.unchecked.append(
+                    (path, "their keys are not in the traces named (name their folder to check all)")
+                )
+            continue  # another runner's golden: the session's to call unused
         if selected is not None and not selected[0](key):
             outcome.unchecked.append((path, f"{selected[1]} left their keys out"))
-        elif not covers(key):
-            outcome.unchecked.append((path, "their keys are not in the traces named (name their folder to check all)"))
         elif gate.update != "all":
             label = key_label(key, explicit_rank=gate.explicit_rank)
             line = f"{label}: not captured, but {gate.display(path)} holds its golden (did it fall back to eager?)"
