@@ -160,7 +160,7 @@ class CheckOutcome:
             f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
             f"{len(failed)} of {self.total} keys)"
         )
-        body = failure_body(failed, self.keys, full_diff)
+        body = failure_body(failed, [k for k in self.keys if not k.not_captured], full_diff)  # captured sizes only
         lead = _lead(failed)
         if lead:  # the likeliest explanation of a kernel change leads the message
             head = f"{lead}\n{head}"
