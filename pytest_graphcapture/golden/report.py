@@ -351,6 +351,8 @@ class SessionReport:
                     for f in sorted(files, key=lambda f: f.path)
                 ]
                 out.append("")
+        if self.notes:
+            out += ["### Not checked (narrowed run)", ""] + [f"- {_html(n)}" for n in self.notes] + [""]
         if self.errors:
             out += ["### Errors", ""] + [f"- {_html(e)}" for e in self.errors] + [""]
         if self.obtained_dir and self.records and not self.harvest_failed:

@@ -168,6 +168,7 @@ def _report(args: argparse.Namespace, outcome, golden_dir: Path, out_folder: Opt
     for why in dict.fromkeys(why for _, why in outcome.unchecked):
         names = [path.name for path, w in outcome.unchecked if w == why]
         lines.append(f"not checked: {len(names)} golden(s) in {shown(outcome.folder)}/, {why}: {', '.join(names)}")
+        report.notes.append(lines[-1][len("not checked: ") :])
     if failed:
         report.add_failure(node, outcome.platform, "\n".join(lines) + "\n")
     else:

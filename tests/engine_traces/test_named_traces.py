@@ -82,8 +82,10 @@ def test_one_per_size_trace_named_checks_and_updates_its_own_key_only(pytester, 
     after = contents(golden)
     assert sorted(after) == sorted(before)
     assert {n for n in after if after[n] != before[n]} == {"DecodeCudaGraphRunner_bs_4.json"}
-    code, out, _ = check(capsys, per_size(folder, 8), "--golden-dir", golden)
+    code, out, _ = check(capsys, per_size(folder, 8), "--golden-dir", golden, "--report-md", tmp_path / "r.md")
     assert code == 0 and "1 key(s) match their goldens" in out and "(2 golden(s) not checked)" in out
+    report = (tmp_path / "r.md").read_text()
+    assert "### Not checked (narrowed run)" in report and "DecodeCudaGraphRunner_bs_4.json" in report
     # The same in a test: a narrowed check passes, says so, and its --update-golden removes nothing.
     pytester.makepyfile(test_engine=TEST.format(traces=str(folder)))
     run(pytester, "--update-golden").assert_outcomes(passed=1)
