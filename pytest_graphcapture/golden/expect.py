@@ -61,6 +61,11 @@ def _size_test(text: str, where: str) -> Callable[[int], bool]:
                 "'1,2,4' or 'all')"
             )
         op, bound, low, high, listed = found.groups()
+        if low and int(low) > int(high):
+            raise UsageError(
+                f"{where}: bs={text!r}: the range {low}..{high} is reversed and selects no batch size; "
+                f"write {high}..{low}"
+            )
         if op:
             tests.append(lambda bs, op=op, n=int(bound): _COMPARE[op](bs, n))
         elif low:
@@ -68,7 +73,12 @@ def _size_test(text: str, where: str) -> Callable[[int], bool]:
         else:
             sizes = {int(s) for s in listed.split(",")}
             tests.append(lambda bs, sizes=sizes: bs in sizes)
-    return lambda bs: all(test(bs) for test in tests)
+    selects = lambda bs: all(test(bs) for test in tests)  # noqa: E731
+    # Each term changes its answer only at a number written: 1 and each such number and its neighbours show all.
+    probes = {1} | {n + d for n in map(int, re.findall(r"\d+", text)) for d in (-1, 0, 1) if n + d >= 1}
+    if not any(selects(bs) for bs in probes):
+        raise UsageError(f"{where}: bs={text!r} selects no batch size, so it would never be checked")
+    return selects
 
 
 def _bound(value: Any, name: str, where: str) -> Optional[int]:
@@ -244,6 +254,18 @@ def _matches(expect: Expect, summary: Any, level: str, rename: Optional[Callable
         if fnmatch.fnmatchcase(name, expect.pattern):
             found[name] = found.get(name, 0) + int(entry["count"])
     return found
+
+
+def unevaluated(key: CaptureKey, summary: Any, given: Sequence[tuple[Sequence[Expect], str]]) -> list[str]:
+    """The kernel expectations for ``key`` a GPU capture gave no kernel evidence to evaluate (CPU has none by design)."""
+    if summary.platform == "cpu" or (summary.kernels and summary.complete):
+        return []
+    return [
+        f"{expect.describe()} ({source})"
+        for items, source in given
+        for expect in items
+        if expect.what == "kernel" and expect.applies(key.batch_size)
+    ]
 
 
 def unmet(

@@ -29,7 +29,7 @@ from .budget import (
 )
 from .diff import compare_dicts, completeness, require_level
 from .environment import keeping_environment_of
-from .expect import EXPECT_FIELD, golden_expectations, unmet
+from .expect import EXPECT_FIELD, golden_expectations, unevaluated, unmet
 from .graphs import compare_keys
 from .outcome import CheckOptions, CheckOutcome, KeyOutcome, Postprocess
 
@@ -141,8 +141,11 @@ class _Gate:
         )
         out.over_launch, out.over_memory = bool(budget_lines), bool(memory_lines)
         budget_lines += memory_lines
-        unmet_lines = self.unmet(item, key, golden_expect, shown)
+        unmet_lines, skipped = self.unmet(item, key, golden_expect, shown)
         out.unmet = bool(unmet_lines)
+        if skipped:  # never a silent pass: the key is incomplete, naming what was not evaluated
+            reason = f"no kernel evidence, so not evaluated: {'; '.join(skipped)}"
+            out.incomplete = f"{out.incomplete}; {reason}" if out.incomplete else reason
         if self.out_folder is not None and out.no_golden is None:
             try:
                 store.write_golden(self.out_folder / path.name, data)
@@ -156,13 +159,15 @@ class _Gate:
             out.over_budget = bool(budget_lines)
         return out
 
-    def unmet(self, item: Any, key: CaptureKey, golden_expect: tuple, shown: str) -> list[str]:
-        """Lines of the expectations (the check's and the golden's) that do not hold for this key."""
+    def unmet(self, item: Any, key: CaptureKey, golden_expect: tuple, shown: str) -> tuple[list[str], list[str]]:
+        """Lines of the expectations (the check's and the golden's) that do not hold for this key, and those
+        that could not be evaluated (:func:`~.expect.unevaluated`)."""
         given = [(self.options.expect, "golden.check(expect=...)"), (golden_expect, f"expect in {shown}")]
         if not any(items for items, _ in given):
-            return []
+            return [], []
         summary = _postprocessed(item.summary, str(key), self.postprocess)
-        return unmet(key, summary, given, level=self.options.level, rename=self.options.rename)
+        lines = unmet(key, summary, given, level=self.options.level, rename=self.options.rename)
+        return lines, unevaluated(key, summary, given)
 
     def compare(
         self,
@@ -316,14 +321,17 @@ def check_result(
     options: Optional[CheckOptions] = None,
     postprocess: Postprocess = None,
     display: Callable[[Path], str] = str,
+    selected: Optional[tuple[Callable[[CaptureKey], bool], str]] = None,
 ) -> CheckOutcome:
     """Compare every key of ``result`` with its golden in ``folder``; write goldens when ``update`` says so.
 
     ``update`` is None (compare only), ``"new"`` (create missing goldens) or
     ``"all"`` (also rewrite changed ones).  ``out_folder`` also receives every
-    obtained summary in the golden layout.  Raises UsageError for a result that
-    cannot be checked at all (no keys, single-trace mode) and GoldenError for a
-    golden path that leads outside ``golden_dir``.
+    obtained summary in the golden layout.  A golden in ``folder`` of a key the run
+    should have captured and did not fails (:func:`_not_captured`); ``selected``
+    ``(predicate, option)`` is the run's own narrowing of the keys.  Raises UsageError
+    for a result that cannot be checked at all (no keys, single-trace mode) and
+    GoldenError for a golden path that leads outside ``golden_dir``.
     """
     options = options if options is not None else CheckOptions()
     budgets = {kr.key: budget_from_option(options.max_launches, kr.key) for kr in result}
@@ -348,6 +356,7 @@ def check_result(
                 options=options,
                 postprocess=postprocess,
                 display=display,
+                selected=selected,
             )
         raise UsageError(
             "golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
@@ -374,5 +383,48 @@ def check_result(
         with gc_paused():
             outcome.keys.append(gate.check_key(item, budgets.get(item.key), memory.get(item.key)))
     outcome.keys += share_failures
+    _not_captured(outcome, result, gate, selected)
     outcome.warnings = gate.warnings
     return outcome
+
+
+def _not_captured(
+    outcome: CheckOutcome, result: Any, gate: _Gate, selected: Optional[tuple[Callable[[CaptureKey], bool], str]]
+) -> None:
+    """Fail each golden in the folder whose key the run should have captured and did not.
+
+    A size that stopped being captured (fell back to eager) is the regression the gate
+    exists for.  Which keys a run should capture: ``result.covers(key)`` where the result
+    says (a named trace holds only its own keys), else every key of its runners.  A key
+    the run's selection left out, or its traces do not cover, is listed in
+    ``outcome.unchecked``; ``--update-golden`` leaves the failing ones to the pruning of
+    unused goldens, which names what it removes.
+    """
+    used = {k.golden for k in outcome.keys}
+    runners = {kr.key.runner for kr in result}
+    covers = getattr(result, "covers", None) or (lambda key: key.runner in runners)  # a runner: all its keys
+    for path in store.golden_files(gate.folder):
+        if path in used:
+            continue
+        try:
+            key = store.read_golden(path).key
+        except GoldenError as exc:
+            if selected is not None or not getattr(result, "whole", True):
+                outcome.unchecked.append((path, "their keys cannot be read, and this run was narrowed"))
+            elif gate.update != "all":
+                outcome.keys.append(KeyOutcome(CaptureKey(path.name, 1), path.name, path, "failed", [str(exc)]))
+                outcome.total += 1
+            continue
+        if not covers(key):
+            if hasattr(result, "covers"):
+                outcome.unchecked.append(
+                    (path, "their keys are not in the traces named (name their folder to check all)")
+                )
+            continue  # another runner's golden: the session's to call unused
+        if selected is not None and not selected[0](key):
+            outcome.unchecked.append((path, f"{selected[1]} left their keys out"))
+        elif gate.update != "all":
+            label = key_label(key, explicit_rank=gate.explicit_rank)
+            line = f"{label}: not captured, but {gate.display(path)} holds its golden (did it fall back to eager?)"
+            outcome.keys.append(KeyOutcome(key, label, path, "failed", [line], not_captured=True))
+            outcome.total += 1

@@ -80,6 +80,8 @@ class KeyOutcome:
     #: An expectation (``golden.check(expect=...)`` or the golden's ``expect``) does not hold.
     unmet: bool = False
     incomplete: Optional[str] = None
+    #: Its golden is in the folder, but the run did not capture the key (a size that fell back to eager).
+    not_captured: bool = False
     #: Why no golden may be written from this capture (its profiler was silenced): set, nothing is written.
     no_golden: Optional[str] = None
     #: The comparison behind ``lines`` when they start with its rendering.
@@ -106,6 +108,8 @@ class CheckOutcome:
     warnings: list[str] = field(default_factory=list)
     #: The golden tree ``folder`` is in (the accept command names the harvest root and this).
     golden_dir: Optional[Path] = None
+    #: ``(golden, why)`` of goldens in ``folder`` this run was narrowed not to check (never pruned by it).
+    unchecked: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def failed(self) -> list[KeyOutcome]:
@@ -142,6 +146,8 @@ class CheckOutcome:
             tagged = [
                 f"{k.label} (missing)"
                 if k.missing
+                else f"{k.label} (not captured)"
+                if k.not_captured
                 else f"{k.label} ({over_budget_tag(k.over_launch, k.over_memory)})"
                 if k.over_budget
                 else f"{k.label} (expectation not met)"
@@ -154,7 +160,7 @@ class CheckOutcome:
             f"graph capture of {self.runner} {what} (platform {self.platform}, level {self.level}, "
             f"{len(failed)} of {self.total} keys)"
         )
-        body = failure_body(failed, self.keys, full_diff)
+        body = failure_body(failed, [k for k in self.keys if not k.not_captured], full_diff)  # captured sizes only
         lead = _lead(failed)
         if lead:  # the likeliest explanation of a kernel change leads the message
             head = f"{lead}\n{head}"

@@ -145,6 +145,8 @@ class SessionReport:
     picture_file: Optional[str] = None
     #: Output the session was asked for and could not write, each starting with the option; they fail the run.
     errors: list[str] = field(default_factory=list)
+    #: What a narrowed run left unchecked (goldens its selection or named traces left out), told, never failing.
+    notes: list[str] = field(default_factory=list)
 
     # ----------------------------------------------------------------- filling
 
@@ -187,6 +189,7 @@ class SessionReport:
             "picture": self.picture,
             **({"picture_file": self.picture_file} if self.picture_file else {}),
             "errors": list(self.errors),
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -207,6 +210,7 @@ class SessionReport:
             picture=data.get("picture"),
             picture_file=data.get("picture_file"),
             errors=list(data.get("errors", [])),
+            notes=list(data.get("notes", [])),
         )
 
     def merge(self, other: "SessionReport | dict") -> None:
@@ -225,6 +229,7 @@ class SessionReport:
         self.deleted.extend(f for f in other.deleted if f not in self.deleted)
         self.unused.extend(f for f in other.unused if f not in self.unused)
         self.errors.extend(e for e in other.errors if e not in self.errors)
+        self.notes.extend(n for n in other.notes if n not in self.notes)
 
     # ----------------------------------------------------------------- counting
 
@@ -263,7 +268,7 @@ class SessionReport:
 
     @property
     def empty(self) -> bool:
-        return not self.records and not self.unused and not self.deleted and not self.errors
+        return not self.records and not self.unused and not self.deleted and not self.errors and not self.notes
 
     # ----------------------------------------------------------------- rendering
 
@@ -298,6 +303,7 @@ class SessionReport:
         for f in sorted(self.unused, key=lambda f: f.path):
             why = "belongs to no collected test; " if f.orphan else ""
             lines.append(f"unused: {self._golden_path(f.path)} ({why}remove with --update-golden)")
+        lines += [f"not checked: {n}" for n in self.notes]
         lines += [f"error: {e}" for e in self.errors]
         if self.obtained_dir and self.records and not self.harvest_failed:
             lines.append(f"obtained summaries written under {self.obtained_dir}")
@@ -360,6 +366,8 @@ class SessionReport:
                     for f in sorted(files, key=lambda f: f.path)
                 ]
                 out.append("")
+        if self.notes:
+            out += ["### Not checked (narrowed run)", ""] + [f"- {_html(n)}" for n in self.notes] + [""]
         if self.errors:
             out += ["### Errors", ""] + [f"- {_html(e)}" for e in self.errors] + [""]
         if self.obtained_dir and self.records and not self.harvest_failed:

@@ -38,6 +38,9 @@ IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unke
 
 PathLike = Union[str, Path]
 
+#: How a trace of a whole capture is split (:class:`~..summary.split.TraceKeys` ``split_by``): it holds all its keys.
+WHOLE_CAPTURE = ("annotations", "windows")
+
 #: What to do when a folder holds no capture trace: vLLM's V2 model runner writes none.
 EMPTY_HINT = (
     "an engine that profiled its capture writes them there (sglang: graph_capture_profile/, vLLM: "
@@ -66,6 +69,24 @@ class TraceResult:
     traces: list = field(default_factory=list)
     mode: str = "per-bs"
     world_size: int = 1
+    #: A folder was named: every golden in the check's folder is one of these traces' keys.
+    whole: bool = True
+
+    def covers(self, key: CaptureKey) -> bool:
+        """Whether these traces should hold ``key``: a named folder holds every key, a named trace its own.
+
+        A trace of a whole capture (split by ``capture_{bs}_{mode}`` ranges or by windows)
+        holds every key of its runner and rank; a per-size trace only the key its name gives.
+        """
+        if self.whole:
+            return True
+        for trace in self.traces:
+            keys = [s.key for s in trace.summaries]
+            if key in keys:
+                return True
+            if trace.split_by in WHOLE_CAPTURE and any((k.runner, k.rank) == (key.runner, key.rank) for k in keys):
+                return True
+        return False
 
     def __iter__(self) -> Iterator[TraceKey]:
         return iter(self.keys)
@@ -132,7 +153,8 @@ def collect_traces(
     if len(platforms) > 1:
         where = "; ".join(f"{t.path}: {t.platform}" for t in read)
         raise UsageError(f"the traces come from {len(platforms)} platforms ({where}); check each platform's on its own")
-    result = TraceResult(platforms[0], _runner_name(read), traces=read)
+    whole = any(Path(p).is_dir() for p in paths)
+    result = TraceResult(platforms[0], _runner_name(read), traces=read, whole=whole)
     seen: dict = {}
     for trace in read:
         _refuse_empty(trace)
@@ -230,7 +252,11 @@ def split_single_capture(result: Any) -> Optional[TraceResult]:
             f"golden.check: the capture's single trace {exc}; the keys captured were {len(items)}"
         ) from None
     out = TraceResult(
-        str(result.platform), runner, traces=[read], world_size=int(getattr(result, "world_size", 1) or 1)
+        str(result.platform),
+        runner,
+        traces=[read],
+        world_size=int(getattr(result, "world_size", 1) or 1),
+        whole=False,
     )
     for item, summary in zip(items, read.summaries):
         summary.key = item.key

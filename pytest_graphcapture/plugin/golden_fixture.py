@@ -103,6 +103,7 @@ class GoldenChecker:
                 options=options,
                 postprocess=self._postprocess(),
                 display=lambda p: s.display(Path(p)),
+                selected=None if s.selected() is None else (s.selected(), s.batch_sizes_where),
             )
         except GraphCaptureError as exc:
             problem = str(exc)

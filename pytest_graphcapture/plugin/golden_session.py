@@ -51,6 +51,8 @@ class GoldenSession:
         self.batch_sizes: Optional[frozenset[int]] = (
             frozenset(s.parse_batch_sizes(sizes, s.where(s.BATCH_SIZES, source))) if sizes else None
         )
+        #: The option (or variable, ini key) that narrowed the batch sizes, as messages name it.
+        self.batch_sizes_where = f"{s.where(s.BATCH_SIZES, source)}={sizes}"
         self._check_paths()
         #: Report files actually written at session end (only those are announced).
         self.written: list[Path] = []

@@ -42,6 +42,13 @@ def record_outcome(s: GoldenSession, nodeid: str, outcome: CheckOutcome, result:
                 metrics.get(key.key),
             )
         )
+    if outcome.unchecked:  # a narrowed run: these goldens are neither checked nor unused, and it says so
+        for path, _why in outcome.unchecked:
+            s.report.mark_used(outcome.platform, s.rel(path))
+        for why in dict.fromkeys(why for _, why in outcome.unchecked):
+            paths = [p.name for p, w in outcome.unchecked if w == why]
+            more = f", … +{len(paths) - 3} more" if len(paths) > 3 else ""
+            s.report.notes.append(f"{nodeid}: {len(paths)} golden(s), {why}: {', '.join(paths[:3])}{more}")
     if not outcome.failed:
         return
     diff_path: Optional[Path] = full_diff_path(s, nodeid, outcome)

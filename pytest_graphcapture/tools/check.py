@@ -28,7 +28,7 @@ from ..golden import store
 from ..golden.gate import CheckOptions, check_result
 from ..golden.harvest import reset_harvest
 from ..golden.lock import GoldenLock, ci_environment
-from ..golden.report import FileRecord, KeyRecord, SessionReport, picture_place, write_markdown
+from ..golden.report import KeyRecord, SessionReport, picture_place, write_markdown
 from ..golden.traces import collect_traces, describe
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME
@@ -79,7 +79,8 @@ def add_parser(sub: "argparse._SubParsersAction") -> None:
         "--update",
         action="store_const",
         const="all",
-        help="write goldens: create missing ones, rewrite changed ones, remove those of keys not in the traces",
+        help="write goldens: create missing ones, rewrite changed ones; with a folder named, also remove those of "
+        "keys not in its traces (a trace file named updates its own keys only)",
     )
     p.add_argument(
         "--update-new", dest="update", action="store_const", const="new", help="write only the missing goldens"
@@ -138,28 +139,27 @@ def run(args: argparse.Namespace) -> int:
             options=CheckOptions(level=args.level),
             display=lambda p: str(shown(Path(p))),
         )
-        unused = _unused(folder, {k.golden for k in outcome.keys}, delete=args.update == "all", root=golden_dir)
+        if args.update == "all":
+            kept = {k.golden for k in outcome.keys} | {path for path, _ in outcome.unchecked}
+            _unused(folder, kept, root=golden_dir)
     finally:
         if lock is not None:
             lock.release()
-    return _report(args, outcome, unused, golden_dir, out_folder)
+    return _report(args, outcome, golden_dir, out_folder)
 
 
-def _unused(folder: Path, used: set, *, delete: bool, root: Path) -> list[Path]:
-    """Goldens in ``folder`` that no key of the traces used (removed under ``--update=all``); those left."""
-    left = []
+def _unused(folder: Path, kept: set, *, root: Path) -> None:
+    """Under ``--update``, remove the goldens in ``folder`` of keys the traces should hold and do not, naming each.
+
+    Goldens of keys the named traces do not cover (``kept``) are another trace's: never removed.
+    """
     for path in store.golden_files(folder):
-        if path in used:
-            continue
-        if delete:
+        if path not in kept:
             store.remove_golden(path, root)
             print(f"removed {shown(path)}: its key is not in the traces")
-        else:
-            left.append(path)
-    return left
 
 
-def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, out_folder: Optional[Path]) -> int:
+def _report(args: argparse.Namespace, outcome, golden_dir: Path, out_folder: Optional[Path]) -> int:
     rerun = _rerun_command(args, golden_dir)
     obtained = str(shown(out_folder)) if out_folder else None
     report = SessionReport(golden_dir=str(shown(golden_dir)), update_mode=args.update, obtained_dir=obtained)
@@ -169,7 +169,7 @@ def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, o
         state = "failed" if key.outcome == "passed" and key.failed else key.outcome
         report.add_record(KeyRecord(node, outcome.platform, key.label, rel, state, key.incomplete))
     lines: list[str] = []
-    failed = bool(outcome.failed) or bool(unused)
+    failed = bool(outcome.failed)
     if outcome.failed:
         full_diff = str(shown(out_folder / HARVEST_DIFF_NAME)) if out_folder else None  # written below
         head, body, tail = outcome.failure_parts(
@@ -179,16 +179,22 @@ def _report(args: argparse.Namespace, outcome, unused: list, golden_dir: Path, o
         lines = [head, *body, *tail]
         if out_folder is not None:
             write_atomic(out_folder / HARVEST_DIFF_NAME, "\n".join([head, *outcome.per_key_lines(), *tail]) + "\n")
-    for path in unused:
-        lines.append(f"{shown(path)}: golden of a key that is not in the traces (remove it with --update)")
-        report.unused.append(FileRecord(outcome.platform, path.relative_to(golden_dir).as_posix()))
+    incomplete = [k for k in outcome.keys if k.incomplete is not None]
+    lines += [f"incomplete: {k.label}: {k.incomplete}" for k in incomplete]
+    for why in dict.fromkeys(why for _, why in outcome.unchecked):
+        names = [path.name for path, w in outcome.unchecked if w == why]
+        lines.append(f"not checked: {len(names)} golden(s) in {shown(outcome.folder)}/, {why}: {', '.join(names)}")
+        report.notes.append(lines[-1][len("not checked: ") :])
     if failed:
         report.add_failure(node, outcome.platform, "\n".join(lines) + "\n")
     else:
         written = [k for k in outcome.keys if k.outcome in ("created", "updated")]
+        notes = [f"{len(written)} written"] if written else []
+        notes += [f"{len(incomplete)} incomplete"] if incomplete else []
+        notes += [f"{len(outcome.unchecked)} golden(s) not checked"] if outcome.unchecked else []
         lines.append(
             f"{len(outcome.keys)} key(s) match their goldens in {shown(outcome.folder)}/"
-            + (f" ({len(written)} written)" if written else "")
+            + (f" ({', '.join(notes)})" if notes else "")
         )
     for message in outcome.warnings:
         lines.append(f"warning: {message}")

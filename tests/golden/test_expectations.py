@@ -109,6 +109,11 @@ def test_expectations_in_a_golden_file_are_checked_and_kept_by_update(
         ('[Expect.op("x", count=-1)]', "count=-1 must be a non-negative integer"),
         ('[Expect.op("x", bs="big")]', "bs='big' is not a batch-size range"),
         ('[Expect.op("x", forbid=True, max=2)]', "forbid cannot be combined"),
+        # A selector that selects no size would let a false expectation pass: refused.
+        ('[Expect.op("aten::mm", count=9, bs="8..4")]', "the range 8..4 is reversed and selects no batch size"),
+        ('[{"op": "aten::mm", "count": 9, "bs": ">= 16 and < 8"}]', "selects no batch size"),
+        ('[Expect.op("aten::mm", count=9, bs="bs < 1")]', "selects no batch size"),
+        ('[Expect.op("aten::mm", count=9, bs=0)]', "selects no batch size"),
     ],
 )
 def test_a_bad_expectation_is_one_line_naming_it(
@@ -220,3 +225,18 @@ def test_real_kernels_forbidden_and_bounded_fail_per_size(
         "bs=8: expected kernel '*paged_attention_ll4mi_QKV*' exactly 18× at bs == 8 (golden.check(expect=...)); "
         "found 36: " in "\n".join(lines)
     )
+
+
+def test_a_kernel_expectation_a_gpu_capture_cannot_evaluate_is_named_and_the_key_incomplete(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_project(pytester, monkeypatch, _check('[Expect.kernel("*fused_moe*", count=2, bs="<= 2")]'))
+    monkeypatch.setenv("FAKE_PLATFORM", "cuda-sm90")
+    monkeypatch.setenv("FAKE_INCOMPLETE", "the profiler recorded no kernels")
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    lines = [line for line in result.outlines if line.startswith("incomplete: ")]
+    assert len(lines) == 3
+    skipped = [line for line in lines if "not evaluated: kernel '*fused_moe*' exactly 2× at bs <= 2" in line]
+    assert [line.split()[2] for line in skipped] == ["bs=1:", "bs=2:"]  # bs=4 is outside its sizes
