@@ -86,6 +86,18 @@ def test_options_it_does_not_know_run_the_real_interpreter(bin_dir: Path) -> Non
     assert done.stdout.strip() == "1 False"
 
 
+def test_every_run_is_forked_from_a_zygote_with_one_thread(bin_dir: Path) -> None:
+    # A fork of a process with threads can crash (issue 39; numpy's BLAS pool is one): the zygote has none.
+    code = (
+        "import os, sys\n"
+        "stat = open(f'/proc/{os.getppid()}/stat').read()\n"
+        "zygote = int(stat.rsplit(')', 1)[1].split()[1])\n"
+        "print(len(os.listdir(f'/proc/{zygote}/task')), 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([str(bin_dir / "python"), "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "1 True", done.stderr
+
+
 def _gone(pid: int) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
