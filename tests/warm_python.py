@@ -361,16 +361,22 @@ _STATE: dict[str, Any] = {}
 _NOT_INHERITED = ("PYTEST_", "GRAPH_CAPTURE_", "TORCH", "PYTORCH_", "CUDA_", "OMP_", "MKL_")
 
 
+def zygote_environment() -> dict[str, str]:
+    """The zygote's environment: none of a test's settings (pytest's, ours, torch's, the path), one BLAS thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PYTHONPATH"}
+    if "OMP_WAIT_POLICY" in os.environ:
+        env["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
+    env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's OpenBLAS, imported by torch, starts no thread pool
+    return env
+
+
 def _start() -> Optional[Path]:
     if sys.platform != "linux":  # fork, and file descriptors passed over a Unix socket
         return None
     root = Path(tempfile.mkdtemp(prefix="warm-python-"))
     sock = str(root / "z.sock")
     # torch is imported under none of a test's settings: nothing of pytest's, ours, torch's or the path.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PYTHONPATH"}
-    if "OMP_WAIT_POLICY" in os.environ:
-        env["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
-    env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's BLAS starts no thread pool in the zygote
+    env = zygote_environment()
     here = str(Path(__file__).resolve().parent)
     process = subprocess.Popen(
         [
