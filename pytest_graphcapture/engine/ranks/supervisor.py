@@ -2,12 +2,11 @@
 
 Tensor-parallel decode captures one graph set per rank, and a regression often
 shows on one rank's collective or shard shapes only, so the gate has to capture
-every rank.  :func:`run_on_ranks` spawns ``world_size`` processes (``spawn``
-start method, as torch advises: a process that imported torch has threads, and its fork can
-crash), each initializes the default process
-group (``gloo`` on CPU, ``nccl`` on CUDA — RCCL on ROCm builds — unless told
-otherwise) over a free loopback port, calls a picklable target with a
-:class:`RankContext` and sends its plain-data return value back through a queue.
+every rank.  :func:`run_on_ranks` spawns ``world_size`` processes (``spawn`` start
+method, as torch advises: a process that imported torch has threads, and a fork of it can
+crash); each initializes the default process group (``gloo`` on CPU, ``nccl`` on CUDA —
+RCCL on ROCm builds — unless told otherwise) over a free loopback port, calls a picklable
+target with a :class:`RankContext` and sends its plain-data return value back through a queue.
 :mod:`.capture` runs the capture engine this way; :mod:`.rank_process` is the rank's side
 and :mod:`.target` what it runs.
 
