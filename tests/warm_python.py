@@ -16,10 +16,10 @@ exits with (or dies of the same signal).  To a caller, the command behaves as th
 
 What a forked run shares with the zygote, and so differs from a fresh Python: torch was imported
 under the zygote's environment (variables torch reads at import, such as ``TORCH_LOGS``, are not the
-run's), Python's own start-up options (``-X``, ``-I``, hash seed) are the zygote's, and torch's
-import-time warnings were given before the run.  Tests that check any of that start real Pythons;
-a command given options this module does not know runs the real interpreter.  Without a zygote
-(one could not start) every command runs the real interpreter.
+run's), Python's own start-up options (``-X``, ``-I``, hash seed) are the zygote's, torch's
+import-time warnings were given before the run, and numpy's BLAS has one thread.  Tests that
+check any of that start real Pythons; a command given options this module does not know runs the
+real interpreter.  Without a zygote (one could not start) every command runs the real interpreter.
 
 The zygote forks only while it has a single thread: a fork of a process with threads can crash
 (issue 39), and numpy's OpenBLAS, which torch imports, starts a thread pool unless told to use
