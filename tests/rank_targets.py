@@ -7,6 +7,7 @@ test module) that the rank processes import from ``tests/`` on ``sys.path``.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -33,6 +34,15 @@ def tp_decode_logits(ctx, tp_size: int) -> dict:
 def threads_and_variable(ctx, name: str) -> list:
     """torch's intra-op threads (libgomp read OMP_NUM_THREADS when torch loaded it) and ``os.environ[name]``."""
     return [torch.get_num_threads(), os.environ.get(name)]
+
+
+def how_started(ctx, name: str) -> list:
+    """Whether this rank is a fresh Python started by ``spawn``, its parent's pid, then :func:`threads_and_variable`."""
+    return [
+        any("multiprocessing.spawn" in arg for arg in sys.orig_argv),
+        os.getppid(),
+        *threads_and_variable(ctx, name),
+    ]
 
 
 def rank_and_world(ctx) -> tuple:

@@ -16,10 +16,15 @@ exits with (or dies of the same signal).  To a caller, the command behaves as th
 
 What a forked run shares with the zygote, and so differs from a fresh Python: torch was imported
 under the zygote's environment (variables torch reads at import, such as ``TORCH_LOGS``, are not the
-run's), Python's own start-up options (``-X``, ``-I``, hash seed) are the zygote's, and torch's
-import-time warnings were given before the run.  Tests that check any of that start real Pythons;
-a command given options this module does not know runs the real interpreter.  Without a zygote
-(one could not start) every command runs the real interpreter.
+run's), Python's own start-up options (``-X``, ``-I``, hash seed) are the zygote's, torch's
+import-time warnings were given before the run, and numpy's BLAS has one thread.  Tests that
+check any of that start real Pythons; a command given options this module does not know runs the
+real interpreter.  Without a zygote (one could not start) every command runs the real interpreter.
+
+The zygote forks only while it has a single thread: a fork of a process with threads can crash
+(issue 39), and numpy's OpenBLAS, which torch imports, starts a thread pool unless told to use
+one thread.  A zygote that has threads after its imports serves nothing, and every command runs
+the real interpreter.  Ranks are never forked: the package spawns them, a fresh Python each.
 """
 
 from __future__ import annotations
@@ -295,13 +300,24 @@ _BIN: list[Path] = []
 XDIST_WORKERS = "WARM_PYTHON_XDIST_WORKERS"
 
 
+def threads() -> int:
+    """How many threads this process has (Linux ``/proc``)."""
+    return len(os.listdir("/proc/self/task"))
+
+
 def serve(sock: str, parent: int, here: str) -> None:
-    """The zygote: import :data:`PRELOAD`, then fork a supervisor per connection until ``parent`` is gone."""
+    """The zygote: import :data:`PRELOAD`, then fork a supervisor per connection until ``parent`` is gone.
+
+    It serves only while it has one thread: what it forks must not be a fork of a process with threads.
+    """
     import importlib
     import selectors
 
     for name in PRELOAD:
         importlib.import_module(name)
+    if threads() != 1:
+        sys.stderr.write(f"warm python: {threads()} threads after importing {PRELOAD}; not forking them\n")
+        return
     # What is imported now is shared with every run, copy-on-write: the collector leaves it alone
     # (it would otherwise visit, and so copy, that memory in every run; and each full collection
     # a run makes, pytest makes two, would walk all of torch).
@@ -326,6 +342,9 @@ def serve(sock: str, parent: int, here: str) -> None:
         if not watch.select(timeout=1.0):
             continue
         conn, _ = listener.accept()
+        if threads() != 1:  # never a fork of a process with threads: the command runs the real interpreter
+            conn.close()
+            break
         if os.fork() == 0:
             listener.close()
             watch.close()
@@ -342,15 +361,22 @@ _STATE: dict[str, Any] = {}
 _NOT_INHERITED = ("PYTEST_", "GRAPH_CAPTURE_", "TORCH", "PYTORCH_", "CUDA_", "OMP_", "MKL_")
 
 
+def zygote_environment() -> dict[str, str]:
+    """The zygote's environment: none of a test's settings (pytest's, ours, torch's, the path), one BLAS thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PYTHONPATH"}
+    if "OMP_WAIT_POLICY" in os.environ:
+        env["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
+    env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's OpenBLAS, imported by torch, starts no thread pool
+    return env
+
+
 def _start() -> Optional[Path]:
     if sys.platform != "linux":  # fork, and file descriptors passed over a Unix socket
         return None
     root = Path(tempfile.mkdtemp(prefix="warm-python-"))
     sock = str(root / "z.sock")
     # torch is imported under none of a test's settings: nothing of pytest's, ours, torch's or the path.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED) and k != "PYTHONPATH"}
-    if "OMP_WAIT_POLICY" in os.environ:
-        env["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
+    env = zygote_environment()
     here = str(Path(__file__).resolve().parent)
     process = subprocess.Popen(
         [

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from warm_python import warm_bin, warm_path
+from warm_python import PRELOAD, warm_bin, warm_path, zygote_environment
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +84,15 @@ def test_options_it_does_not_know_run_the_real_interpreter(bin_dir: Path) -> Non
         text=True,
     )
     assert done.stdout.strip() == "1 False"
+
+
+def test_the_zygote_has_one_thread_after_its_imports_so_what_it_forks_is_no_fork_of_threads() -> None:
+    # A fork of a process with threads can crash (issue 39): the zygote's imports, in its environment,
+    # start none (numpy's OpenBLAS pool did), and a zygote that had some would serve nothing.
+    code = f"import os, importlib; [importlib.import_module(m) for m in {PRELOAD!r}]; print(len(os.listdir('/proc/self/task')))"
+    done = subprocess.run([sys.executable, "-c", code], env=zygote_environment(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "1", f"{done.stdout.strip()} threads after importing {PRELOAD}"
 
 
 def _gone(pid: int) -> None:

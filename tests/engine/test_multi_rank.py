@@ -226,7 +226,7 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
     pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install pytest-xdist")
     pytester.makepyfile(test_x=XDIST_TESTS)
     started = time.monotonic()
-    # The run and its workers start warm (tests/warm_python.py): their ranks come from each worker's fork server.
+    # The run and its workers start warm (tests/warm_python.py); each worker spawns its ranks.
     done = run(
         pytester,
         "--graph-capture-device=cpu",

@@ -23,7 +23,6 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from .start import leave_fork_server, supervised_by
 from .target import RankContext, Target, resolve_target
 
 #: Extra time the process group's own timeout gets over ours, so the parent reports a hang, not gloo.
@@ -91,7 +90,7 @@ def progress_to_parent() -> Optional[Callable[[str], None]]:
     return _CHANNEL.progress if _CHANNEL is not None else None
 
 
-def die_with_parent() -> bool:
+def _die_with_parent() -> bool:
     """Ask the kernel to SIGKILL this process when its parent dies; False where it cannot.
 
     Only Linux has the call (``prctl(PR_SET_PDEATHSIG)``); elsewhere this is a
@@ -120,16 +119,12 @@ def _leave_parent_group() -> None:
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Exit this rank when the parent process is gone (no orphans even if pytest is killed).
-
-    The parent is the supervisor, or the fork server the supervisor runs (:mod:`.start`).
-    """
-    forked_by = os.getppid()
+    """Exit this rank when the parent process is gone (no orphans even if pytest is killed)."""
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
-            if os.getppid() != forked_by or not supervised_by(parent_pid):
+            if os.getppid() != parent_pid:
                 os._exit(3)
 
     threading.Thread(target=watch, name="graphcapture-parent-watch", daemon=True).start()
@@ -147,23 +142,14 @@ def rank_main(
     queue: Any,
     parent_pid: int,
     dump_dir: str,
-    environment: dict[str, str],
 ) -> None:
-    """Entry point of one rank process (module level, so ``spawn`` can import it).
-
-    ``environment`` is the parent's at the start of the run: a rank forked from the
-    fork server takes it over the server's own, as a spawned rank has it from the start.
-    """
+    """Entry point of one rank process (module level, so ``spawn`` can import it)."""
     global _CHANNEL
-    leave_fork_server()
     _leave_parent_group()
-    die_with_parent()
-    if not supervised_by(parent_pid):  # the parent died before the kernel was asked to tell us
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before the kernel was asked to tell us
         os._exit(3)
     _watch_parent(parent_pid)
-    if os.environ != environment:
-        os.environ.clear()
-        os.environ.update(environment)
     dump = None
     if hasattr(signal, "SIGUSR1"):
         import faulthandler

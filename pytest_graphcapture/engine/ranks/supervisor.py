@@ -2,11 +2,11 @@
 
 Tensor-parallel decode captures one graph set per rank, and a regression often
 shows on one rank's collective or shard shapes only, so the gate has to capture
-every rank.  :func:`run_on_ranks` spawns ``world_size`` processes (``spawn``
-start method: safe with CUDA and threads), each initializes the default process
-group (``gloo`` on CPU, ``nccl`` on CUDA — RCCL on ROCm builds — unless told
-otherwise) over a free loopback port, calls a picklable target with a
-:class:`RankContext` and sends its plain-data return value back through a queue.
+every rank.  :func:`run_on_ranks` spawns ``world_size`` processes (``spawn`` start
+method, as torch advises: a process that imported torch has threads, and a fork of it can
+crash); each initializes the default process group (``gloo`` on CPU, ``nccl`` on CUDA —
+RCCL on ROCm builds — unless told otherwise) over a free loopback port, calls a picklable
+target with a :class:`RankContext` and sends its plain-data return value back through a queue.
 :mod:`.capture` runs the capture engine this way; :mod:`.rank_process` is the rank's side
 and :mod:`.target` what it runs.
 
@@ -43,14 +43,12 @@ import shutil
 import signal
 import socket
 import tempfile
-import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
 from ...errors import UsageError
 from .diagnose import STARTUP_ALLOWANCE, RankError, RankState, dump_stacks, failure
 from .rank_process import last_stage, rank_main
-from .start import abandon_fork_server, rank_start
 from .target import RankContext, Target, check_picklable, default_backend
 
 # RankContext and RankError are what a caller of run_on_ranks meets: its target's argument, its error.
@@ -61,6 +59,8 @@ DEFAULT_TIMEOUT = 120.0
 ERROR_GRACE = 3.0
 #: Spawns retried when the chosen port was taken between choosing and binding it.
 PORT_RETRIES = 3
+#: How ranks start: a fresh interpreter each, never a fork (torch's advice for processes with threads).
+START_METHOD = "spawn"
 
 
 def free_port() -> int:
@@ -133,48 +133,20 @@ def _run_once(
     timeout: float,
     on_progress: Optional[Callable[[int, str], None]],
 ) -> list[Any]:
-    with rank_start() as ctx:
-        return _supervise(ctx, target, world_size, args, device_type, backend, timeout, on_progress)
+    import multiprocessing
+
+    ctx = multiprocessing.get_context(START_METHOD)
+    return _supervise(ctx, target, world_size, args, device_type, backend, timeout, on_progress)
 
 
-def _start_ranks(
-    ctx: Any, world_size: int, rank_args: Callable[[int], tuple], procs: dict[int, Any], within: float
-) -> bool:
-    """Start the ranks into ``procs``; False when that did not end within ``within`` seconds.
-
-    A rank forked from a fork server that is still importing torch starts only when
-    the import is done, so a hung import is bounded here, as it is in a spawned rank
-    by the start-up deadline; the server is then stopped, which ends the wait.  Spawned
-    ranks start in the calling thread: the kernel's parent-death signal follows the
-    thread that started a process, and a helper thread ends before the ranks do.
-    """
-    failed: list[BaseException] = []
-
-    def start_all() -> None:
-        try:
-            for rank in range(world_size):
-                proc = ctx.Process(target=rank_main, name=f"graphcapture-rank{rank}", args=rank_args(rank))
-                proc.start()
-                procs[rank] = proc
-                _SPAWNED.append(proc.pid)
-        except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
-            failed.append(exc)
-
-    if ctx.get_start_method() != "forkserver":
-        start_all()
-        if failed:
-            raise failed[0]
-        return True
-    starter = threading.Thread(target=start_all, name="graphcapture-rank-start", daemon=True)
-    starter.start()
-    starter.join(within)
-    if starter.is_alive():
-        abandon_fork_server()
-        starter.join(10.0)
-        return False
-    if failed:
-        raise failed[0]
-    return True
+def _start_ranks(ctx: Any, world_size: int, rank_args: Callable[[int], tuple], procs: dict[int, Any]) -> None:
+    """Start the ranks into ``procs``, in the calling thread: the kernel's parent-death signal follows
+    the thread that started a process, and a helper thread would end before the ranks do."""
+    for rank in range(world_size):
+        proc = ctx.Process(target=rank_main, name=f"graphcapture-rank{rank}", args=rank_args(rank))
+        proc.start()
+        procs[rank] = proc
+        _SPAWNED.append(proc.pid)
 
 
 def _supervise(
@@ -195,7 +167,6 @@ def _supervise(
     pids: list[int] = []
     timed_out = startup = False
     dumps: dict[int, str] = {}
-    environment = dict(os.environ)
 
     def rank_args(rank: int) -> tuple:
         parent = os.getpid()
@@ -211,16 +182,10 @@ def _supervise(
             queue,
             parent,
             dump_dir,
-            environment,
         )
 
     try:
-        if not _start_ranks(ctx, world_size, rank_args, procs, max(timeout, STARTUP_ALLOWANCE)):
-            for rank, state in states.items():
-                if rank not in procs:
-                    state.stage = "waiting for the fork server to import torch"
-            pids[:] = [proc.pid for proc in procs.values()]
-            raise failure(states, timeout, True, True, {}, pids)
+        _start_ranks(ctx, world_size, rank_args, procs)
         pids[:] = [proc.pid for proc in procs.values()]
         started = time.monotonic()
         startup_deadline = started + max(timeout, STARTUP_ALLOWANCE)
