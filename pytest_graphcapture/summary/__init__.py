@@ -17,13 +17,12 @@ environment from a trace).
 """
 
 from .dot import summarize_dot_file
-from .files import load_summary_file, summarize_trace_file
+from .files import load_summary_file, summarize_trace_file, summarize_trace_keys
 from .live import replay_kernels_from_profile, summarize_profile
 from .model import KINDS, SCHEMA_VERSION, Summary
 from .normalize import LEVELS, normalize_kernel_name
 from .replay import KernelEvidenceWarning, with_graph, with_replay
 from .scan import replay_kernels_from_events, summarize_events
-from .split import summarize_trace_keys
 
 __all__ = [
     "KINDS",

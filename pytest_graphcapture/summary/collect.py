@@ -24,25 +24,172 @@ the same whichever way the events arrive.
 from __future__ import annotations
 
 import json
+import re
 from array import array
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
-from .apis import (  # noqa: F401  (re-exported: readers classify with the same rules)
-    _GPU_CATS,
-    _INTERESTING_RUNTIME,
-    _RUNTIME_CATS,
-    KERNEL_LAUNCH_APIS,
-    classify_runtime,
-)
-from .apis import api_base as _api_base  # noqa: F401
-from .checks import MISSING, _check_signature, _parsed, _require_text, _short  # noqa: F401
+import msgspec
+
+from .._io import is_text
+from ..errors import TraceEventError
 from .normalize import normalize_op_name
 
+KERNEL_LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "cudaLaunchCooperativeKernelMultiDevice",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipLaunchCooperativeKernel",
+        "hipModuleLaunchCooperativeKernel",
+        "hipLaunchKernelExC",
+        "hipExtLaunchKernelGGL",
+        "hipHccModuleLaunchKernel",
+    }
+)
+
+
+_MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
+
+
+_MEMSET_API = re.compile(r"^(?:cuda|cu|hip)Memset\w*Async$")
+
+
+_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
+
+
+_BEGIN_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
+
+
+_END_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
+
+
+_GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch(?:_v\d+|_ptsz|_spt)*$")
+
+
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
+
+
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+
+INTERESTING_RUNTIME = re.compile(
+    r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
+    r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)"
+)
+
+
+_SKIP = ("skip", None)
+
+
+def api_base(name: str) -> str:
+    return _API_SUFFIX.sub("", name)
+
+
+def classify_runtime(name: str) -> tuple:
+    """(role, base API) of a runtime call name; role ``skip`` for calls a summary ignores."""
+    if not INTERESTING_RUNTIME.match(name):
+        return _SKIP
+    if _BEGIN_CAPTURE.match(name):
+        return ("begin", None)
+    if _END_CAPTURE.match(name):
+        return ("end", None)
+    if _GRAPH_LAUNCH.match(name):
+        return ("graph", None)
+    api = api_base(name)
+    if api in KERNEL_LAUNCH_APIS:
+        return ("kernel", api)
+    if _MEMCPY_API.match(api):
+        return ("memcpy", api)
+    if _MEMSET_API.match(api):
+        return ("memset", api)
+    return _SKIP
+
+
 _NUMBER_TYPES = (int, float)
+
+
+#: ``args`` field absent (a JSON ``null`` is kept apart: it groups differently).
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+
+def _parsed(value: Any) -> Any:
+    """An args value as the stdlib parses it (the fast reader hands some over as JSON text)."""
+    return json.loads(value) if value.__class__ is bytes else value
+
+
+def _event(kind: str, name: Any, ts: Any) -> str:
+    """How a message names an event: its kind, name and time, escaped to plain ASCII."""
+    label = json.dumps(name) if name.__class__ is str else "?"
+    if len(label) > 80:
+        label = label[:77] + '..."'
+    return f"{kind} event {label}" + (f" at ts {_short(ts)}" if ts.__class__ in _NUMBER_TYPES else "")
+
+
+def _require_text(text: str, kind: str, name: Any, ts: Any, field: str) -> None:
+    """A string a summary writes must be Unicode text: a lone surrogate escape (``\\ud800``) cannot be written."""
+    if not is_text(text):
+        raise TraceEventError(
+            f"{_event(kind, name, ts)}: {field} holds a lone surrogate escape, which is not text "
+            "(no profiler writes one) and no summary can hold"
+        )
+
+
+def _is_shape(value: Any) -> bool:
+    """A list of integers, or of such lists (a tensor list): what Kineto records for one input."""
+    if value.__class__ is not list:
+        return False
+    for item in value:
+        if item.__class__ is not int and not _is_shape(item):
+            return False
+    return True
+
+
+def _check_signature(name: str, ts: Any, dims: Any, types: Any) -> None:
+    """Refuse ``Input Dims``/``Input type`` values no profiler writes, naming the event.
+
+    Absent or null means "not recorded" and is kept; otherwise ``Input Dims`` is a list
+    with one shape per input and ``Input type`` a list of strings.  Anything else (a
+    string, a number, a float dimension) is refused rather than dropped or copied into
+    a golden, where it would compare as a real shape.
+    """
+    try:
+        dims, types = _parsed(dims), _parsed(types)
+    except ValueError as exc:  # an integer with more digits than int() reads
+        raise TraceEventError(f"{_event('cpu_op', name, ts)}: Input Dims or Input type does not parse: {exc}") from None
+    if dims is not MISSING and dims is not None:
+        if dims.__class__ is not list or not all(_is_shape(shape) for shape in dims):
+            raise TraceEventError(
+                f"{_event('cpu_op', name, ts)}: Input Dims is {_short(dims)}, expected a list with one shape "
+                "(a list of integers, or of such lists) per input"
+            )
+    if types is not MISSING and types is not None:
+        if types.__class__ is not list or not all(item.__class__ is str for item in types):
+            raise TraceEventError(
+                f"{_event('cpu_op', name, ts)}: Input type is {_short(types)}, expected a list of type names (strings)"
+            )
+        for item in types:
+            _require_text(item, "cpu_op", name, ts, "Input type")
+
+
+def _short(value: Any) -> str:
+    """A value as JSON for a message, cut to a readable length."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
 
 #: The ``args`` field of a graph-replayed kernel/memcpy/memset naming its graph node (Kineto with CUPTI
 #: activity records of version 5 and later; absent from torch 2.11's traces).
 GRAPH_NODE_ARG = "graph node id"
+
 
 _NO_DIMS_TEXT = str([])
 
@@ -123,71 +270,6 @@ class Collector:
         self._op_names: dict = {}
 
     # -- feeding -----------------------------------------------------------------------------------------------
-
-    def feed_dicts(self, events: Iterable[dict]) -> None:
-        """Take Chrome-trace event dicts; fields of the wrong type count as missing."""
-        runtime_cats = _RUNTIME_CATS
-        gpu_cats = _GPU_CATS
-        for event in events:
-            cat = event.get("cat")
-            if cat == "cpu_op":
-                name = event.get("name")
-                if name.__class__ is str:
-                    args = event.get("args")
-                    if args.__class__ is dict:
-                        self.add_op(
-                            name,
-                            event.get("ts"),
-                            event.get("dur"),
-                            event.get("tid"),
-                            args.get("Input Dims", MISSING),
-                            args.get("Input type", MISSING),
-                            event.get("pid"),
-                        )
-                    else:
-                        self.add_op(
-                            name,
-                            event.get("ts"),
-                            event.get("dur"),
-                            event.get("tid"),
-                            MISSING,
-                            MISSING,
-                            event.get("pid"),
-                        )
-            elif cat.__class__ is not str:  # a list or object is no category a summary reads
-                continue
-            elif cat in runtime_cats or cat in gpu_cats:
-                name = event.get("name")
-                if name.__class__ is str:
-                    args = event.get("args")
-                    if args.__class__ is not dict:
-                        args = _EMPTY_ARGS
-                    if cat in gpu_cats:
-                        self.add_gpu(
-                            gpu_cats[cat],
-                            name,
-                            event.get("ts"),
-                            args.get("correlation"),
-                            args.get("grid"),
-                            args.get("block"),
-                            args.get(GRAPH_NODE_ARG),
-                        )
-                    else:
-                        self.add_runtime(
-                            name,
-                            event.get("ts"),
-                            event.get("tid"),
-                            args.get("correlation"),
-                            args.get("kernel"),
-                            args.get("grid"),
-                            args.get("block"),
-                            event.get("pid"),
-                            args.get("stream"),
-                        )
-            elif cat == "user_annotation":
-                name = event.get("name")
-                if name.__class__ is str:
-                    self.add_annotation(name, event.get("ts"), event.get("dur"), event.get("pid"))
 
     def add_annotation(self, name: str, ts: Any, dur: Any, pid: Any = None) -> None:
         """One ``user_annotation`` (a ``record_function`` range): its name, and its span where it has one.
@@ -401,7 +483,7 @@ class Collector:
     def thread_label(self, index: int) -> str:
         """How messages name thread ``index``: ``pid 1, thread 7`` (the parts the trace gave)."""
         pid, tid = self.threads[index]
-        parts = [f"{what} {_shown(value)}" for what, value in (("pid", pid), ("thread", tid)) if value is not None]
+        parts = [f"{what} {shown(value)}" for what, value in (("pid", pid), ("thread", tid)) if value is not None]
         return ", ".join(parts) or "no pid or thread"
 
     def _widen(self) -> None:
@@ -415,18 +497,113 @@ class Collector:
 #: The time columns, turned into lists by ``Collector._widen``.
 _TIME_COLUMNS = ("op_ts", "span_start", "span_end", "launch_ts", "gpu_ts")
 
+
 #: The largest magnitude up to which every integer is a double.
 _EXACT = 2**53
 
+
 _NAN = float("nan")
+
 
 #: Equal to no value a trace holds.
 _NOTHING: Any = object()
 
 
-def _shown(value: Any) -> Any:
+def shown(value: Any) -> Any:
     """A value kept by :func:`_hashable`, as the trace wrote it."""
     return value[1] if value.__class__ is tuple else value
 
 
-_EMPTY_ARGS: dict = {}
+class EventArgs(msgspec.Struct):
+    """The ``args`` fields a summary reads."""
+
+    correlation: Any = None
+    kernel: Any = None
+    grid: Any = None
+    block: Any = None
+    graph_node_id: Any = msgspec.field(default=None, name=GRAPH_NODE_ARG)
+    stream: Any = None
+    # JSON text from the slice parser (parsing costs more than grouping by the text), parsed values from dicts.
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input type")
+
+
+class Event(msgspec.Struct):
+    """The fields of a trace event a summary reads."""
+
+    name: Any = None
+    cat: Any = None
+    ts: Any = None
+    dur: Any = None
+    tid: Any = None
+    pid: Any = None
+    args: Optional[EventArgs] = None
+
+
+#: Decodes ``[`` + a slice of events + ``]`` into event records, the op shapes left as JSON text.
+DECODER = msgspec.json.Decoder(list[Event])
+
+_NO_ARGS = EventArgs()
+
+
+def events_from_dicts(events: Iterable[dict]) -> Iterator[Event]:
+    """Event records of Chrome-trace event dicts (a live profile, a whole-file read); a non-object ``args`` is none."""
+    unset = msgspec.UNSET
+    for event in events:
+        args = event.get("args")
+        if args.__class__ is dict:
+            args = EventArgs(
+                args.get("correlation"),
+                args.get("kernel"),
+                args.get("grid"),
+                args.get("block"),
+                args.get(GRAPH_NODE_ARG),
+                args.get("stream"),
+                args.get("Input Dims", unset),
+                args.get("Input type", unset),
+            )
+        else:
+            args = None
+        yield Event(
+            event.get("name"),
+            event.get("cat"),
+            event.get("ts"),
+            event.get("dur"),
+            event.get("tid"),
+            event.get("pid"),
+            args,
+        )
+
+
+def feed_records(collector: Collector, events: Iterable[Event]) -> None:
+    """Hand event records to ``collector``: the one place that says which events a summary reads."""
+    runtime_cats, gpu_cats, unset, raw = RUNTIME_CATS, GPU_CATS, msgspec.UNSET, msgspec.Raw
+    for event in events:
+        cat, name = event.cat, event.name
+        # A category or name that is not a string (a list, an object) is no event a summary reads.
+        if cat.__class__ is not str or name.__class__ is not str:
+            continue
+        args = event.args
+        if args is None:
+            args = _NO_ARGS
+        if cat == "cpu_op":
+            dims, types = args.input_dims, args.input_type
+            collector.add_op(
+                name,
+                event.ts,
+                event.dur,
+                event.tid,
+                MISSING if dims is unset else bytes(dims) if dims.__class__ is raw else dims,
+                MISSING if types is unset else bytes(types) if types.__class__ is raw else types,
+                event.pid,
+            )
+        elif cat in runtime_cats:
+            collector.add_runtime(
+                name, event.ts, event.tid, args.correlation, args.kernel, args.grid, args.block, event.pid, args.stream
+            )
+        elif cat in gpu_cats:
+            collector.add_gpu(
+                gpu_cats[cat], name, event.ts, args.correlation, args.grid, args.block, args.graph_node_id
+            )
+        elif cat == "user_annotation":
+            collector.add_annotation(name, event.ts, event.dur, event.pid)

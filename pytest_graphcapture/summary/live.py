@@ -24,15 +24,14 @@ from typing import Any, Callable, Optional, Union
 from .._io import gc_paused
 from ..errors import GraphCaptureError
 from ..keys import CaptureKey
-from .collect import GRAPH_NODE_ARG
-from .files import collect_trace_file
+from .collect import GPU_CATS, GRAPH_NODE_ARG, INTERESTING_RUNTIME, KERNEL_LAUNCH_APIS, RUNTIME_CATS, api_base
+from .files import collect_trace_file, summarize_graphs
 from .model import Summary
 from .normalize import (
     DEFAULT_LEVEL,
 )
-from .scan import _GPU_CATS, _INTERESTING_RUNTIME, _RUNTIME_CATS, KERNEL_LAUNCH_APIS, _api_base, _build, _Scan, _scan
-from .split import summarize_graphs
-from .torch_caps import event_caps
+from .platform import event_caps
+from .scan import Scan, build_summary, scan_events
 
 
 def _kineto_results(prof: Any) -> Any:
@@ -77,7 +76,7 @@ def _infer_activity(event: Any) -> str:
         return "user_annotation"
     if getattr(event, "is_python_function", None) and event.is_python_function():
         return "python_function"
-    if _INTERESTING_RUNTIME.match(name):
+    if INTERESTING_RUNTIME.match(name):
         return "cuda_runtime"
     return "cpu_op"
 
@@ -148,18 +147,18 @@ def _event_dicts(events: Any) -> list:
 
 def _other_event(event: Any, activity: str, thread_of: Callable[[Any], Any]) -> Optional[dict]:
     """The dict of a runtime, GPU or annotation event; None for events a summary never reads."""
-    if activity in _RUNTIME_CATS:
+    if activity in RUNTIME_CATS:
         name = event.name()
-        if not _INTERESTING_RUNTIME.match(name):
+        if not INTERESTING_RUNTIME.match(name):
             return None
         args = {"correlation": event.correlation_id()}
-        if _api_base(name) in KERNEL_LAUNCH_APIS:
+        if api_base(name) in KERNEL_LAUNCH_APIS:
             meta = _metadata(event)
             for field_name in ("kernel", "grid", "block"):
                 if field_name in meta:
                     args[field_name] = meta[field_name]
         return {"cat": activity, "name": name, "ts": event.start_ns(), "tid": thread_of(event), "args": args}
-    if activity in _GPU_CATS:
+    if activity in GPU_CATS:
         args = {"correlation": event.correlation_id()}
         meta = _metadata(event)
         for field_name in ("grid", "block", GRAPH_NODE_ARG) if activity == "kernel" else (GRAPH_NODE_ARG,):
@@ -206,7 +205,7 @@ def summarize_profile(
         scan = _scan_profile(prof, export)
         if graphs:
             return summarize_graphs(scan, key, platform, level, environment)
-        return _build(scan, key, platform, level, environment)
+        return build_summary(scan, key, platform, level, environment)
 
 
 def replay_kernels_from_profile(
@@ -220,7 +219,7 @@ def replay_kernels_from_profile(
     return _scan_profile(prof, export).replay_kernels()
 
 
-def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]]) -> _Scan:
+def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]]) -> Scan:
     events = _kineto_results(prof).events()
     if events and not event_caps(events[0]).readable:
         del events
@@ -230,4 +229,4 @@ def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLi
             path = os.path.join(folder, "profile.json")
             prof.export_chrome_trace(path)
             return collect_trace_file(path)[0]
-    return _scan(_event_dicts(events))
+    return scan_events(_event_dicts(events))

@@ -40,15 +40,88 @@ batch size then does not depend on which other sizes were captured, or in which 
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
+
+import demangle as _library
 
 from ..errors import UsageError
-from .demangle import demangle, mangled_base_name
+
+#: libiberty's spelling (``c++filt``, libstdc++'s ``__cxa_demangle``, so Kineto's), not LLVM's.
+_STYLE = "gnu"
+
+
+def _is_symbol(name: str) -> bool:
+    return name.startswith("_Z") and len(name) > 2 and name.isascii() and "\x00" not in name
+
+
+@functools.lru_cache(maxsize=16384)
+def _demangle_symbol(name: str) -> Optional[str]:
+    try:
+        text = _library.demangle_strict(name, language="itanium", style=_STYLE)
+    except _library.DemanglingError:
+        return None
+    return text if text != name else None
+
+
+def demangle(name: str) -> Optional[str]:
+    """The readable spelling of an Itanium symbol (``_Z…``); None when ``name`` is not one or it cannot be read.
+
+    Names recur across a graph and across batch sizes, so each is demangled once per process.
+    """
+    if not _is_symbol(name):
+        return None
+    return _demangle_symbol(name)
+
+
+def mangled_base_name(name: str) -> Optional[str]:
+    """The qualified name of a kernel entry point from its mangled prefix (``_ZN3foo3barI…`` → ``foo::bar``).
+
+    A kernel is a namespace-scope function (CUDA and HIP have no member kernels), so its nested
+    name is namespaces and the function's name, optionally followed by the function's template
+    arguments (``I…``).  Only source names are read: a prefix that holds anything else
+    (a substitution, an ABI tag, a cut-off name) gives None rather than a guess.
+    """
+    if not name.startswith("_Z"):
+        return None
+    i = 2
+    nested = name.startswith("_ZN")
+    if nested:
+        i = 3
+        while i < len(name) and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member: skipped
+            i += 1
+    parts = []
+    while True:
+        if name.startswith("L", i):  # internal linkage (a static kernel)
+            i += 1
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        if j == i:
+            break
+        length = int(name[i:j])
+        part = name[j : j + length]
+        if len(part) != length or not length:
+            return None
+        parts.append("(anonymous namespace)" if part.startswith("_GLOBAL__N") else part)
+        i = j + length
+        if not nested:
+            break
+    following = name[i : i + 1]
+    if not parts or not following or following == "B" or (nested and following not in "IE"):
+        return None
+    return "::".join(parts)
+
 
 LEVELS = ("exact", "name", "family")
+
+
 DEFAULT_LEVEL = "name"
+
+
 GEMM_FAMILY = "GEMM"
+
 
 _RANK = {level: i for i, level in enumerate(LEVELS)}
 
@@ -65,17 +138,31 @@ def is_coarser_or_equal(target: str, source: str) -> bool:
     return _RANK[check_level(target)] >= _RANK[check_level(source)]
 
 
-# --------------------------------------------------------------------------- levels
-
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
+
+
 _HASH_NUM = re.compile(r"#\d+\}")
+
+
 _QUOTED_LAMBDA = re.compile(r"'(lambda|unnamed)\d+'")
+
+
 _DOLLAR = re.compile(r"\$_\d+")
+
+
 _ANON = re.compile(r"_GLOBAL__N_\d+|\{anonymous\}|`anonymous namespace'")
+
+
 _ANON_NAMESPACE = "(anonymous namespace)"
+
+
 _GENERATED = re.compile(r"^((?:triton|cpp|fused|cutedsl|helion)_\w*?[A-Za-z]\w*?)(?:_\d+)+$")
+
+
 #: A CUTLASS kernel template (``cutlass::Kernel2<…>``) as its mangled prefix spells it.
 _MANGLED_CUTLASS = re.compile(r"^_ZN7cutlass\d+Kernel\d*I")
+
+
 _GEMM = re.compile(
     r"gemm|xmma|^(?:void )?nvjet|^(?:void )?Cijk_|cutlass_\d+_\w*tensorop|cutlass::Kernel\d*<|cublas|hipblaslt|tensile",
     re.IGNORECASE,

@@ -13,18 +13,17 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import UsageError
 from ..keys import CaptureKey
-from .attribute import (
+from .graph import CapturedGraph, GraphNode
+from .model import Summary, count_changes
+from .normalize import normalize_kernel_name
+from .scan import (
     GRAPH_NO_CAPTURE,
     GRAPH_NODES_DIFFER,
     REPLAY_NO_CAPTURE,
     REPLAY_NODES_DIFFER,
     REPLAY_UNATTRIBUTED,
+    kernel_entries,
 )
-from .graph import CapturedGraph, GraphNode
-from .model import Summary
-from .normalize import normalize_kernel_name
-from .scan import _entries
-from .views import count_changes
 
 
 class KernelEvidenceWarning(UserWarning):
@@ -98,7 +97,7 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     kernel regression.
     """
     replay_kernels, unattributed = _by_graph_node(summary.launch_ops, replay_kernels)
-    replay_entries = _entries(replay_kernels, summary.level)
+    replay_entries = kernel_entries(replay_kernels, summary.level)
     problems = []
     captured = summary.launches["total"]
     if captured and captured != len(replay_kernels):
@@ -212,7 +211,7 @@ def with_graph(
             f"cuda-bindings: 'graph') or from a dump ('dot')"
         )
     records, unattributed = _by_graph_node(summary.launch_ops, graph_node_records(graph), _GRAPH_REASONS)
-    kernels = _entries(records, summary.level)
+    kernels = kernel_entries(records, summary.level)
     result = _with_kernels(
         summary,
         kernels,
@@ -260,7 +259,7 @@ def replay_changes(graph: CapturedGraph, replay_kernels: Sequence[dict], level: 
         return f"<{node.type}>" if node.type in ("memcpy", "memset") else None
 
     required, extra = graph.run_bounds(label)
-    seen = _node_counts(_entries(replay_kernels, level))
+    seen = _node_counts(kernel_entries(replay_kernels, level))
     changes = []
     for key in sorted(set(required) | set(extra) | set(seen)):
         low = required.get(key, 0)
@@ -283,7 +282,7 @@ def graph_summary(graph: CapturedGraph, *, key: CaptureKey, platform: str, level
     The same entries :func:`with_graph` gives a capture (copies named as a profiled
     replay names them), with no ops and no launch calls.
     """
-    kernels = _entries(graph_node_records(graph), level)
+    kernels = kernel_entries(graph_node_records(graph), level)
     return Summary(
         key=key,
         platform=platform,

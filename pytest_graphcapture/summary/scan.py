@@ -56,24 +56,181 @@ How the summary is built:
 
 from __future__ import annotations
 
+import json
 from array import array
 from collections import Counter
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from ..errors import UsageError
 from ..keys import CaptureKey
-from .attribute import enclosing_ops
-from .collect import (  # noqa: F401  (re-exported: the live reader classifies with the same rules)
-    _GPU_CATS,
-    _INTERESTING_RUNTIME,
-    _RUNTIME_CATS,
-    KERNEL_LAUNCH_APIS,
-    Collector,
-    _api_base,
-    _shown,
-)
-from .model import Summary, _merge_kernel
+from .collect import Collector, events_from_dicts, feed_records, shown
+from .model import Summary, merge_kernel
 from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
+
+#: Why kernels from an NVIDIA graph replay carry no op: the replay ran inside one ``cudaGraphLaunch``,
+#: the capture's launch calls name no kernel, and the trace has no graph node ids to match them by.
+REPLAY_UNATTRIBUTED = (
+    "the graph replay's kernels are not linked to the capture's launch calls (the trace carries no graph "
+    "node ids), so they name no launching op"
+)
+
+
+#: The replay carries graph node ids, but there is no capture window to match them to.
+REPLAY_NO_CAPTURE = (
+    "the graph replay's kernels carry graph node ids but the capture trace has no capture window to match "
+    "them to, so they name no launching op"
+)
+
+
+#: The replay's graph node ids do not line up with the capture's launches.
+REPLAY_NODES_DIFFER = (
+    "the graph replay's nodes, in graph node id order, do not match the capture window's launches one by one "
+    "(count or kernel/memcpy/memset kinds differ), so they name no launching op"
+)
+
+
+#: Read from the graph itself, but the capture trace has no capture window to match the nodes to.
+GRAPH_NO_CAPTURE = (
+    "the graph's nodes were read from the graph itself but the capture trace has no capture window to match "
+    "them to, so they name no launching op"
+)
+
+
+#: The graph's nodes, in the order capture created them, do not line up with the capture's launch calls.
+GRAPH_NODES_DIFFER = (
+    "the graph's kernel, memcpy and memset nodes, in the order capture created them, do not match the capture "
+    "window's launch calls one by one (count or kernel/memcpy/memset kinds differ), so they name no launching op"
+)
+
+
+def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[int]) -> list[int]:
+    """For each launch, the op index (into ``spans.op_refs``) of the innermost op enclosing it, -1 if none.
+
+    ``spans`` holds the collected op spans (:class:`~.collect.Collector`: ``span_start``,
+    ``span_end``, ``span_tid``, ``span_ref``); a launch is its time (``NaN``: none) and
+    its thread index.  A launch on a thread that ran no op (live profiles of old
+    torch builds number threads differently for ops and runtime calls) is matched
+    against the ops of every thread of its process together, the best evidence left
+    (every thread's, when the launch names no process).
+    """
+    result = [-1] * len(launch_ts)
+    threads: dict[int, Any] = {}
+    for index, tid in enumerate(spans.span_tid):
+        members = threads.get(tid)
+        if members is None:
+            members = threads[tid] = array("l")
+        members.append(index)
+    pids = [pid for pid, _ in spans.threads]
+    by_thread: dict[Any, Any] = {}
+    for index, (ts, tid) in enumerate(zip(launch_ts, launch_tid)):
+        if ts == ts:  # not NaN
+            key = tid if tid in threads else (_ANY, pids[tid])
+            group = by_thread.get(key)
+            if group is None:
+                group = by_thread[key] = array("l")
+            group.append(index)
+    if not by_thread:
+        return result
+    order = _SpanOrder(spans)
+    for tid in list(threads):
+        threads[tid] = order.sorted(threads[tid])
+    starts, ends, refs = spans.span_start, spans.span_end, spans.span_ref
+    for tid, indices in by_thread.items():
+        if tid.__class__ is tuple:  # (_ANY, pid of the launching thread)
+            pid = tid[1]
+            items = order.sorted(
+                [i for thread, members in threads.items() if pid is None or pids[thread] == pid for i in members]
+            )
+        else:
+            items = threads[tid]
+        stack: list = []
+        position = 0
+        count = len(items)
+        for index in sorted(indices, key=launch_ts.__getitem__):
+            ts = launch_ts[index]
+            while position < count and starts[items[position]] <= ts:
+                span = items[position]
+                while stack and ends[stack[-1]] < starts[span]:
+                    stack.pop()
+                stack.append(span)
+                position += 1
+            while stack and ends[stack[-1]] < ts:
+                stack.pop()
+            if stack:
+                result[index] = refs[stack[-1]]
+    return result
+
+
+_ANY = object()
+
+
+_INF = float("inf")
+
+
+def _resorted(run: Any, key: Any) -> Any:
+    """``run`` (a list or an array slice) sorted by ``key``, of the same type."""
+    items = sorted(run, key=key)
+    return array("l", items) if run.__class__ is array else items
+
+
+class _SpanOrder:
+    """Span indexes sorted outer first: by start, then longer first, then op name and dims (a fixed order)."""
+
+    def __init__(self, spans: Any) -> None:
+        ops = spans.op_refs
+        ranked = sorted(range(len(ops)), key=lambda r: (ops[r]["name"], json.dumps(ops[r]["input_dims"])))
+        self.rank = [0] * len(ops)
+        for position, ref in enumerate(ranked):
+            self.rank[ref] = position
+        self.starts, self.ends, self.refs = spans.span_start, spans.span_end, spans.span_ref
+
+    def key(self, index: int) -> tuple:
+        return (self.starts[index], -self.ends[index], self.rank[self.refs[index]])
+
+    def sorted(self, indices: Sequence[int]) -> Any:
+        """``indices`` in span order (stable), as a compact array.
+
+        Sorting by start alone needs no key tuples (spans are millions in a large
+        trace); only runs of equal starts are then ordered by the full key.
+        """
+        starts = self.starts
+        previous = -_INF
+        for index in indices:  # already in start order (the usual case): no sort, no list
+            start = starts[index]
+            if not previous <= start:
+                ordered = sorted(indices, key=starts.__getitem__)
+                break
+            previous = start
+        else:
+            ordered = indices if indices.__class__ is array else array("l", indices)
+        run = 0
+        total = len(ordered)
+        while run < total:
+            end = run + 1
+            first = starts[ordered[run]]
+            while end < total and starts[ordered[end]] == first:
+                end += 1
+            if end - run > 1:
+                ordered[run:end] = _resorted(ordered[run:end], self.key)
+            run = end
+        return ordered if ordered.__class__ is array else array("l", ordered)
+
+
+def op_label(op: Optional[dict]) -> str:
+    """How messages name a launching op: ``aten::mm [[32,4096],[4096,4096]]``."""
+    if not op:
+        return "(no op)"
+    return f"{op['name']} {json.dumps(op.get('input_dims', []), separators=(',', ':'))}"
+
+
+def attributed_share(kernels: Iterable[dict]) -> tuple[int, int]:
+    """(kernel nodes that name their op, all kernel nodes) of summary kernel entries."""
+    named = total = 0
+    for entry in kernels:
+        total += entry["count"]
+        if entry.get("op"):
+            named += entry["count"]
+    return named, total
 
 
 class CaptureWindows:
@@ -171,11 +328,11 @@ def pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
         if nameless:
             what = "BeginCapture" if role == "begin" else "EndCapture"
             problems.append(_unpaired(scan, nameless, what, "time stamp", "unknown"))
-    spans = sorted({(w[0], w[1], threads[t][0]) for t, ws in by_thread.items() for w in ws}, key=_span_order)
+    spans = sorted({(w[0], w[1], threads[t][0]) for t, ws in by_thread.items() for w in ws}, key=window_order)
     return CaptureWindows(of, problems, spans)
 
 
-def _span_order(span: tuple) -> tuple:
+def window_order(span: tuple) -> tuple:
     return (span[0], span[1], str(span[2]))
 
 
@@ -185,7 +342,7 @@ def _unpaired(scan: Collector, calls: list, what: str, missing: str, window: str
     places = []
     for ts, thread, stream in calls[:3]:
         at = "" if ts is None else f" at ts {ts}"
-        on = scan.thread_label(thread) + ("" if stream is None else f", stream {_shown(stream)}")
+        on = scan.thread_label(thread) + ("" if stream is None else f", stream {shown(stream)}")
         places.append(f"{at} on {on}".strip())
     more = f" and {len(calls) - 3} more" if len(calls) > 3 else ""
     if len(calls) == 1:
@@ -196,7 +353,7 @@ def _unpaired(scan: Collector, calls: list, what: str, missing: str, window: str
     )
 
 
-class _Scan(Collector):
+class Scan(Collector):
     """The collected records of one trace, and what a summary reads from them."""
 
     def windows(self) -> Optional[CaptureWindows]:
@@ -296,13 +453,13 @@ def _raw_kernel(kind: str, name: str, grid: Any, block: Any, op: Optional[dict] 
     return entry
 
 
-def _scan(events: Iterable[dict]) -> _Scan:
-    scan = _Scan()
-    scan.feed_dicts(events)
+def scan_events(events: Iterable[dict]) -> Scan:
+    scan = Scan()
+    feed_records(scan, events_from_dicts(events))
     return scan
 
 
-def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment: Optional[dict]) -> Summary:
+def build_summary(scan: Scan, key: CaptureKey, platform: str, level: str, environment: Optional[dict]) -> Summary:
     check_level(level)
     if not isinstance(key, CaptureKey):
         raise UsageError(f"key must be a CaptureKey, got {type(key).__name__}")
@@ -310,14 +467,14 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     ops = scan.op_entries(windows)
     launch_desc = scan.launch_desc
     if windows is None:
-        return build_summary(scan, key, platform, level, environment, ops, range(len(launch_desc)), None, None)
+        return window_summary(scan, key, platform, level, environment, ops, range(len(launch_desc)), None, None)
     of = windows.of
     launches_in = [i for i, (ts, thread) in enumerate(zip(scan.launch_ts, scan.launch_tid)) if _inside(ts, of[thread])]
     by = launching_ops(scan, launches_in)
-    return build_summary(scan, key, platform, level, environment, ops, launches_in, by, windows.problems)
+    return window_summary(scan, key, platform, level, environment, ops, launches_in, by, windows.problems)
 
 
-def launching_ops(scan: _Scan, launches: list) -> list:
+def launching_ops(scan: Scan, launches: list) -> list:
     """The op (index into ``scan.op_refs``, -1 for none) whose call made each launch of ``launches``."""
     if not launches:
         return []
@@ -326,8 +483,8 @@ def launching_ops(scan: _Scan, launches: list) -> list:
     return enclosing_ops(scan, call_ts, call_tid)
 
 
-def build_summary(
-    scan: _Scan,
+def window_summary(
+    scan: Scan,
     key: CaptureKey,
     platform: str,
     level: str,
@@ -409,11 +566,11 @@ def _counted_entries(found: Iterable[tuple], op_refs: list, level: str) -> list:
             if normal is None:
                 normal = cache[name] = normalize_kernel_name(name, level)
             name = normal
-        _merge_kernel(merged, name, kind, grid, block, count, op_refs[op] if op >= 0 else None)
+        merge_kernel(merged, name, kind, grid, block, count, op_refs[op] if op >= 0 else None)
     return list(merged.values())
 
 
-def _entries(raw_kernels: Iterable[dict], level: str) -> list:
+def kernel_entries(raw_kernels: Iterable[dict], level: str) -> list:
     """Group raw per-launch kernel dicts into summary entries at ``level``."""
     cache: dict[str, str] = {}
     merged: dict[tuple, dict] = {}
@@ -425,7 +582,7 @@ def _entries(raw_kernels: Iterable[dict], level: str) -> list:
             if normal is None:
                 normal = cache[name] = normalize_kernel_name(name, level)
             name = normal
-        _merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1, raw.get("op"), raw.get("launch"))
+        merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1, raw.get("op"), raw.get("launch"))
     return list(merged.values())
 
 
@@ -438,7 +595,7 @@ def summarize_events(
     environment: Optional[dict] = None,
 ) -> Summary:
     """Summarize Chrome-trace-style event dicts (the ``traceEvents`` of a trace)."""
-    return _build(_scan(events), key, platform, level, environment)
+    return build_summary(scan_events(events), key, platform, level, environment)
 
 
 def replay_kernels_from_events(events: Iterable[dict]) -> list:
@@ -447,4 +604,4 @@ def replay_kernels_from_events(events: Iterable[dict]) -> list:
     Returns one dict per executed node (``name``, ``kind`` and ``grid``/``block`` when
     recorded), in time order; kernels launched outside the graph are excluded.
     """
-    return _scan(events).replay_kernels()
+    return scan_events(events).replay_kernels()
