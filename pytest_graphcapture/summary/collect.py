@@ -1,25 +1,5 @@
-"""Sorting trace events into the compact records a summary needs, one event at a time.
-
-A trace can be gigabytes of JSON, and most of it (flow events, Python stacks,
-memory events, every field but a few) never reaches a summary.  The
-:class:`Collector` therefore keeps no event: it is fed events one by one (dicts
-from a live profile or a stdlib parse, or the typed records of :mod:`.stream`)
-and keeps only, per event that matters,
-
-* a CPU op: its ``ts``, its group (name, ``Input Dims``, ``Input type``, interned)
-  and, when it has a duration, its span (start, end, thread, op) for attribution;
-* a launch runtime call: ``ts``, thread and an interned description (API, kind,
-  kernel name, grid, block), plus ``correlation -> launch``;
-* a GPU event: ``ts``, correlation and an interned description;
-* capture begin/end calls (time, process, thread, stream), graph-launch correlations, annotation names.
-
-Threads are numbered per process: every thread index stands for a (``pid``, ``tid``)
-pair, since thread ids (like correlation ids) are only unique within one process.
-
-Numbers are kept as the parser made them (ints stay ints), so window and
-nesting comparisons are exactly those of a whole-file parse, and the summary is
-the same whichever way the events arrive.
-"""
+"""Trace events into the compact records a summary needs, one event at a time and keeping none.
+One feeder (:func:`feed_records`) holds the rules of which events count; the runtime calls are sorted in :func:`_classify_runtime`."""
 
 from __future__ import annotations
 
@@ -56,36 +36,26 @@ KERNEL_LAUNCH_APIS = frozenset(
     }
 )
 
-
 _MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
-
 
 _MEMSET_API = re.compile(r"^(?:cuda|cu|hip)Memset\w*Async$")
 
-
 _API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
-
 
 _BEGIN_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
 
-
 _END_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
-
 
 _GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch(?:_v\d+|_ptsz|_spt)*$")
 
-
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
 
-
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-
 
 INTERESTING_RUNTIME = re.compile(
     r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
     r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)"
 )
-
 
 _SKIP = ("skip", None)
 
@@ -94,7 +64,7 @@ def api_base(name: str) -> str:
     return _API_SUFFIX.sub("", name)
 
 
-def classify_runtime(name: str) -> tuple:
+def _classify_runtime(name: str) -> tuple:
     """(role, base API) of a runtime call name; role ``skip`` for calls a summary ignores."""
     if not INTERESTING_RUNTIME.match(name):
         return _SKIP
@@ -115,7 +85,6 @@ def classify_runtime(name: str) -> tuple:
 
 
 _NUMBER_TYPES = (int, float)
-
 
 #: ``args`` field absent (a JSON ``null`` is kept apart: it groups differently).
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
@@ -154,13 +123,7 @@ def _is_shape(value: Any) -> bool:
 
 
 def _check_signature(name: str, ts: Any, dims: Any, types: Any) -> None:
-    """Refuse ``Input Dims``/``Input type`` values no profiler writes, naming the event.
-
-    Absent or null means "not recorded" and is kept; otherwise ``Input Dims`` is a list
-    with one shape per input and ``Input type`` a list of strings.  Anything else (a
-    string, a number, a float dimension) is refused rather than dropped or copied into
-    a golden, where it would compare as a real shape.
-    """
+    """Refuse ``Input Dims``/``Input type`` values no profiler writes, naming the event."""
     try:
         dims, types = _parsed(dims), _parsed(types)
     except ValueError as exc:  # an integer with more digits than int() reads
@@ -190,7 +153,6 @@ def _short(value: Any) -> str:
 #: activity records of version 5 and later; absent from torch 2.11's traces).
 GRAPH_NODE_ARG = "graph node id"
 
-
 _NO_DIMS_TEXT = str([])
 
 
@@ -207,10 +169,6 @@ def _dims3(value: Any) -> Optional[list]:
     return None
 
 
-def _number(value: Any) -> Optional[float]:
-    return value if value.__class__ in _NUMBER_TYPES else None
-
-
 def _hashable(value: Any) -> Any:
     """An id usable as a dict key: JSON scalars as they are, a list or object by its JSON text."""
     if value is None or value.__class__ in (int, float, str, bool):
@@ -219,13 +177,7 @@ def _hashable(value: Any) -> Any:
 
 
 class Collector:
-    """Compact records of the events a summary needs, fed one event at a time.
-
-    Times live in ``array("d")`` columns (8 bytes each; ``NaN`` where the event had
-    no number), indexes in ``array("l")``.  A time a double cannot hold exactly (an
-    integer beyond 2**53) turns the time columns into lists, so comparisons stay
-    those of the parsed numbers.
-    """
+    """Compact records of the events a summary needs, fed one event at a time."""
 
     def __init__(self) -> None:
         self.annotations: list = []
@@ -272,22 +224,13 @@ class Collector:
     # -- feeding -----------------------------------------------------------------------------------------------
 
     def add_annotation(self, name: str, ts: Any, dur: Any, pid: Any = None) -> None:
-        """One ``user_annotation`` (a ``record_function`` range): its name, and its span where it has one.
-
-        Spans are what engines mark each captured shape with (``capture_8_FULL``), so
-        a trace can be split into keys (:mod:`.split`).
-        """
+        """One ``user_annotation`` (a ``record_function`` range): its name, and its span where it has one."""
         self.annotations.append(name)
         if ts.__class__ in _NUMBER_TYPES and dur.__class__ in _NUMBER_TYPES:
             self.annotation_spans.append((name, ts, ts + dur, pid if pid.__class__ in (int, str) else None))
 
     def add_op(self, name: str, ts: Any, dur: Any, tid: Any, dims: Any, types: Any, pid: Any = None) -> None:
-        """One ``cpu_op`` event (``pid``/``tid``: its process and thread).
-
-        ``dims``/``types`` are the args' ``Input Dims``/``Input type``: parsed values, their
-        JSON text as ``bytes`` (the fast reader leaves them unparsed; equal values are
-        merged when the summary is built), or :data:`MISSING` when absent.
-        """
+        """One ``cpu_op`` event (``pid``/``tid``: its process and thread)."""
         normal = self._op_names.get(name)
         if normal is None:
             _require_text(name, "cpu_op", name, ts, "the name")
@@ -359,7 +302,7 @@ class Collector:
         """One runtime (``cuda_runtime``/``cuda_driver``/``hip_*``) call (``stream``: its ``args.stream``, if any)."""
         role = self._roles.get(name)
         if role is None:
-            role = self._roles[name] = classify_runtime(name)
+            role = self._roles[name] = _classify_runtime(name)
         tag, api = role
         if tag == "skip":
             return
@@ -393,10 +336,7 @@ class Collector:
             self.launch_tid.append(self._tid(tid, pid))
 
     def add_gpu(self, kind: str, name: str, ts: Any, correlation: Any, grid: Any, block: Any, node: Any = None) -> None:
-        """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset).
-
-        ``node`` is the graph node id newer Kineto builds record on graph-replayed work.
-        """
+        """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset)."""
         grid = _dims3(grid)
         block = _dims3(block)
         dkey = (kind, name, tuple(grid) if grid else None, tuple(block) if block else None)
@@ -417,11 +357,7 @@ class Collector:
     # -- reading -----------------------------------------------------------------------------------------------
 
     def op_groups(self) -> tuple[list, list]:
-        """(coarse group of each op group, coarse rows ``(name, dims, types)``).
-
-        Groups of unparsed JSON texts that hold equal values (``[1, 2]`` and ``[1,2]``)
-        become one, exactly as if every value had been parsed.
-        """
+        """(coarse group of each op group, coarse rows ``(name, dims, types)``)."""
         cached = self._coarse
         if cached is not None and cached[0] == len(self._group_rows):
             return cached[1], cached[2]  # a trace split into keys asks once per key
@@ -497,13 +433,10 @@ class Collector:
 #: The time columns, turned into lists by ``Collector._widen``.
 _TIME_COLUMNS = ("op_ts", "span_start", "span_end", "launch_ts", "gpu_ts")
 
-
 #: The largest magnitude up to which every integer is a double.
 _EXACT = 2**53
 
-
 _NAN = float("nan")
-
 
 #: Equal to no value a trace holds.
 _NOTHING: Any = object()
@@ -514,7 +447,7 @@ def shown(value: Any) -> Any:
     return value[1] if value.__class__ is tuple else value
 
 
-class EventArgs(msgspec.Struct):
+class _EventArgs(msgspec.Struct):
     """The ``args`` fields a summary reads."""
 
     correlation: Any = None
@@ -537,13 +470,13 @@ class Event(msgspec.Struct):
     dur: Any = None
     tid: Any = None
     pid: Any = None
-    args: Optional[EventArgs] = None
+    args: Optional[_EventArgs] = None
 
 
 #: Decodes ``[`` + a slice of events + ``]`` into event records, the op shapes left as JSON text.
 DECODER = msgspec.json.Decoder(list[Event])
 
-_NO_ARGS = EventArgs()
+_NO_ARGS = _EventArgs()
 
 
 def events_from_dicts(events: Iterable[dict]) -> Iterator[Event]:
@@ -552,7 +485,7 @@ def events_from_dicts(events: Iterable[dict]) -> Iterator[Event]:
     for event in events:
         args = event.get("args")
         if args.__class__ is dict:
-            args = EventArgs(
+            args = _EventArgs(
                 args.get("correlation"),
                 args.get("kernel"),
                 args.get("grid"),

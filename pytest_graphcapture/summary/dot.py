@@ -1,30 +1,5 @@
-"""Read a graph dump (DOT) written by ``cudaGraphDebugDotPrint``, ``CUDAGraph.debug_dump`` or ``hipGraphDebugDotPrint``.
-
-Why: a dump is the graph's own account of what it launches — every node, its
-kernel, grid, block and shared memory, and the dependencies — with no profiler
-in between.  This module turns one into a :class:`~.graph.CapturedGraph` and its
-summary; no Graphviz or pydot is needed, and a dump someone sends is read as
-safely as a trace.  The rule: every node in the file is in the graph, or the file
-is refused in one line naming it, the line and what is wrong.
-
-What the dumps look like (the fixtures' README under ``tests/data/graph_dumps``
-says which details come from real output):
-
-* one ``subgraph cluster_<g>`` per graph (child graphs and a conditional node's
-  bodies get their own cluster), nodes ``"graph_<g>_node_<n>"[style=… shape=…
-  label=…];`` then edges ``"graph_<g>_node_<a>" -> "graph_<g>_node_<b>"``;
-* CUDA and verbose HIP labels are Graphviz records: ``{KERNEL | {ID | 1 (topoId: 19)
-  | name\\<\\<\\<grid,block,smem\\>\\>\\>} | …}``; the first field is the node type;
-  CUDA writes a dimension as ``128`` or ``\\{16,10,2\\}``, HIP as ``(16,10,2)``;
-* HIP without the verbose flag writes plain lines: ``5\\nMEMCPY\\n(DtoD,4096)``,
-  ``5\\n<kernel name>\\n`` (a kernel's label has no type word) or, with the
-  kernel-parameter flag, the launch on a third line — and then leaves the
-  ``style`` value unclosed (``style="bold\\nshape=…``), which is repaired here;
-* a child-graph or conditional node names its graphs (``graph_<g>``) in its label.
-
-:mod:`.dot_syntax` reads the statements and :mod:`.dot_labels` the labels; this
-module links the clusters into one graph and checks that it holds every node.
-"""
+"""A graph dump (DOT, from ``cudaGraphDebugDotPrint``/``debug_dump``/``hipGraphDebugDotPrint``) read into a graph and its summary.
+The dump is the graph's own account of its nodes and dependencies, with no profiler in between."""
 
 from __future__ import annotations
 
@@ -46,10 +21,8 @@ from .tracefile import read_trace_bytes
 
 _QUOTED_EXACT = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 
-
 #: A quoted string without escaped quotes: the common case, scanned faster (see :func:`statements`).
 _QUOTED_FAST = r'"[^"]*"'
-
 
 #: A DOT ID: letters, underscores, digits and any non-ASCII character, not starting with a digit; or a number.
 #: Each is spelled as one negated class of the ASCII characters it excludes: a class listing the range up to
@@ -57,25 +30,13 @@ _QUOTED_FAST = r'"[^"]*"'
 #: matched one character at a time by the slow general loop; a single class repeats at C speed.
 _ID_START = r"[^\x00-\x40\x5b-\x5e\x60\x7b-\x7f]"  # an ASCII letter or ``_``, or any non-ASCII character
 
-
 _ID_CHAR = r"[^\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]"  # the same or an ASCII digit
-
 
 _ID = rf"(?:{_ID_START}{_ID_CHAR}*|-?(?:\.\d+|\d+(?:\.\d*)?))"
 
 
 def _statement_pattern(quoted: str, *, runtime: bool = False) -> re.Pattern:
-    """One DOT statement after optional white space, for one spelling of a quoted string.
-
-    Attribute lists are matched strictly (``key = value`` pairs, separated by spaces,
-    commas or semicolons), so a statement that matches is well formed.
-
-    With ``runtime``, a node written the way the runtimes write one (a quoted id, then
-    quoted values with plain keys, ``label="…"`` last) is matched first as ``rnode``,
-    its label in the group ``rlabel``: every ``rnode`` is also a ``node`` with the same
-    extent, and the group holds what :func:`_label` finds in it (the first key that is
-    exactly ``label``), so the label costs no second scan of the attribute list.
-    """
+    """One DOT statement after optional white space, for one spelling of a quoted string."""
     name = rf"(?:{quoted}|{_ID})"
     attrs = rf"\[\s*(?:(?:{_ID})\s*=\s*{name}\s*[,;]?\s*)*\]"
     runtime_node = (
@@ -102,27 +63,21 @@ def _statement_pattern(quoted: str, *, runtime: bool = False) -> re.Pattern:
 
 _FAST = _statement_pattern(_QUOTED_FAST, runtime=True)
 
-
 _EXACT = _statement_pattern(_QUOTED_EXACT)
-
 
 _PAIR = re.compile(rf"({_ID})\s*=\s*({_QUOTED_EXACT}|{_ID})", re.DOTALL)
 
-
 _LABEL_VALUE = re.compile(rf"\s*=\s*({_QUOTED_FAST}|{_ID})")
-
 
 _QUOTED = re.compile(_QUOTED_EXACT, re.DOTALL)
 
-
 _CLUSTER = re.compile(r"^cluster_?(.*)$")
-
 
 #: An edge as the runtimes write one: quoted ids without escapes, no attributes, not part of a chain.
 _PLAIN_EDGE = re.compile(r'\s*"([^"\\\n]*)"\s*->\s*"([^"\\\n]*)"(?!\s*(?:\[|->))[ \t]*;?')
 
 
-class DotError(Exception):
+class _DotError(Exception):
     """A problem at a position of the text; the reader turns it into a one-line FileError."""
 
     def __init__(self, position: int, problem: str) -> None:
@@ -132,19 +87,15 @@ class DotError(Exception):
 
 
 @dataclass
-class Cluster:
-    """One ``subgraph cluster_<g>`` (or the top level): where it opens, and its node statements in order.
-
-    ``nodes`` holds ``(node id, label, position)`` for each node declared in it; a
-    cluster opened again later in the file continues the same list.
-    """
+class _Cluster:
+    """One ``subgraph cluster_<g>`` (or the top level): where it opens, and its node statements in order."""
 
     ident: str
     position: int
     nodes: list[tuple[str, str, int]] = field(default_factory=list)
 
 
-def unquote(token: str) -> str:
+def _unquote(token: str) -> str:
     """A DOT name or value as meant: quotes removed, ``\\"`` and line continuations resolved."""
     if token[:1] != '"':
         return token
@@ -154,23 +105,18 @@ def unquote(token: str) -> str:
     return token
 
 
-def excerpt(text: str) -> str:
+def _excerpt(text: str) -> str:
     """The first line of ``text``, at most 40 characters, quoted: how a message shows what it could not read."""
     line = text.strip().split("\n", 1)[0]
     return repr(line[:40] + ("…" if len(line) > 40 else ""))
 
 
 def _label(text: str, start: int, end: int, fast: bool, continued: bool = True) -> Optional[str]:
-    """The ``label`` value of the attribute list ``text[start:end]`` (well formed), unquoted; None without one.
-
-    With ``fast`` (no escaped quote in the list) the key is found by string search: a
-    ``label`` outside quotes, not the end of a longer key (``xlabel``).  ``continued``
-    says the text has line continuations somewhere, to be joined.
-    """
+    """The ``label`` value of the attribute list ``text[start:end]`` (well formed), unquoted; None without one."""
     if not fast:
         for key, value in _PAIR.findall(text, start, end):
             if key == "label":
-                return unquote(value)
+                return _unquote(value)
         return None
     i = text.find("label", start, end)
     while i >= 0:
@@ -191,38 +137,31 @@ def _label(text: str, start: int, end: int, fast: bool, continued: bool = True) 
     return None
 
 
-def _not_read(text: str, at: int, seen_graph: bool) -> DotError:
+def _not_read(text: str, at: int, seen_graph: bool) -> _DotError:
     """Why no statement can be read at ``at``."""
     if not seen_graph:
-        return DotError(at, f"not a graph dump: expected 'digraph … {{', found {excerpt(text[at:])}")
+        return _DotError(at, f"not a graph dump: expected 'digraph … {{', found {_excerpt(text[at:])}")
     if text[at] == '"':  # a node or an edge that does not read: say which part
         quoted = _QUOTED.match(text, at)
         if not quoted:
-            return DotError(at, "a quoted string is not closed")
+            return _DotError(at, "a quoted string is not closed")
         rest = text[quoted.end() :]
         if rest.lstrip().startswith("["):
-            return DotError(
+            return _DotError(
                 quoted.end() + len(rest) - len(rest.lstrip()),
                 "cannot read the attribute list (a ']' or a closing quote is missing?)",
             )
-    return DotError(at, f"cannot read {excerpt(text[at:])} (expected a node, an edge, a subgraph or '}}')")
+    return _DotError(at, f"cannot read {_excerpt(text[at:])} (expected a node, an edge, a subgraph or '}}')")
 
 
-def statements(text: str) -> tuple[list[Cluster], list[tuple[str, str, int]]]:
-    """Clusters in order of first opening with their node statements, and edges ``(from, to, position)``.
-
-    Checks the braces, that each node is declared once and inside the graph, and that
-    the file holds one top-level graph.  The top level's own nodes, when it has any,
-    are the first cluster (ident ``""``).  A text with an escaped quote anywhere is read
-    with the exact pattern throughout: the fast one ends a quoted string at ``\\"``, and a
-    statement cut short there may still match something else.
-    """
-    clusters: list[Cluster] = []
-    by_name: dict[str, Cluster] = {}
+def statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
+    """Clusters in order of first opening with their node statements, and edges ``(from, to, position)``."""
+    clusters: list[_Cluster] = []
+    by_name: dict[str, _Cluster] = {}
     declared: set[str] = set()
     edges: list[tuple[str, str, int]] = []
-    stack: list[tuple[Optional[Cluster], int]] = []
-    root: Optional[Cluster] = None
+    stack: list[tuple[Optional[_Cluster], int]] = []
+    root: Optional[_Cluster] = None
     at = 0
     seen_graph = False
     pattern = _EXACT if '\\"' in text else _FAST
@@ -239,10 +178,10 @@ def statements(text: str) -> tuple[list[Cluster], list[tuple[str, str, int]]]:
         kind = match.lastgroup
         if kind == "rnode" or kind == "node" or kind == "node2":
             if not stack:
-                raise DotError(at, "a node outside the graph's braces")
-            ident = unquote(match["rn"] if kind == "rnode" else match["n"] or match["n2"])
+                raise _DotError(at, "a node outside the graph's braces")
+            ident = _unquote(match["rn"] if kind == "rnode" else match["n"] or match["n2"])
             if ident in declared:
-                raise DotError(at, f"node {ident} is declared twice")
+                raise _DotError(at, f"node {ident} is declared twice")
             declared.add(ident)
             if kind == "rnode":
                 label: Optional[str] = match["rlabel"]
@@ -253,15 +192,17 @@ def statements(text: str) -> tuple[list[Cluster], list[tuple[str, str, int]]]:
                 label = _label(text, start, end, fast, continued) if start >= 0 else None
             if label is None:
                 if text.startswith("[", match.end()):
-                    raise DotError(match.end(), "cannot read the attribute list (a ']' or a closing quote is missing?)")
-                raise DotError(at, f"node {ident} has no label (not a CUDA or HIP graph dump?)")
+                    raise _DotError(
+                        match.end(), "cannot read the attribute list (a ']' or a closing quote is missing?)"
+                    )
+                raise _DotError(at, f"node {ident} has no label (not a CUDA or HIP graph dump?)")
             cluster = stack[-1][0] or root
             assert cluster is not None
             cluster.nodes.append((ident, label, at))
         elif kind == "edge":
             if not stack:
-                raise DotError(at, "an edge outside the graph's braces")
-            edges.append((unquote(match["a"]), unquote(match["b"]), at))
+                raise _DotError(at, "an edge outside the graph's braces")
+            edges.append((_unquote(match["a"]), _unquote(match["b"]), at))
             at = match.end()
             run = _PLAIN_EDGE.match(text, at)
             while run:  # the edges that follow, as dumps write them (plain quoted ids, no attributes)
@@ -273,42 +214,42 @@ def statements(text: str) -> tuple[list[Cluster], list[tuple[str, str, int]]]:
             seen_graph = True
             if match["sub"] is not None:
                 if not stack:
-                    raise DotError(at, "a subgraph outside the graph's braces")
-                name = unquote(match["sub"])
+                    raise _DotError(at, "a subgraph outside the graph's braces")
+                name = _unquote(match["sub"])
                 cluster_match = _CLUSTER.match(name)
                 ident = cluster_match.group(1) if cluster_match else name
                 found = by_name.get(ident)
                 if found is None:  # a cluster opened again continues the one opened first
-                    found = by_name[ident] = Cluster(ident, at)
+                    found = by_name[ident] = _Cluster(ident, at)
                     clusters.append(found)
                 stack.append((found, at))
             elif stack:
                 stack.append((stack[-1][0], at))  # an anonymous block keeps its graph
             elif root is not None:
-                raise DotError(at, "a second top-level graph: a graph dump holds one 'digraph { … }'")
+                raise _DotError(at, "a second top-level graph: a graph dump holds one 'digraph { … }'")
             else:
-                root = Cluster("", at)
+                root = _Cluster("", at)
                 stack.append((root, at))
         elif kind == "close":
             if not stack:
-                raise DotError(at, "'}' closes nothing")
+                raise _DotError(at, "'}' closes nothing")
             stack.pop()
         elif kind != "skip" and not stack:
-            raise DotError(at, "an attribute outside the graph's braces")
+            raise _DotError(at, "an attribute outside the graph's braces")
         if not seen_graph and kind != "skip":
-            raise DotError(at, f"not a graph dump: expected 'digraph … {{', found {excerpt(text[at:])}")
+            raise _DotError(at, f"not a graph dump: expected 'digraph … {{', found {_excerpt(text[at:])}")
         at = match.end()
     if not seen_graph:
-        raise DotError(0, "is empty: no 'digraph' in it")
+        raise _DotError(0, "is empty: no 'digraph' in it")
     if stack:
-        raise DotError(stack[-1][1], "this block is never closed with '}'")
+        raise _DotError(stack[-1][1], "this block is never closed with '}'")
     if root is not None and root.nodes:
         clusters.insert(0, root)
     return clusters, edges
 
 
 #: Type words of the dumps → the model's node types (both runtimes' full tables, and older spellings).
-TYPE_WORDS = {
+_TYPE_WORDS = {
     "KERNEL": "kernel",
     "MEMCPY": "memcpy",
     "MEMSET": "memset",
@@ -331,39 +272,28 @@ TYPE_WORDS = {
     "CONDITIONAL": "conditional",
 }
 
-
 _ESCAPE = re.compile(r"\\.")
-
 
 _ESCAPED = re.compile(r"\\(.)")
 
-
 _TYPE_WORD = re.compile(r"\s*\{\s*([A-Z][A-Z0-9_]*)\b")
-
 
 _RECORD_ID_NAME = re.compile(r"\{\s*ID\s*\|[^|{}]*\|\s*((?:[^|{}\\]|\\.)+?)\s*\}")
 
-
 _RECORD_KIND = re.compile(r"\{\s*kind\s*\|\s*((?:[^|{}\\]|\\.)*?)\s*\}")
-
 
 _CONDITION = re.compile(r"(?<![\w\\])(IF|WHILE|SWITCH)(?!\w)")
 
-
 _DIM = r"\s*(?:\d+|\{\s*\d+(?:\s*,\s*\d+){0,2}\s*\}|\(\s*\d+(?:\s*,\s*\d+){0,2}\s*\))\s*"
-
 
 #: grid, block, shared memory; HIP 7 writes the work-size remainder (x,y,z) before the shared memory.
 _SHAPE = re.compile(
     rf"(?P<grid>{_DIM}),(?P<block>{_DIM}),(?:\s*\(\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\)\s*,)?\s*(?P<smem>\d+)\s*$"
 )
 
-
 _LAUNCH = re.compile(r"^(?P<name>.*?)\s*<<<(?P<shape>.*)>>>\s*$", re.DOTALL)
 
-
 _DIGITS = re.compile(r"\d+")
-
 
 #: What ``DEBUG_HIP_GRAPH_DOT_PRINT`` appends to a label (after a line break, or glued to a kernel's).
 _HIP_DEBUG_TAIL = re.compile(
@@ -371,7 +301,7 @@ _HIP_DEBUG_TAIL = re.compile(
 )
 
 
-def node_from_label(ident: str, position: int, label: str) -> GraphNode:
+def _node_from_label(ident: str, position: int, label: str) -> GraphNode:
     """The model node that the label of node ``ident`` (declared at ``position``) describes."""
     if "StreamId:" in label:
         label = _HIP_DEBUG_TAIL.sub("", label)
@@ -399,11 +329,11 @@ def _record_node(ident: str, position: int, label: str) -> GraphNode:
     if label.count("{") != label.count("}"):
         unescaped = _ESCAPE.sub("", label)  # escaped braces come in pairs; count exactly when they do not
         if unescaped.count("{") != unescaped.count("}"):
-            raise DotError(position, f"node {ident}: the label's braces do not balance")
+            raise _DotError(position, f"node {ident}: the label's braces do not balance")
     word = _TYPE_WORD.match(label)
     if not word:
-        raise DotError(position, f"node {ident}: the label does not start with a node type ({excerpt(label)})")
-    node_type = type_of(word[1])
+        raise _DotError(position, f"node {ident}: the label does not start with a node type ({_excerpt(label)})")
+    node_type = _type_of(word[1])
     if node_type == "kernel":
         opening = label.find("\\<\\<\\<")
         if opening >= 0:
@@ -412,7 +342,7 @@ def _record_node(ident: str, position: int, label: str) -> GraphNode:
                 start = _field_start(label, start - 1)
             closing = label.find("\\>\\>\\>", opening)
             if closing < 0:
-                raise DotError(position, f"node {ident}: the launch shape has no closing >>>")
+                raise _DotError(position, f"node {ident}: the launch shape has no closing >>>")
             shape = label[opening + 6 : closing].replace("\\", "")
             launch = _parse_shape(shape) or _launch_shape(shape, ident, position)  # the latter raises
             return GraphNode(ident, node_type, _unescape(label[start:opening].strip()), launch)
@@ -442,13 +372,13 @@ def _plain_node(ident: str, position: int, label: str) -> GraphNode:
     lines = [line.strip() for line in label.split("\n")]
     while lines and not lines[-1]:
         lines.pop()
-    if lines and lines[0] in TYPE_WORDS:
+    if lines and lines[0] in _TYPE_WORDS:
         lines = ["", *lines]  # a type word first, without an id
     if len(lines) < 2:
-        raise DotError(position, f"node {ident}: cannot read the label {excerpt(label)}")
+        raise _DotError(position, f"node {ident}: cannot read the label {_excerpt(label)}")
     second = lines[1]
-    if second in TYPE_WORDS:
-        node = GraphNode(ident, TYPE_WORDS[second])
+    if second in _TYPE_WORDS:
+        node = GraphNode(ident, _TYPE_WORDS[second])
         if node.type == "memcpy" and len(lines) > 2:
             node.name = copy_direction(lines[2].strip("()").split(",")[0])
         elif node.type == "kernel" and len(lines) > 2:
@@ -456,7 +386,7 @@ def _plain_node(ident: str, position: int, label: str) -> GraphNode:
         elif node.type == "conditional":
             node.name = _condition(" ".join(lines[2:]))
         return node
-    if CHILD_REF.fullmatch(second):
+    if _CHILD_REF.fullmatch(second):
         return GraphNode(ident, "graph")
     node = GraphNode(ident, "kernel", name=second)
     if len(lines) > 2:
@@ -465,11 +395,7 @@ def _plain_node(ident: str, position: int, label: str) -> GraphNode:
 
 
 def _kernel_lines(lines: list[str], ident: str, position: int) -> tuple[str, Optional[Launch]]:
-    """A kernel's name and launch from its label's lines: the name, then ``<<<…>>>`` on its line or the next.
-
-    Lines after the launch (handles a flag adds) are not the kernel's; without a launch the
-    first line is the name and the launch stays unknown.
-    """
+    """A kernel's name and launch from its label's lines: the name, then ``<<<…>>>`` on its line or the next."""
     for i, line in enumerate(lines):
         if "<<<" in line.replace("\\", ""):
             return _launch(" ".join(lines[: i + 1]), ident, position)
@@ -477,12 +403,12 @@ def _kernel_lines(lines: list[str], ident: str, position: int) -> tuple[str, Opt
 
 
 #: A graph named in a child-graph or conditional node's label (``graph_<g>``, CUDA may add ``:<n>``).
-CHILD_REF = re.compile(r"\bgraph_(\d+)\b")
+_CHILD_REF = re.compile(r"\bgraph_(\d+)\b")
 
 
-def type_of(word: str) -> str:
+def _type_of(word: str) -> str:
     """The model's type for a dump's type word; a word this reader does not know counts under its own name."""
-    return TYPE_WORDS.get(word) or word.lower()
+    return _TYPE_WORDS.get(word) or word.lower()
 
 
 def _launch(text: str, ident: str, position: int) -> tuple[str, Launch]:
@@ -490,7 +416,7 @@ def _launch(text: str, ident: str, position: int) -> tuple[str, Launch]:
     plain = text.replace("\\", "")
     match = _LAUNCH.match(plain.strip())
     if not match:
-        raise DotError(position, f"node {ident}: cannot read the launch shape in {excerpt(plain)}")
+        raise _DotError(position, f"node {ident}: cannot read the launch shape in {_excerpt(plain)}")
     return match["name"].strip(), _launch_shape(match["shape"], ident, position)
 
 
@@ -498,7 +424,7 @@ def _launch_shape(text: str, ident: str, position: int) -> Launch:
     """``grid,block,smem`` (CUDA ``128`` / ``{16,10,2}``, HIP ``(16,10,2)``) → Launch."""
     launch = _parse_shape(text)
     if launch is None:
-        raise DotError(
+        raise _DotError(
             position,
             f"node {ident}: cannot read the launch shape <<<{text}>>> (grid, block, shared memory)",
         )
@@ -518,10 +444,7 @@ def _parse_shape(text: str) -> Optional[Launch]:
 
 
 def _dim3(text: str) -> Optional[tuple[int, int, int]]:
-    """``128`` / ``{16,10}`` / ``(16,10,2)`` → a positive (x, y, z); None when a dimension is 0.
-
-    ``text`` matched ``_DIM``: its numbers are its runs of digits, whatever white space is around them.
-    """
+    """``128`` / ``{16,10}`` / ``(16,10,2)`` → a positive (x, y, z); None when a dimension is 0."""
     values = [int(v) for v in _DIGITS.findall(text)]
     if min(values) < 1:
         return None
@@ -532,27 +455,24 @@ def _dim3(text: str) -> Optional[tuple[int, int, int]]:
 #: hipGraphDebugDotPrint with the kernel-parameter or kernel-attribute flag leaves a kernel's style unclosed.
 _HIP_UNCLOSED_STYLE = re.compile(r'style="(\w*)\n(?=shape=")')
 
-
 #: File names of graph dumps: Graphviz's ``.dot`` and ``.gv``, each maybe gzip-compressed.
-DUMP_SUFFIXES = (".dot", ".gv", ".dot.gz", ".gv.gz")
-
+_DUMP_SUFFIXES = (".dot", ".gv", ".dot.gz", ".gv.gz")
 
 #: The platform of a dump's summary: a dump does not say which device or architecture wrote it.
 DUMP_PLATFORM = "graph-dump"
-
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
 def is_dump_name(path: Union[str, Path]) -> bool:
     """Whether ``path`` is named as a graph dump (``.dot``/``.gv``, maybe ``.gz``), in any letter case."""
-    return str(path).lower().endswith(DUMP_SUFFIXES)
+    return str(path).lower().endswith(_DUMP_SUFFIXES)
 
 
-def dump_stem(path: Union[str, Path]) -> str:
+def _dump_stem(path: Union[str, Path]) -> str:
     """The file name without its dump suffix: ``Runner_bs_8_rank0.dot.gz`` → ``Runner_bs_8_rank0``."""
     name = Path(path).name
-    for suffix in sorted(DUMP_SUFFIXES, key=len, reverse=True):
+    for suffix in sorted(_DUMP_SUFFIXES, key=len, reverse=True):
         if name.lower().endswith(suffix):
             return name[: -len(suffix)]
     return name
@@ -566,18 +486,11 @@ def summarize_dot_file(
     batch_size: Optional[int] = None,
     platform: str = DUMP_PLATFORM,
 ) -> Summary:
-    """The summary of the graph dump at ``path``: kernels with launch shapes, copies, topology (``kernel_source: dot``).
-
-    It is a :class:`~.model.Summary` like a capture's, so whatever reads summaries
-    (``graphcapture diff`` and ``show``, :func:`~.files.load_summary_file`) reads it.
-    Without ``key`` the key comes from the file name as a trace's does
-    (``{runner}_bs_{bs}_rank{r}.dot``; other names: the stem, ``bs=?`` unless
-    ``batch_size`` is given).  A dump has no CPU ops and no launch calls.
-    """
+    """The summary of the graph dump at ``path``: kernels with launch shapes, copies, topology (``kernel_source: dot``)."""
     check_level(level)
     graph = read_dot_file(path)
     if key is None:
-        key = key_from_trace_name(Path(path).with_name(dump_stem(path)), batch_size=batch_size, unknown_ok=True)
+        key = key_from_trace_name(Path(path).with_name(_dump_stem(path)), batch_size=batch_size, unknown_ok=True)
     return graph_summary(graph, key=key, platform=platform, level=level, source="dot")
 
 
@@ -599,11 +512,7 @@ def read_dot_file(path: Union[str, Path]) -> CapturedGraph:
 
 
 def parse_dot(text: str, *, source: str = "<dot>") -> CapturedGraph:
-    """The graph in the DOT ``text`` (``source`` names it in errors).
-
-    A UTF-8 byte-order mark before the graph is ignored, and CRLF or CR line ends
-    read as LF (a label's lines are its lines, whichever end the writer used).
-    """
+    """The graph in the DOT ``text`` (``source`` names it in errors)."""
     if text[:1] == "\ufeff":
         text = text[1:]
     if "\r" in text:
@@ -612,7 +521,7 @@ def parse_dot(text: str, *, source: str = "<dot>") -> CapturedGraph:
         text = _HIP_UNCLOSED_STYLE.sub(r'style="\1"\n', text)
     try:
         return _build(*statements(text))
-    except DotError as exc:
+    except _DotError as exc:
         position = exc.position
         while position < len(text) and text[position].isspace():
             position += 1  # a statement's position includes the white space before it
@@ -624,31 +533,26 @@ def parse_dot(text: str, *, source: str = "<dot>") -> CapturedGraph:
 class _Graph:
     """One cluster as a graph: the model graph, where each node was declared, its container nodes."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: _Cluster) -> None:
         self.ident = cluster.ident
         self.position = cluster.position
         self.graph = CapturedGraph(ident=f"graph_{cluster.ident}" if cluster.ident else "graph")
         self.positions = [position for _, _, position in cluster.nodes]
         self.containers: list[tuple[GraphNode, str, int]] = []
         for ident, label, position in cluster.nodes:
-            node = node_from_label(ident, position, label)
+            node = _node_from_label(ident, position, label)
             self.graph.nodes.append(node)
             if node.type in CONTAINERS:
                 self.containers.append((node, label, position))
 
 
-def _build(clusters: list[Cluster], edges: list[tuple[str, str, int]]) -> CapturedGraph:
-    """Link clusters into one graph: each child cluster under the container node that names it.
-
-    Refused: a container naming a graph the file lacks or naming none, a graph that
-    is two nodes' child or no node's (besides the top one), graphs reachable from no
-    node of the top graph, and cycles — so every node of the file is in the result.
-    """
+def _build(clusters: list[_Cluster], edges: list[tuple[str, str, int]]) -> CapturedGraph:
+    """Link clusters into one graph: each child cluster under the container node that names it."""
     graphs = [_Graph(c) for c in clusters]
     if not graphs:
         if edges:
             a, b, position = edges[0]
-            raise DotError(position, f"edge {a} -> {b}: node {a} is never declared")
+            raise _DotError(position, f"edge {a} -> {b}: node {a} is never declared")
         return CapturedGraph()
     by_id = {g.ident: g for g in graphs if g.ident}
     index: dict[str, tuple[_Graph, int]] = {}
@@ -660,35 +564,37 @@ def _build(clusters: list[Cluster], edges: list[tuple[str, str, int]]) -> Captur
 
     def claim(container: GraphNode, child: str, position: int) -> None:
         if child in claimed and claimed[child] is not container:
-            raise DotError(position, f"graph_{child} is the child of both {claimed[child].ident} and {container.ident}")
+            raise _DotError(
+                position, f"graph_{child} is the child of both {claimed[child].ident} and {container.ident}"
+            )
         if index[container.ident][0].ident == child:
-            raise DotError(position, f"node {container.ident} holds its own graph graph_{child}")
+            raise _DotError(position, f"node {container.ident} holds its own graph graph_{child}")
         if child not in claimed:
             claimed[child] = container
             holds.setdefault(id(container), []).append(child)
 
     for g in graphs:
         for node, label, position in g.containers:
-            for ref in dict.fromkeys(CHILD_REF.findall(label)):
+            for ref in dict.fromkeys(_CHILD_REF.findall(label)):
                 if ref not in by_id:
-                    raise DotError(position, f"node {node.ident} holds graph_{ref}, which is not in the file")
+                    raise _DotError(position, f"node {node.ident} holds graph_{ref}, which is not in the file")
                 claim(node, ref, position)
     for a, b, position in edges:
         try:
             (graph_a, i), (graph_b, j) = index[a], index[b]
         except KeyError:
             missing = a if a not in index else b
-            raise DotError(position, f"edge {a} -> {b}: node {missing} is never declared") from None
+            raise _DotError(position, f"edge {a} -> {b}: node {missing} is never declared") from None
         if graph_a is graph_b:
             graph_a.graph.edges.append((i, j))
         elif graph_a.graph.nodes[i].type in CONTAINERS and graph_b.ident:
             claim(graph_a.graph.nodes[i], graph_b.ident, position)  # a link from a container into its graph
         else:
-            raise DotError(position, f"edge {a} -> {b} joins two graphs, and {a} holds no child graph")
+            raise _DotError(position, f"edge {a} -> {b} joins two graphs, and {a} holds no child graph")
     for g in graphs:
         for node, _, position in g.containers:
             if id(node) not in holds:
-                raise DotError(position, f"node {node.ident} is a {node.type} node that names no graph in the file")
+                raise _DotError(position, f"node {node.ident} is a {node.type} node that names no graph in the file")
             node.children = [by_id[child].graph for child in holds[id(node)]]
     roots = [g for g in graphs if g.ident not in claimed]
     if len(roots) != 1:
@@ -698,7 +604,7 @@ def _build(clusters: list[Cluster], edges: list[tuple[str, str, int]]) -> Captur
             if roots
             else "every graph is some node's child: the child graphs form a loop"
         )
-        raise DotError(extra.position, problem)
+        raise _DotError(extra.position, problem)
     _check_reachable(roots[0], graphs)
     for g in graphs:
         _check_acyclic(g)
@@ -717,7 +623,7 @@ def _check_reachable(root: _Graph, graphs: list[_Graph]) -> None:
                     pending.append(child)
     for g in graphs:
         if id(g.graph) not in seen:
-            raise DotError(
+            raise _DotError(
                 g.position,
                 f"{g.graph.ident} is not reachable from the top graph {root.graph.ident}: the nodes that hold it "
                 "are in graphs that only hold each other",
@@ -735,4 +641,4 @@ def _check_acyclic(g: _Graph) -> None:
         topological_order(len(graph.nodes), successors)
     except CycleError as exc:
         names = ", ".join(graph.nodes[i].ident for i in exc.nodes[:3])
-        raise DotError(g.positions[exc.nodes[0]], f"the edges form a cycle (through {names})") from None
+        raise _DotError(g.positions[exc.nodes[0]], f"the edges form a cycle (through {names})") from None

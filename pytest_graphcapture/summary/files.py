@@ -1,4 +1,4 @@
-"""Summaries of files on disk: capture traces (with an optional replay trace), graph dumps and summary JSON files."""
+"""Summaries of files on disk: capture traces (split into keys by engine markers), replay traces, graph dumps and summary JSON."""
 
 from __future__ import annotations
 
@@ -26,22 +26,15 @@ from .tracefile import Unusual, load_trace, stream_trace
 #: The top-level field of a merged multi-rank trace (``graphcapture merge``) that describes the merge.
 MERGED_FIELD = "graphcapture_merged"
 
-
 #: The field of :data:`MERGED_FIELD` that says the ranks' correlation ids were made rank-unique.
 MERGED_CORRELATION = "correlation"
-
 
 #: How a graph dump starts (after a byte-order mark, white space and comments): Graphviz's graph header.
 _DOT_START = re.compile(rb"(?:\xef\xbb\xbf)?(?:\s+|//[^\n]*|/\*.*?\*/|#[^\n]*)*(?:strict\s+)?(?:di)?graph\b", re.DOTALL)
 
 
 def is_graph_dump(path: Union[str, Path]) -> bool:
-    """Whether ``path`` is a graph dump (DOT): named ``.dot``/``.gv`` (maybe ``.gz``), or a file that starts like one.
-
-    A trace is JSON and a summary is JSON; a DOT file starts with ``digraph``, so
-    whatever its name, it is read as the graph dump it is.  A file that cannot be
-    read here is left to the reader that names the problem.
-    """
+    """Whether ``path`` is a graph dump (DOT): named ``.dot``/``.gv`` (maybe ``.gz``), or a file that starts like one."""
     if is_dump_name(path):
         return True
     if not Path(path).is_file():  # a FIFO or a device would block the read: the reader refuses them
@@ -58,12 +51,7 @@ def is_graph_dump(path: Union[str, Path]) -> bool:
 
 
 def collect_trace_file(path: Union[str, Path], *, max_bytes: Optional[int] = None) -> tuple[Scan, dict]:
-    """The collected events of a trace file and its top-level fields, read in slices (bounded memory).
-
-    A file the slice reader cannot take as it is (see :mod:`.stream`) is read whole,
-    which gives the same events, or the one-line error naming what is wrong with it
-    (an event the collector refuses included: the slice reader leaves those to it).
-    """
+    """The collected events of a trace file and its top-level fields, read in slices (bounded memory)."""
     scan = Scan()
     try:
         top = stream_trace(path, scan, max_bytes=max_bytes)
@@ -99,12 +87,7 @@ def summarize_trace_file(
     batch_size: Optional[int] = None,
     unknown_batch_size_ok: bool = False,
 ) -> Summary:
-    """Summarize a ``.json``/``.json.gz`` trace file, optionally with the graph's replay trace.
-
-    Without ``key`` the key comes from the file name and the trace
-    (:func:`~pytest_graphcapture.naming.key_from_trace_name`, given ``batch_size`` and
-    ``unknown_batch_size_ok``).
-    """
+    """Summarize a ``.json``/``.json.gz`` trace file, optionally with the graph's replay trace."""
     check_level(level)
     with gc_paused():
         scan, trace = collect_trace_file(path, max_bytes=max_bytes)
@@ -137,23 +120,19 @@ def load_summary_file(path: Union[str, Path]) -> Summary:
 
 
 #: vLLM's range around one captured shape: ``capture_{bs}_{mode}``, after a subsystem's prefix where it has one.
-CAPTURE_MARK = re.compile(
+_CAPTURE_MARK = re.compile(
     r"^(?:(?P<prefix>[A-Za-z][A-Za-z0-9_]*?)_)?capture_(?P<bs>[0-9]{1,9})_(?P<mode>[A-Za-z][A-Za-z0-9_]*)$"
 )
 
-
 #: sglang's one trace of the whole capture (and the plugin's single mode): ``cuda_graph_capture-{runner}-TP-{rank}``.
-SINGLE_TRACE = re.compile(r"^cuda_graph_capture-(?P<runner>.+)-TP-(?P<rank>[0-9]+)$")
-
+_SINGLE_TRACE = re.compile(r"^cuda_graph_capture-(?P<runner>.+)-TP-(?P<rank>[0-9]+)$")
 
 #: The range the engine-loop gate records around each graph begun inside a forward (a piece), so a
 #: trace without capture calls (the CPU stand-ins) still tells the pieces apart.
 PIECE_MARK = "graph-capture: graph"
 
-
 #: A per-size trace name, as sglang and the plugin write it.
 _PER_SIZE = re.compile(r"^.+?_bs_[0-9]+(?:_.+?)?_rank[0-9]+$")
-
 
 #: What a profiler's trace handler adds to a file name: ``.pt.trace``, and a time stamp in milliseconds.
 _HANDLER_PARTS = re.compile(r"(?:\.[0-9]{10,})?(?:\.pt\.trace)?$")
@@ -178,17 +157,14 @@ class TraceKeys:
     unkeyed: list = field(default_factory=list)
 
 
-def stable_runner(path: Union[str, Path]) -> str:
+def _stable_runner(path: Union[str, Path]) -> str:
     """A runner name from a trace file name, without what changes run to run (a trace handler's time stamp)."""
     stem = trace_stem(path)
     return _HANDLER_PARTS.sub("", stem) or stem
 
 
 def batch_sizes_problem(sizes: Sequence[int]) -> Optional[str]:
-    """What is wrong with ``sizes`` as batch sizes in capture order (None: nothing).
-
-    A size may repeat only in a row (one key of that many graphs): apart, it would be two keys.
-    """
+    """What is wrong with ``sizes`` as batch sizes in capture order (None: nothing)."""
     if not sizes or not all(is_int(b) and b >= 1 for b in sizes):
         return "batch sizes must be positive integers in capture order"
     for i, bs in enumerate(sizes):
@@ -209,13 +185,7 @@ def summarize_trace_keys(
     max_bytes: Optional[int] = None,
     check_order: bool = True,
 ) -> TraceKeys:
-    """Every capture key of the trace at ``path``, each with its graphs (the module docstring says how).
-
-    ``batch_sizes`` maps a single-capture trace's windows, in capture order, to batch
-    sizes (the count must match; the refusal says how many windows there are);
-    ``check_order`` refuses sizes whose order the windows' input shapes contradict;
-    ``runner`` names the runner of every key instead of the trace's own name.
-    """
+    """Every capture key of the trace at ``path``, each with its graphs (the module docstring says how)."""
     check_level(level)
     path = Path(path)
     if batch_sizes is not None:
@@ -245,12 +215,7 @@ def _listed(sizes: Sequence) -> str:
 
 
 def _check_order(path: Path, batch_sizes: list, windows: list) -> None:
-    """Refuse ``batch_sizes`` when the windows' own input shapes show the same sizes in another order.
-
-    A window shows size ``s`` when more of its ops' inputs lead with ``s`` than in the window with
-    fewest (what leads with ``s`` whatever the batch size); a window showing no size or several is
-    ambiguous, and nothing is refused unless every window shows one.
-    """
+    """Refuse ``batch_sizes`` when the windows' own input shapes show the same sizes in another order."""
     sizes = set(batch_sizes)
     if len(sizes) < 2:
         return
@@ -290,14 +255,14 @@ def _plan(
 ) -> tuple[list, str]:
     """``([(key, [window index, ...]), ...], how)``: which windows are the graphs of which key."""
     stem = trace_stem(path)
-    single = SINGLE_TRACE.match(stable_runner(path))
+    single = _SINGLE_TRACE.match(_stable_runner(path))
     everything = list(range(len(spans)))
     if _PER_SIZE.match(stem):  # its name gives its key, whatever sizes were given for a single trace
         key = key_from_trace_name(path, scan.annotations, top)
         return [(_renamed(key, runner), everything)], "file name"
-    base = runner or (single.group("runner") if single else stable_runner(path))
+    base = runner or (single.group("runner") if single else _stable_runner(path))
     rank = int(single.group("rank")) if single else key_from_trace_name(path, (), top, unknown_ok=True).rank
-    marks = [(name, start, end, pid) for name, start, end, pid in scan.annotation_spans if CAPTURE_MARK.match(name)]
+    marks = [(name, start, end, pid) for name, start, end, pid in scan.annotation_spans if _CAPTURE_MARK.match(name)]
     if marks:  # its ranges give its keys
         return _by_marks(path, marks, spans, runner, base, rank), "annotations"
     if batch_sizes is not None:
@@ -327,12 +292,7 @@ def _plan(
 
 
 def summarize_graphs(scan: Scan, key: CaptureKey, platform: str, level: str, environment: Optional[dict]) -> Summary:
-    """One key whose capture forward held graphs: a Summary per graph, in capture order, and their sum.
-
-    The graphs are the trace's capture windows; a trace without capture calls (the CPU
-    stand-ins) is split by the :data:`PIECE_MARK` ranges instead.  As for an engine's own
-    trace, what ran outside every graph (the eager ops between pieces) is left out.
-    """
+    """One key whose capture forward held graphs: a Summary per graph, in capture order, and their sum."""
     windows = scan.windows()
     if windows is None or not windows.spans:
         windows = _marked_windows(scan)
@@ -352,15 +312,11 @@ def _renamed(key: CaptureKey, runner: Optional[str]) -> CaptureKey:
 
 
 def _by_marks(path: Path, marks: list, spans: list, runner: Optional[str], base: str, rank: int) -> list:
-    """A key per ``capture_{bs}_{mode}`` range, in time order; its graphs the windows that begin inside it.
-
-    A window begun in nested ranges is the innermost one's; in ranges that overlap without
-    nesting, or in an outer range that keeps none of its own, it would be two keys': refused.
-    """
+    """A key per ``capture_{bs}_{mode}`` range, in time order; its graphs the windows that begin inside it."""
     marks = sorted(dict.fromkeys(marks), key=lambda mark: (mark[1], mark[2]))
     plan: list = []
     for name, _start, _end, _pid in marks:
-        found = CAPTURE_MARK.match(name)
+        found = _CAPTURE_MARK.match(name)
         prefix = found.group("prefix")
         plan.append((CaptureKey(runner or prefix or base, int(found.group("bs")), found.group("mode"), rank), []))
     held: list = [[] for _ in marks]

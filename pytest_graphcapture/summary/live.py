@@ -1,17 +1,5 @@
 """Summaries of a live ``torch.profiler.profile``, read inside its ``on_trace_ready`` callback.
-
-The in-memory Kineto results (``prof.profiler.kineto_results.events()``) are turned
-into the same small event dicts a Chrome trace holds, so live profiles and trace
-files go through one code path (:mod:`.scan`) and give equal summaries.  No torch
-import: the profile object is only called through its methods.
-
-Torch builds whose Kineto events cannot say what they are (no ``activity_type()``),
-the shapes of list arguments (no ``structured_input_shapes()``) or their metadata (2.8
-has none of them, 2.10 and 2.11 lack the first two) would mistake runtime calls and
-memory events for ops: there the profile's Chrome trace is read instead (the cycle's
-exported trace when there is one, else a temporary export), so the summary is the one
-its trace file gives.  Which build is which is decided by :mod:`.torch_caps`.
-"""
+Kineto's in-memory events become the event dicts a trace holds, so live profiles and files share one path."""
 
 from __future__ import annotations
 
@@ -82,12 +70,7 @@ def _infer_activity(event: Any) -> str:
 
 
 def _method(kind: type, probe: Any, name: str) -> Optional[Callable[[Any], Any]]:
-    """Event method ``name`` as a one-argument function, or None when the events lack it.
-
-    The class's own (unbound) method when it has one: calling it skips an attribute
-    lookup per event, which adds up over the thousands of events of one capture.
-    Events that only answer through the instance (wrappers) get ``methodcaller``.
-    """
+    """Event method ``name`` as a one-argument function, or None when the events lack it."""
     method = getattr(kind, name, None)
     if callable(method):
         return method
@@ -104,12 +87,7 @@ def _profile_events(prof: Any) -> list:
 
 
 def _event_dicts(events: Any) -> list:
-    """Chrome-trace-like dicts for the relevant Kineto ``events``.
-
-    One capture records thousands of CPU ops, so the loop keeps its per-event work
-    to the accessor calls and the dicts themselves; runtime, GPU and annotation
-    events (few) go through :func:`_other_event`.
-    """
+    """Chrome-trace-like dicts for the relevant Kineto ``events``."""
     if not events:
         return []
     probe = events[0]
@@ -181,17 +159,7 @@ def summarize_profile(
     export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None,
     graphs: bool = False,
 ) -> Summary:
-    """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback.
-
-    Reads the in-memory Kineto results (no export, no re-parse); with a schedule the
-    callback sees only the active step, which is exactly the capture step.
-    ``export``: exports this cycle's trace (once) and returns its path, when the caller
-    exports it anyway; a torch profile exports only once, and its events must not be
-    read after that.  Called only on torch builds whose events must be read from the
-    trace (see the module docstring); otherwise a temporary export is made there.
-    ``graphs``: the key's capture forward held graphs (pieces): a Summary per graph
-    (:func:`~.split.summarize_graphs`), the eager ops between them left out.
-    """
+    """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback."""
     if environment is None:
         environment = {
             "profiler": {
@@ -211,11 +179,7 @@ def summarize_profile(
 def replay_kernels_from_profile(
     prof: Any, *, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None
 ) -> list:
-    """:func:`replay_kernels_from_events` for a live profile of a graph replay.
-
-    ``export``: as for :func:`summarize_profile`; pass it when the replay's trace is exported
-    too, since on builds whose events must be read from the trace that export is the one read.
-    """
+    """:func:`replay_kernels_from_events` for a live profile of a graph replay."""
     return _scan_profile(prof, export).replay_kernels()
 
 

@@ -1,11 +1,5 @@
-"""The summary of one captured graph — what goldens store.
-
-A :class:`Summary` holds only what must not change silently (kernels, CPU ops with
-shapes, launch counts) and nothing that changes run to run (timestamps, ids,
-correlation ids, streams, durations, pids).  ``environment`` is informational and
-never part of equality.  :func:`~.validate.summary_from_dict` is the only place a summary dict
-(from a golden, a summary file or a post-processing hook) is checked and becomes a Summary.
-"""
+"""The summary of one key, as goldens store it, its one validator, and the keys of several graphs.
+It holds what must not change silently (kernels, ops with shapes, launches), never what changes run to run."""
 
 from __future__ import annotations
 
@@ -15,7 +9,9 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
+
+import msgspec
 
 from .._io import dumps_entries, unpack_graphs
 from ..errors import FileError, TraceFormatError, UsageError
@@ -31,7 +27,7 @@ from .normalize import (
 )
 
 
-def kernel_label(entry: Mapping[str, Any]) -> str:
+def _kernel_label(entry: Mapping[str, Any]) -> str:
     """How a kernel entry is named wherever kernels are compared: name, then ``(kind)``, grid/block and the
     graph's launch shape (``<<<grid,block,shared memory>>>``) where set."""
     extras = []
@@ -50,17 +46,13 @@ def kernel_view(kernels: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """``{kernel label: count}`` of kernel entries."""
     view: dict[str, int] = {}
     for item in kernels:
-        label = kernel_label(item)
+        label = _kernel_label(item)
         view[label] = view.get(label, 0) + int(item["count"])
     return view
 
 
 def count_changes(expected: Mapping[str, int], actual: Mapping[str, int]) -> list[tuple[str, int, int]]:
-    """``(label, expected count, actual count)`` for every label whose count differs (0 = absent), sorted.
-
-    The one multiset comparison: the golden diff's kernel section and the replay's
-    data-loss check are both built on it.
-    """
+    """``(label, expected count, actual count)`` for every label whose count differs (0 = absent), sorted."""
     return [
         (label, expected.get(label, 0), actual.get(label, 0))
         for label in sorted(set(expected) | set(actual))
@@ -71,26 +63,21 @@ def count_changes(expected: Mapping[str, int], actual: Mapping[str, int]) -> lis
 #: 2: kernel entries name the op that launched them (``op``), ``unattributed`` says why some do not.
 SCHEMA_VERSION = 2
 
-
 KINDS = ("kernel", "memcpy", "memset")
 
-
 #: What a key of several graphs stores of each of its graphs (``graphs`` in a summary).
-GRAPH_FIELDS = ("kernels", "ops", "launches", "complete")
-
+_GRAPH_FIELDS = ("kernels", "ops", "launches", "complete")
 
 #: Where a summary's kernels were read: the captured graph itself, in process (torch's get_graph_data(), else
 #: the cuda-bindings walk), a profiled replay of the graph, the capture window's launch events (ROCm names
 #: kernels there), or a graph dump file.
-KERNEL_SOURCES = ("graph-data", "graph", "replay", "capture-window", "dot")
-
+_KERNEL_SOURCES = ("graph-data", "graph", "replay", "capture-window", "dot")
 
 #: A launch shape as a graph spells it (:class:`~.graph.Launch`): ``<<<grid,block,shared memory>>>``,
 #: each dimension ``128`` or ``{16,10,2}``.
 _DIM = r"(?:\d+|\{\d+(?:,\d+){1,2}\})"
 
-
-LAUNCH_PATTERN = re.compile(rf"<<<{_DIM},{_DIM},\d+>>>")
+_LAUNCH_PATTERN = re.compile(rf"<<<{_DIM},{_DIM},\d+>>>")
 
 
 def _kernel_sort_key(entry: dict) -> tuple:
@@ -117,16 +104,7 @@ _OP_FIELDS = {"name", "input_dims", "input_types", "count"}
 
 
 def _packed_ops(ops: list) -> list:
-    """Equal op entries whose strings are shared and whose shape lists are new, built in one pass.
-
-    A capture builds its op entries amid the profiler's objects, scattered over the heap,
-    with a string object per op name and input type of every op; a golden check reads
-    all of them long after (every key of a 36-size engine), missing the CPU cache at
-    nearly every object, which made comparing a summary with an equal golden cost as much
-    as parsing the golden.  Rebuilt here, the entries and their shape lists lie together,
-    and the names and types are interned: a few dozen distinct strings, shared by every
-    summary.  An entry of any other shape leaves the list as it is.
-    """
+    """Equal op entries whose strings are shared and whose shape lists are new, built in one pass."""
     intern = sys.intern
     packed = []
     for op in ops:
@@ -167,7 +145,7 @@ class Summary:
     #: The capture window's launches in call order, ``(kind, op or None)`` each: what a graph replay's
     #: nodes are matched to (:func:`~.replay.with_replay`).  Not stored; None outside a capture window.
     launch_ops: Optional[list] = field(default=None, compare=False, repr=False)
-    #: Where the kernels were read (one of :data:`KERNEL_SOURCES`), or None (an eager trace: the
+    #: Where the kernels were read (one of :data:`_KERNEL_SOURCES`), or None (an eager trace: the
     #: executed kernels).  Informational like ``environment``: equal kernels from two sources are equal.
     kernel_source: Optional[str] = None
     #: The graph's shape when it was read: ``{"nodes": {type: count}, "branches": n}`` (``branches``:
@@ -187,12 +165,7 @@ class Summary:
         self.launches = {"total": int(self.launches.get("total", 0)), "by_api": dict(sorted(by_api.items()))}
 
     def to_dict(self, *, share_entries: bool = False) -> dict:
-        """JSON-ready dict: the layout goldens and summary files store (docs/concepts.md describes it).
-
-        ``share_entries=True``: the kernel and op lists are this summary's own, not
-        copies; for a caller that only reads the dict (serializing, comparing), which
-        then skips copying a few hundred entries.
-        """
+        """JSON-ready dict: the layout goldens and summary files store (docs/concepts.md describes it)."""
         return {
             "schema_version": self.schema_version,
             "key": self.key.to_dict(),
@@ -213,7 +186,7 @@ class Summary:
     def graph_dict(self, share_entries: bool = False) -> dict:
         """What a key of several graphs stores of each graph: its kernels, ops, launches and completeness."""
         whole = self.to_dict(share_entries=share_entries)
-        return {name: whole[name] for name in GRAPH_FIELDS}
+        return {name: whole[name] for name in _GRAPH_FIELDS}
 
     def to_json(self) -> str:
         """Canonical JSON text, as goldens store it: one line per kernel, op and launch entry."""
@@ -242,16 +215,7 @@ class Summary:
         rename: Optional[Callable[[str, str], Optional[str]]] = None,
         share_entries: bool = False,
     ) -> "Summary":
-        """Copy with kernel names at ``level`` (equal names merged) and ignored kernels/ops removed.
-
-        ``rename(name, level)`` (the ``pytest_graphcapture_normalize_kernel`` hook) may
-        return a project's own spelling of a kernel name; None keeps the built-in one.
-        Ignore patterns are regular expressions matched with ``re.search`` against the
-        (normalized) kernel name or the op name.  Going finer than ``self.level`` is an
-        error because the finer information is gone.  ``share_entries=True``: the copy's
-        op entries are this summary's own dicts, not copies, for a caller that only reads
-        them (the golden gate); kernel entries are always new.
-        """
+        """Copy with kernel names at ``level`` (equal names merged) and ignored kernels/ops removed."""
         check_level(level)
         if not is_coarser_or_equal(level, self.level):
             raise UsageError(f"cannot normalize {self.key} from level {self.level!r} to the finer level {level!r}")
@@ -346,11 +310,7 @@ def merge_kernel(
 
 
 def of_graphs(graphs: Sequence[Summary]) -> Summary:
-    """The Summary of one key made of ``graphs`` (in capture order); the one graph itself when there is one.
-
-    The graphs share the key, platform and level.  The sum is complete when every
-    graph is; the reason of an incomplete one names the graph (``graph 2 of 3: …``).
-    """
+    """The Summary of one key made of ``graphs`` (in capture order); the one graph itself when there is one."""
     if not graphs:
         raise UsageError("a key needs at least one graph")
     if len(graphs) == 1:
@@ -407,161 +367,199 @@ def graph_count(summary: Summary) -> int:
     return len(summary.graphs) if summary.graphs else 1
 
 
+_Count = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class _KernelOp(msgspec.Struct):
+    name: str
+    input_dims: list
+
+
+class _Kernel(msgspec.Struct):
+    name: str
+    count: _Count
+    kind: Literal[KINDS] = "kernel"  # type: ignore[valid-type]
+    grid: Union[list[int], msgspec.UnsetType] = msgspec.UNSET
+    block: Union[list[int], msgspec.UnsetType] = msgspec.UNSET
+    launch: Union[Annotated[str, msgspec.Meta(pattern=f"^{_LAUNCH_PATTERN.pattern}$")], msgspec.UnsetType] = (
+        msgspec.UNSET
+    )
+    op: Optional[_KernelOp] = None
+
+
+class _Op(msgspec.Struct):
+    name: str
+    count: _Count
+    input_dims: list = []
+    input_types: list = []
+
+
+class _Launches(msgspec.Struct):
+    total: int
+    by_api: dict[str, int] = {}
+
+
+class _Complete(msgspec.Struct):
+    value: bool
+    reason: Optional[str] = None
+
+
+class _Topology(msgspec.Struct):
+    nodes: dict[str, _Count]
+    branches: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _SummaryFields(msgspec.Struct):
+    """The fields of a summary dict below its key, as msgspec checks them."""
+
+    platform: Annotated[str, msgspec.Meta(min_length=1)]
+    kernels: list[_Kernel]
+    ops: list[_Op]
+    launches: _Launches
+    complete: Union[bool, _Complete]
+    level: Literal[LEVELS] = DEFAULT_LEVEL  # type: ignore[valid-type]
+    incomplete_reason: Optional[str] = None
+    environment: Optional[dict] = None
+    unattributed: Optional[str] = None
+    kernel_source: Optional[Literal[_KERNEL_SOURCES]] = None  # type: ignore[valid-type]
+    topology: Optional[_Topology] = None
+
+
+#: What a field must be, by its path with indexes dropped; a problem deeper down is named at the nearest one.
+_WANTED = {
+    "platform": "a non-empty string",
+    "level": f"one of {', '.join(LEVELS)}",
+    "kernels": "a list",
+    "kernels[]": "an object",
+    "kernels[].name": "a string",
+    "kernels[].count": "an integer of at least 1",
+    "kernels[].kind": f"one of {', '.join(KINDS)}",
+    "kernels[].grid": "a list of integers",
+    "kernels[].block": "a list of integers",
+    "kernels[].launch": "a launch shape like <<<{16,10,2},128,0>>> (grid, block, shared memory bytes)",
+    "kernels[].op": '{"name": string, "input_dims": list} or null',
+    "ops": "a list",
+    "ops[]": "an object",
+    "ops[].name": "a string",
+    "ops[].input_dims": "a list",
+    "ops[].input_types": "a list",
+    "ops[].count": "an integer of at least 1",
+    "launches": "an object",
+    "launches.total": "an integer",
+    "launches.by_api": "an object mapping API names to integers",
+    "complete": '{"value": bool, "reason": string or null}',
+    "complete.reason": "a string or null",
+    "incomplete_reason": "a string or null",
+    "environment": "an object",
+    "unattributed": "a string or null",
+    "kernel_source": f"one of {', '.join(_KERNEL_SOURCES)} or null",
+    "topology": '{"nodes": {node type: count of at least 1}, "branches": integer of at least 0} or null',
+}
+
+_PROBLEM_AT = re.compile(r"(?:Object missing required field `(\w+)`|.*?) - at `\$(.*)`$")
+_PATH_PART = re.compile(r"\.(\w+)|\[(\d+|\.\.\.)\]")
+
+
+def _problem(exc: msgspec.ValidationError, data: dict) -> str:
+    """msgspec's message as the field that is wrong, what it must be and what it is."""
+    match = _PROBLEM_AT.match(str(exc))
+    if match is None:
+        return str(exc)
+    parts = [(m.group(1), m.group(2)) for m in _PATH_PART.finditer(match.group(2))]
+    if match.group(1):
+        parts.append((match.group(1), None))
+    shape = "".join(f".{name}" if name else "[]" for name, _ in parts).lstrip(".")
+    while parts and shape not in _WANTED:
+        parts.pop()
+        shape = "".join(f".{name}" if name else "[]" for name, _ in parts).lstrip(".")
+    if not parts:
+        return str(exc)
+    value: Any = data
+    for name, index in parts:
+        value = value.get(name, msgspec.UNSET) if isinstance(value, dict) else value[int(index)] if index else value
+    path = "".join(f".{name}" if name else f"[{index}]" for name, index in parts).lstrip(".")
+    got = (
+        ""
+        if value is msgspec.UNSET
+        else f", got {value!r}"
+        if value is None or isinstance(value, (str, int, float))
+        else f", got {type(value).__name__}"
+    )
+    return f"{path} must be {_WANTED[shape]}{got}"
+
+
 def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileError] = TraceFormatError) -> Summary:
-    """Check a summary dict field by field and build the :class:`Summary`; ``error(source, problem)`` otherwise.
-
-    The one validator of summary dicts: goldens, summary files and dicts edited by
-    ``pytest_graphcapture_postprocess_summary`` all come through here, so a bad
-    file fails with the field that is wrong, never with a traceback.
-    """
-
-    def expect(cond: bool, problem: str) -> None:
-        if not cond:
-            raise error(source, problem)
-
-    expect(isinstance(data, dict), f"summary must be a JSON object, got {type(data).__name__}")
+    """Check a summary dict (a golden, a summary file, a post-processed dict) and build the :class:`Summary`."""
+    if not isinstance(data, dict):
+        raise error(source, f"summary must be a JSON object, got {type(data).__name__}")
     try:
         data = unpack_graphs(data)  # a key of several graphs as written: one line per entry
     except ValueError as exc:
         raise error(source, str(exc)) from None
-    required = ("schema_version", "key", "platform", "kernels", "ops", "launches", "complete")
-    missing = [k for k in required if k not in data]
-    expect(not missing, f"summary is missing {', '.join(missing)}")
+    missing = [
+        k for k in ("schema_version", "key", "platform", "kernels", "ops", "launches", "complete") if k not in data
+    ]
+    if missing:
+        raise error(source, f"summary is missing {', '.join(missing)}")
     version = data["schema_version"]
-    expect(is_int(version), f"schema_version must be an integer, got {version!r}")
-    expect(
-        version == SCHEMA_VERSION, f"schema_version {version} is not supported (this version reads {SCHEMA_VERSION})"
-    )
+    if not is_int(version):
+        raise error(source, f"schema_version must be an integer, got {version!r}")
+    if version != SCHEMA_VERSION:
+        raise error(source, f"schema_version {version} is not supported (this version reads {SCHEMA_VERSION})")
     key_data = data["key"]
-    expect(
-        isinstance(key_data, dict) and isinstance(key_data.get("runner"), str),
-        "key must be an object with runner, batch_size, variant, rank",
-    )
-    expect(
-        is_int(key_data.get("batch_size")) and is_int(key_data.get("rank", 0)),
-        "key.batch_size and key.rank must be integers",
-    )
-    expect(
-        key_data.get("variant") is None or isinstance(key_data.get("variant"), str),
-        "key.variant must be a string or null",
-    )
+    if not isinstance(key_data, dict) or not isinstance(key_data.get("runner"), str):
+        raise error(source, "key must be an object with runner, batch_size, variant, rank")
+    if not is_int(key_data.get("batch_size")) or not is_int(key_data.get("rank", 0)):
+        raise error(source, "key.batch_size and key.rank must be integers")
+    if key_data.get("variant") is not None and not isinstance(key_data.get("variant"), str):
+        raise error(source, "key.variant must be a string or null")
     try:
         key = CaptureKey.from_dict(key_data)
     except (ValueError, KeyError, TypeError) as exc:
         raise error(source, f"bad key: {exc}") from None
-    expect(isinstance(data["platform"], str) and bool(data["platform"]), "platform must be a non-empty string")
-    level = data.get("level", DEFAULT_LEVEL)
-    expect(level in LEVELS, f"level must be one of {', '.join(LEVELS)}, got {level!r}")
-    kernels = data["kernels"]
-    expect(isinstance(kernels, list), f"kernels must be a list, got {type(kernels).__name__}")
-    clean_kernels = []
-    for i, entry in enumerate(kernels):
-        where = f"kernels[{i}]"
-        expect(isinstance(entry, dict), f"{where} must be an object")
-        expect(isinstance(entry.get("name"), str), f"{where}.name must be a string")
-        expect(is_int(entry.get("count")) and entry["count"] >= 1, f"{where}.count must be an integer of at least 1")
-        kind = entry.get("kind", "kernel")
-        expect(kind in KINDS, f"{where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        item = {"name": entry["name"], "kind": kind, "count": entry["count"]}
-        for dim in ("grid", "block"):
-            if dim in entry:
-                value = entry[dim]
-                expect(
-                    isinstance(value, list) and all(is_int(v) for v in value),
-                    f"{where}.{dim} must be a list of integers",
-                )
-                item[dim] = list(value)
-        if "launch" in entry:
-            launch = entry["launch"]
-            expect(
-                isinstance(launch, str) and LAUNCH_PATTERN.fullmatch(launch) is not None,
-                f"{where}.launch must be a launch shape like <<<{{16,10,2}},128,0>>> (grid, block, shared "
-                f"memory bytes), got {launch!r}",
-            )
-            item["launch"] = launch
-        if entry.get("op") is not None:
-            op = entry["op"]
-            expect(
-                isinstance(op, dict) and isinstance(op.get("name"), str) and isinstance(op.get("input_dims"), list),
-                f'{where}.op must be {{"name": string, "input_dims": list}} or null',
-            )
-            item["op"] = {"name": op["name"], "input_dims": op["input_dims"]}
-        clean_kernels.append(item)
-    ops = data["ops"]
-    expect(isinstance(ops, list), f"ops must be a list, got {type(ops).__name__}")
-    clean_ops = []
-    for i, entry in enumerate(ops):
-        where = f"ops[{i}]"
-        expect(isinstance(entry, dict), f"{where} must be an object")
-        expect(isinstance(entry.get("name"), str), f"{where}.name must be a string")
-        expect(isinstance(entry.get("input_dims", []), list), f"{where}.input_dims must be a list")
-        expect(isinstance(entry.get("input_types", []), list), f"{where}.input_types must be a list")
-        expect(is_int(entry.get("count")) and entry["count"] >= 1, f"{where}.count must be an integer of at least 1")
-        clean_ops.append(
-            {
-                "name": entry["name"],
-                "input_dims": entry.get("input_dims", []),
-                "input_types": entry.get("input_types", []),
-                "count": entry["count"],
-            }
-        )
-    launches = data["launches"]
-    expect(isinstance(launches, dict), f"launches must be an object, got {type(launches).__name__}")
-    expect(is_int(launches.get("total")), "launches.total must be an integer")
-    by_api = launches.get("by_api", {})
-    expect(
-        isinstance(by_api, dict) and all(isinstance(k, str) and is_int(v) for k, v in by_api.items()),
-        "launches.by_api must map API names to integers",
+    try:
+        fields = msgspec.convert(data, _SummaryFields)
+    except msgspec.ValidationError as exc:
+        raise error(source, _problem(exc, data)) from None
+    complete = fields.complete
+    value, reason = (
+        (complete, fields.incomplete_reason) if complete.__class__ is bool else (complete.value, complete.reason)
     )
-    complete = data["complete"]
-    if isinstance(complete, bool):
-        value, reason = complete, data.get("incomplete_reason")
-    else:
-        expect(
-            isinstance(complete, dict) and isinstance(complete.get("value"), bool),
-            'complete must be {"value": bool, "reason": string or null}',
-        )
-        value, reason = complete["value"], complete.get("reason")
-    expect(reason is None or isinstance(reason, str), "complete.reason must be a string or null")
-    environment = data.get("environment")
-    environment = {} if environment is None else environment
-    expect(isinstance(environment, dict), "environment must be an object")
-    unattributed = data.get("unattributed")
-    expect(unattributed is None or isinstance(unattributed, str), "unattributed must be a string or null")
-    kernel_source = data.get("kernel_source")
-    expect(
-        kernel_source is None or kernel_source in KERNEL_SOURCES,
-        f"kernel_source must be one of {', '.join(KERNEL_SOURCES)} or null, got {kernel_source!r}",
-    )
-    topology = data.get("topology")
-    if topology is not None:
-        nodes = topology.get("nodes") if isinstance(topology, dict) else None
-        expect(
-            isinstance(nodes, dict)
-            and all(isinstance(k, str) and is_int(v) and v >= 1 for k, v in nodes.items())
-            and is_int(topology.get("branches"))
-            and topology["branches"] >= 0,
-            'topology must be {"nodes": {node type: count of at least 1}, "branches": integer of at least 0} or null',
-        )
-        topology = {"nodes": dict(sorted(nodes.items())), "branches": topology["branches"]}
+    topology = fields.topology
     summary = Summary(
         key=key,
-        platform=data["platform"],
-        kernels=clean_kernels,
-        ops=clean_ops,
-        launches={"total": launches["total"], "by_api": dict(by_api)},
+        platform=fields.platform,
+        kernels=[_kernel_dict(k) for k in fields.kernels],
+        ops=[
+            {"name": o.name, "input_dims": o.input_dims, "input_types": o.input_types, "count": o.count}
+            for o in fields.ops
+        ],
+        launches={"total": fields.launches.total, "by_api": fields.launches.by_api},
         complete=value,
         incomplete_reason=reason,
-        environment=environment,
-        level=level,
+        environment={} if fields.environment is None else fields.environment,
+        level=fields.level,
         schema_version=version,
-        unattributed=unattributed,
-        kernel_source=kernel_source,
-        topology=topology,
+        unattributed=fields.unattributed,
+        kernel_source=fields.kernel_source,
+        topology=None
+        if topology is None
+        else {"nodes": dict(sorted(topology.nodes.items())), "branches": topology.branches},
     )
     if data.get("graphs") is not None:
         summary = _with_graphs(summary, data, source, error)
     return summary
+
+
+def _kernel_dict(kernel: _Kernel) -> dict:
+    item: dict = {"name": kernel.name, "kind": kernel.kind, "count": kernel.count}
+    for name in ("grid", "block", "launch"):
+        value = getattr(kernel, name)
+        if value is not msgspec.UNSET:
+            item[name] = value
+    if kernel.op is not None:
+        item["op"] = {"name": kernel.op.name, "input_dims": kernel.op.input_dims}
+    return item
 
 
 def _with_graphs(summary: Summary, data: dict, source: str, error: type[FileError]) -> Summary:
@@ -572,12 +570,12 @@ def _with_graphs(summary: Summary, data: dict, source: str, error: type[FileErro
     parts = []
     for i, graph in enumerate(graphs):
         if not isinstance(graph, dict):
-            raise error(source, f"graphs[{i}] must be an object with {', '.join(GRAPH_FIELDS)}")
-        missing = [name for name in GRAPH_FIELDS if name not in graph]
+            raise error(source, f"graphs[{i}] must be an object with {', '.join(_GRAPH_FIELDS)}")
+        missing = [name for name in _GRAPH_FIELDS if name not in graph]
         if missing:
             raise error(source, f"graphs[{i}] is missing {', '.join(missing)}")
         own = {name: data[name] for name in ("schema_version", "key", "platform", "level") if name in data}
-        part = summary_from_dict({**own, **{name: graph[name] for name in GRAPH_FIELDS}}, source, error=error)
+        part = summary_from_dict({**own, **{name: graph[name] for name in _GRAPH_FIELDS}}, source, error=error)
         part.environment = summary.environment
         parts.append(part)
     whole = of_graphs(parts)

@@ -1,42 +1,4 @@
-"""Kernel-name normalization levels and ignore patterns.
-
-Why: the same kernel is spelled differently across driver versions, builds and
-runs (hex addresses, lambda numbering, generated-kernel suffixes, mangled vs.
-demangled), and a golden must only change when the *kernel set* changes.  Three
-levels trade precision against stability:
-
-``exact``
-    the recorded name; a trailing ``.kd`` (ROCm code-object symbol) is removed and
-    an Itanium-mangled symbol (``_Z…``) is demangled.
-``name`` (default)
-    ``exact`` without the parameter list (a trailing ``(anonymous namespace)`` is a
-    namespace, not parameters), with hex addresses (``0x…`` → ``0x_``),
-    lambda / unnamed-type numbering (``{lambda(float)#3}`` → ``{lambda(float)#?}``,
-    ``'lambda2'`` → ``'lambda'``, ``$_12`` → ``$_``), anonymous namespaces
-    (``_GLOBAL__N_1`` / ``{anonymous}`` → ``(anonymous namespace)``) and
-    generated-kernel numeric suffixes (``triton_poi_fused_add_3`` →
-    ``triton_poi_fused_add``) normalized.
-``family``
-    ``name`` without template arguments and without a leading ``void`` return type;
-    vendor GEMM kernels (cuBLAS/cuBLASLt ``sm*_xmma…``, ``…gemm…``, CUTLASS GEMMs,
-    ``nvjet…``, hipBLASLt/Tensile ``Cijk_…``) fold into the single family ``GEMM``
-    (their shapes are visible in the ops).
-
-Demangling is :mod:`.demangle`'s: the same on every host, spelled as the profiler (Kineto,
-``c++filt``) prints it.  A symbol it cannot read keeps its mangled
-spelling at the ``exact`` and ``name`` levels, and at ``family`` becomes the
-qualified base name read from the mangled prefix (e.g. ``sgl_hip::activation::
-act_and_mul_kernel``, the family its demangled name has) when that much can be read.  Every level is applied until it
-reaches a fixed point, so normalizing twice equals normalizing once.
-
-Memcpy/memset graph nodes are not kernel symbols; callers leave their names alone.
-
-CPU op names are kept as recorded, except for identifiers that only number
-``torch.compile`` compilations in the order they happened (:func:`normalize_op_name`):
-dynamo's ``Torch-Compiled Region: 0/1``, compile ids ``[0/1]`` and the hash of a
-``## Call CompiledFxGraph <hash> ##`` range.  A compiled runner's golden for one
-batch size then does not depend on which other sizes were captured, or in which order.
-"""
+"""Kernel-name levels (exact, name, family) and ignore patterns: a golden changes only when the kernel set does."""
 
 from __future__ import annotations
 
@@ -66,23 +28,14 @@ def _demangle_symbol(name: str) -> Optional[str]:
 
 
 def demangle(name: str) -> Optional[str]:
-    """The readable spelling of an Itanium symbol (``_Z…``); None when ``name`` is not one or it cannot be read.
-
-    Names recur across a graph and across batch sizes, so each is demangled once per process.
-    """
+    """The readable spelling of an Itanium symbol (``_Z…``); None when ``name`` is not one or it cannot be read."""
     if not _is_symbol(name):
         return None
     return _demangle_symbol(name)
 
 
 def mangled_base_name(name: str) -> Optional[str]:
-    """The qualified name of a kernel entry point from its mangled prefix (``_ZN3foo3barI…`` → ``foo::bar``).
-
-    A kernel is a namespace-scope function (CUDA and HIP have no member kernels), so its nested
-    name is namespaces and the function's name, optionally followed by the function's template
-    arguments (``I…``).  Only source names are read: a prefix that holds anything else
-    (a substitution, an ABI tag, a cut-off name) gives None rather than a guess.
-    """
+    """The qualified name of a kernel entry point from its mangled prefix (``_ZN3foo3barI…`` → ``foo::bar``)."""
     if not name.startswith("_Z"):
         return None
     i = 2
@@ -116,12 +69,9 @@ def mangled_base_name(name: str) -> Optional[str]:
 
 LEVELS = ("exact", "name", "family")
 
-
 DEFAULT_LEVEL = "name"
 
-
 GEMM_FAMILY = "GEMM"
-
 
 _RANK = {level: i for i, level in enumerate(LEVELS)}
 
@@ -140,28 +90,20 @@ def is_coarser_or_equal(target: str, source: str) -> bool:
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 
-
 _HASH_NUM = re.compile(r"#\d+\}")
-
 
 _QUOTED_LAMBDA = re.compile(r"'(lambda|unnamed)\d+'")
 
-
 _DOLLAR = re.compile(r"\$_\d+")
-
 
 _ANON = re.compile(r"_GLOBAL__N_\d+|\{anonymous\}|`anonymous namespace'")
 
-
 _ANON_NAMESPACE = "(anonymous namespace)"
-
 
 _GENERATED = re.compile(r"^((?:triton|cpp|fused|cutedsl|helion)_\w*?[A-Za-z]\w*?)(?:_\d+)+$")
 
-
 #: A CUTLASS kernel template (``cutlass::Kernel2<…>``) as its mangled prefix spells it.
 _MANGLED_CUTLASS = re.compile(r"^_ZN7cutlass\d+Kernel\d*I")
-
 
 _GEMM = re.compile(
     r"gemm|xmma|^(?:void )?nvjet|^(?:void )?Cijk_|cutlass_\d+_\w*tensorop|cutlass::Kernel\d*<|cublas|hipblaslt|tensile",
@@ -262,7 +204,6 @@ def _family_step(name: str) -> str:
 
 
 _STEPS = {"exact": _exact_step, "name": _name_step, "family": _family_step}
-
 
 _COMPILE_ORDER = (
     (re.compile(r"^(Torch-Compiled Region): \d+/\d+(?:_\d+)?$"), r"\1"),

@@ -1,58 +1,4 @@
-"""Building a summary from trace events: one pass into compact records (:mod:`.collect`), then the summary.
-
-Two inputs give one result:
-
-* :func:`summarize_profile` reads a live ``torch.profiler.profile`` inside its
-  ``on_trace_ready`` callback through ``prof.profiler.kineto_results.events()``
-  (names, shapes, dtypes, activity types, correlation ids) — no export, no
-  re-parse.  Each relevant ``_KinetoEvent`` is turned into the same small dict a
-  Chrome trace holds, so both inputs go through one code path and summaries of
-  the same capture are equal.
-* :func:`summarize_trace_file` / :func:`summarize_events` read Chrome/Kineto
-  trace files or their event dicts.
-
-How the summary is built:
-
-* **Capture windows** — events between a BeginCapture and its EndCapture runtime
-  call (``cudaStreamBeginCapture*``, ``hipStreamBeginCapture*``,
-  ``cuStreamBeginCapture*`` … ``*StreamEndCapture*``), inclusive of their start
-  times, *on the capturing thread* (:func:`pair_captures`).  Calls are paired per
-  process and thread (and per stream where the trace records one): each EndCapture
-  closes the latest open BeginCapture of its thread and is used once.  A Begin
-  without its End (the capture outlived the profiler window) or an End without its
-  Begin (the capture began before it) still bounds a window, open at one side, and
-  the summary is marked incomplete, naming the call and its thread.  Events of
-  other threads are not in the graph, except where the capturing thread recorded no
-  op at all (a trace that numbers threads differently for runtime calls and ops):
-  its windows then hold the events of every thread of its process.  Without capture
-  calls (eager CPU backend, or an eager GPU step) the window is the whole trace,
-  i.e. the profiler's active step.
-* **ops** — every ``cpu_op`` event in the window, *at all nesting levels*
-  (``aten::linear`` and the ``aten::addmm`` inside it both count).  Counting
-  every level needs no call-tree reconstruction, so it is cheap and identical for
-  live and file inputs, and a change anywhere in the dispatch shows up.  Ops are
-  grouped by (name, ``Input Dims``, ``Input type``).
-* **launches** — launch runtime events in the window: the kernel launch APIs
-  (:data:`KERNEL_LAUNCH_APIS`) plus ``*Memcpy*Async``/``*Memset*Async`` (and
-  ``hipMemcpyWithStream``).  ``by_api`` uses the base API name (CUPTI version
-  suffixes such as ``_v7000``/``_ptsz`` dropped).
-* **kernels** — with a capture window, from the launch events: on ROCm they carry
-  ``args.kernel``/``grid``/``block``; on NVIDIA they carry no kernel name, so the
-  summary is marked incomplete until :func:`with_replay` supplies the graph's
-  kernels.  Without a capture window, the executed ``kernel``/``gpu_memcpy``/
-  ``gpu_memset`` events are the kernels.  Memcpy/memset nodes are listed with
-  ``kind`` ``memcpy``/``memset`` and keep their recorded name (they are not
-  symbols, so normalization levels do not touch them).
-* **attribution** — each kernel entry names the op whose call launched it
-  (:mod:`.attribute`): the innermost ``cpu_op`` around the launch call on its thread
-  (a thread is a (pid, tid) pair: thread ids are per process, as in a merged
-  multi-rank trace).
-* **replay** — :func:`replay_kernels_from_events` / ``_from_profile`` pick the
-  GPU events whose ``correlation`` equals a ``cudaGraphLaunch``/``hipGraphLaunch``
-  (``cuGraphLaunch``) correlation, which excludes fill kernels launched outside
-  the graph; :func:`with_replay` makes them the kernels and runs the data-loss
-  check (:mod:`.replay`).
-"""
+"""A summary from trace events: the capture windows, ops, launches and kernels in them, each kernel with the op that launched it."""
 
 from __future__ import annotations
 
@@ -74,13 +20,11 @@ REPLAY_UNATTRIBUTED = (
     "node ids), so they name no launching op"
 )
 
-
 #: The replay carries graph node ids, but there is no capture window to match them to.
 REPLAY_NO_CAPTURE = (
     "the graph replay's kernels carry graph node ids but the capture trace has no capture window to match "
     "them to, so they name no launching op"
 )
-
 
 #: The replay's graph node ids do not line up with the capture's launches.
 REPLAY_NODES_DIFFER = (
@@ -88,13 +32,11 @@ REPLAY_NODES_DIFFER = (
     "(count or kernel/memcpy/memset kinds differ), so they name no launching op"
 )
 
-
 #: Read from the graph itself, but the capture trace has no capture window to match the nodes to.
 GRAPH_NO_CAPTURE = (
     "the graph's nodes were read from the graph itself but the capture trace has no capture window to match "
     "them to, so they name no launching op"
 )
-
 
 #: The graph's nodes, in the order capture created them, do not line up with the capture's launch calls.
 GRAPH_NODES_DIFFER = (
@@ -103,16 +45,8 @@ GRAPH_NODES_DIFFER = (
 )
 
 
-def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[int]) -> list[int]:
-    """For each launch, the op index (into ``spans.op_refs``) of the innermost op enclosing it, -1 if none.
-
-    ``spans`` holds the collected op spans (:class:`~.collect.Collector`: ``span_start``,
-    ``span_end``, ``span_tid``, ``span_ref``); a launch is its time (``NaN``: none) and
-    its thread index.  A launch on a thread that ran no op (live profiles of old
-    torch builds number threads differently for ops and runtime calls) is matched
-    against the ops of every thread of its process together, the best evidence left
-    (every thread's, when the launch names no process).
-    """
+def _enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[int]) -> list[int]:
+    """For each launch, the op index (into ``spans.op_refs``) of the innermost op enclosing it, -1 if none."""
     result = [-1] * len(launch_ts)
     threads: dict[int, Any] = {}
     for index, tid in enumerate(spans.span_tid):
@@ -163,7 +97,6 @@ def enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[i
 
 _ANY = object()
 
-
 _INF = float("inf")
 
 
@@ -188,11 +121,7 @@ class _SpanOrder:
         return (self.starts[index], -self.ends[index], self.rank[self.refs[index]])
 
     def sorted(self, indices: Sequence[int]) -> Any:
-        """``indices`` in span order (stable), as a compact array.
-
-        Sorting by start alone needs no key tuples (spans are millions in a large
-        trace); only runs of equal starts are then ordered by the full key.
-        """
+        """``indices`` in span order (stable), as a compact array."""
         starts = self.starts
         previous = -_INF
         for index in indices:  # already in start order (the usual case): no sort, no list
@@ -234,12 +163,7 @@ def attributed_share(kernels: Iterable[dict]) -> tuple[int, int]:
 
 
 class CaptureWindows:
-    """The capture windows of a trace, per thread, and the capture calls that could not be paired.
-
-    Built by :func:`pair_captures`.  ``of[thread]`` is the list of ``(start, end)``
-    windows that hold the events of thread index ``thread`` (empty: none of them);
-    ``problems`` holds one sentence per kind of capture call that could not be paired.
-    """
+    """The capture windows of a trace, per thread, and the capture calls that could not be paired."""
 
     def __init__(self, of: list, problems: list, spans: Optional[list] = None) -> None:
         self.of = of
@@ -248,15 +172,8 @@ class CaptureWindows:
         self.spans = spans or []
 
 
-def pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
-    """Pair the BeginCapture/EndCapture calls of ``scan`` into windows; None when it has no capture calls.
-
-    The rule (the module docstring says why): calls are paired per (thread, stream) in
-    time order, each EndCapture closing the latest open BeginCapture; an End with no
-    open Begin is a window from the start of the trace, a Begin left open one to its
-    end, and each is reported.  ``op_threads``: the threads that recorded an op; a
-    capture thread outside it lends its windows to every thread of its process.
-    """
+def _pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
+    """Pair the BeginCapture/EndCapture calls of ``scan`` into windows; None when it has no capture calls."""
     if not scan.captures:
         return None
     inf = float("inf")
@@ -357,8 +274,8 @@ class Scan(Collector):
     """The collected records of one trace, and what a summary reads from them."""
 
     def windows(self) -> Optional[CaptureWindows]:
-        """The capture windows of the trace (:func:`pair_captures`); None when it has no capture calls."""
-        return pair_captures(self, set(self.op_thread))
+        """The capture windows of the trace (:func:`_pair_captures`); None when it has no capture calls."""
+        return _pair_captures(self, set(self.op_thread))
 
     def replay_kernels(self) -> list:
         """GPU events correlated with a graph launch, in time order."""
@@ -376,11 +293,7 @@ class Scan(Collector):
         return kernels
 
     def gpu_kernels(self) -> dict:
-        """``{(gpu description, op index): count}`` of the executed kernels/memcpys/memsets, in event order.
-
-        The kernels of an eager step; the op index (into ``op_refs``, -1 for none) is
-        the op whose call launched the kernel, linked by correlation id.
-        """
+        """``{(gpu description, op index): count}`` of the executed kernels/memcpys/memsets, in event order."""
         launch_at = self.launch_at
         nan = float("nan")
         call_ts = array("d")
@@ -393,7 +306,7 @@ class Scan(Collector):
             else:
                 call_ts.append(self.launch_ts[index])
                 call_tid.append(self.launch_tid[index])
-        ops = enclosing_ops(self, call_ts, call_tid)
+        ops = _enclosing_ops(self, call_ts, call_tid)
         counted: dict = {}
         for pair in zip(self.gpu_desc, ops):
             counted[pair] = counted.get(pair, 0) + 1
@@ -480,7 +393,7 @@ def launching_ops(scan: Scan, launches: list) -> list:
         return []
     call_ts = array("d", (scan.launch_ts[i] for i in launches))
     call_tid = array("l", (scan.launch_tid[i] for i in launches))
-    return enclosing_ops(scan, call_ts, call_tid)
+    return _enclosing_ops(scan, call_ts, call_tid)
 
 
 def window_summary(
@@ -494,12 +407,7 @@ def window_summary(
     by: Optional[list],
     problems: Optional[list],
 ) -> Summary:
-    """The Summary of ``ops`` and the launches ``launches_in`` (indexes into the scan's launches).
-
-    ``by`` (the launching op of each launch, :func:`launching_ops`) is None for a trace
-    without capture windows: its kernels are then the executed GPU events.
-    ``problems``: the capture calls that could not be paired, which mark it incomplete.
-    """
+    """The Summary of ``ops`` and the launches ``launches_in`` (indexes into the scan's launches)."""
     rows = scan.desc_rows
     launch_desc = scan.launch_desc
     by_api = Counter(rows[launch_desc[i]][0] for i in launches_in)
@@ -599,9 +507,5 @@ def summarize_events(
 
 
 def replay_kernels_from_events(events: Iterable[dict]) -> list:
-    """The graph's kernels in a replay trace: GPU events correlated with a graph launch.
-
-    Returns one dict per executed node (``name``, ``kind`` and ``grid``/``block`` when
-    recorded), in time order; kernels launched outside the graph are excluded.
-    """
+    """The graph's kernels in a replay trace: GPU events correlated with a graph launch."""
     return scan_events(events).replay_kernels()

@@ -1,33 +1,5 @@
-"""Load Chrome/Kineto trace files (``.json`` and ``.json.gz``) safely and fast.
-
-Why a module of its own: trace files come from other machines and other tools,
-so every way they can be wrong must end in one clear line naming the file and the
-problem (:class:`~pytest_graphcapture.errors.TraceFormatError`), never in a
-traceback, and a decompression bomb must not take the machine down.
-
-Speed matters (traces reach hundreds of MB), so loading is exactly what a plain
-``gzip`` + ``json`` load does: read the (decompressed) bytes once, decode them as
-UTF-8 and hand them to the C JSON parser.  The only extra work is a size check
-and one cheap type check per event.
-
-Decisions, documented because callers rely on them:
-
-* The decompressed size is capped (default 2 GiB).  Raise it with the
-  ``max_bytes`` argument or the environment variable
-  ``GRAPH_CAPTURE_MAX_TRACE_BYTES`` (bytes, or a number with ``K``/``M``/``G``
-  suffix); the error message says so.
-* ``NaN``/``Infinity`` are rejected: they are not JSON and no profiler we read
-  writes them, so they mean the file was produced by something else.
-* Events that are not JSON objects are an error (naming the index of the first
-  one) rather than silently skipped: a trace with such events is damaged, and
-  skipping would let a damaged trace pass as a kernel regression or a clean run.
-  Wrong-typed *fields* inside an event (a non-string name or category, non-dict
-  ``args``) are tolerated by the summarizer, which treats them as missing.
-* Arrays and objects may nest :data:`MAX_NESTING` levels deep (the top-level object
-  is level 1; Kineto writes 7 at most).  A parser's own limit moves with the depth of the
-  caller's stack (a file read from ``pytest`` failed where the CLI read it), so the
-  limit is checked on the text before parsing: every reader gives the same answer.
-"""
+"""Trace files (``.json``/``.json.gz``) read safely: whole, or in slices of events with bounded memory.
+Every way a file can be wrong ends in one line naming the file and the problem."""
 
 from __future__ import annotations
 
@@ -46,19 +18,14 @@ from .collect import DECODER, Collector, feed_records
 
 DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
 
-
 MAX_TRACE_BYTES_ENV = "GRAPH_CAPTURE_MAX_TRACE_BYTES"
-
 
 #: The deepest nesting of arrays and objects a trace may have (the top-level object is level 1).
 MAX_NESTING = 100
 
-
 _GZIP_MAGIC = b"\x1f\x8b"
 
-
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -98,19 +65,13 @@ def _too_big(limit: int) -> str:
 
 
 #: Bytes handed out per block by :func:`trace_blocks` (and read per step from a gzip file: 1 MiB).
-BLOCK_BYTES = 8 * 1024**2
-
+_BLOCK_BYTES = 8 * 1024**2
 
 _READ_BYTES = 1024**2
 
 
-def trace_blocks(path: Union[str, "os.PathLike[str]"], limit: int, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
-    """The file's bytes in blocks of at most ``block_bytes``, decompressed when it is gzip (by its magic bytes).
-
-    Multi-member gzip and trailing zero padding are read; past ``limit`` decompressed
-    bytes, or on corrupt, truncated or trailing data, TraceFormatError names the file
-    and the problem, so a decompression bomb never takes the machine down.
-    """
+def trace_blocks(path: Union[str, "os.PathLike[str]"], limit: int, block_bytes: int = _BLOCK_BYTES) -> Iterator[bytes]:
+    """The file's bytes in blocks of at most ``block_bytes``, decompressed when it is gzip (by its magic bytes)."""
     if not os.path.isdir(path):  # a FIFO or a device would block the read: refuse it first
         require_regular(path, error=TraceFormatError, missing_ok=True)
     try:
@@ -188,23 +149,14 @@ def read_trace_bytes(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optiona
     return data
 
 
-#: ``{``/``}`` become ``[``/``]``; every byte but brackets and quotes is deleted (see :func:`nesting_depth`).
+#: ``{``/``}`` become ``[``/``]``; every byte but brackets and quotes is deleted (see :func:`_nesting_depth`).
 _BRACKETS = bytes.maketrans(b"{}", b"[]")
-
 
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
 
 
-def nesting_depth(data: bytes, limit: int = MAX_NESTING) -> int:
-    """How deep the arrays and objects of the JSON text ``data`` nest, counted up to ``limit + 1``.
-
-    Exact for valid JSON, and for a valid start of it (containers still open at the
-    end count as closed there); some deterministic number for anything else.  Fast
-    because it keeps only the structure: escapes go, every byte but brackets and
-    quotes goes, string contents go (two adjacent quotes can be dropped whatever
-    they close and open: nothing lies between them), then each pass of
-    ``replace("[]", "")`` removes the innermost containers, one level a pass.
-    """
+def _nesting_depth(data: bytes, limit: int = MAX_NESTING) -> int:
+    """How deep the arrays and objects of the JSON text ``data`` nest, counted up to ``limit + 1``."""
     if b"\\" in data:  # escapes exist only inside strings: an escaped quote is no string end
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     marks = data.translate(_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
@@ -228,7 +180,7 @@ def too_deep(limit: int = MAX_NESTING) -> str:
     return f"invalid JSON: nesting too deep (more than {limit} levels of arrays and objects; a Kineto trace has 7)"
 
 
-def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trace>") -> dict:
+def _parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trace>") -> dict:
     """Parse decompressed trace bytes into the top-level trace object, validating its shape."""
     try:
         text = data.decode("utf-8")
@@ -241,7 +193,7 @@ def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trac
     first = text.lstrip()[:1]
     if first not in ("{", "["):
         raise TraceFormatError(path, "not a gzip or JSON file (content does not start with '{')")
-    if nesting_depth(data) > MAX_NESTING:
+    if _nesting_depth(data) > MAX_NESTING:
         raise TraceFormatError(path, too_deep())
     try:
         trace = loads_strict(text)
@@ -263,20 +215,14 @@ def parse_trace_bytes(data: bytes, path: Union[str, "os.PathLike[str]"] = "<trac
 
 
 def load_trace(path: Union[str, "os.PathLike[str]"], *, max_bytes: Optional[int] = None) -> dict:
-    """Load a ``.json``/``.json.gz`` Chrome trace; raise TraceFormatError naming file and problem.
-
-    Gzip is recognised by its magic bytes, not the file name, so a mis-named file
-    still loads.  ``max_bytes`` caps the decompressed size (see module docstring).
-    """
-    return parse_trace_bytes(read_trace_bytes(path, max_bytes=max_bytes), path)
+    """Load a ``.json``/``.json.gz`` Chrome trace; raise TraceFormatError naming file and problem."""
+    return _parse_trace_bytes(read_trace_bytes(path, max_bytes=max_bytes), path)
 
 
 #: Bytes of JSON per slice: big enough that per-slice costs vanish, small enough to keep memory low.
 SLICE_BYTES = 8 * 1024**2
 
-
 _WS = re.compile(rb"[ \t\n\r]*")
-
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -313,13 +259,7 @@ _DIGIT_MARKS = bytes.maketrans(b"0123456789", b"1" * 10)
 
 
 def _long_digit_run(data: bytes) -> bool:
-    """Whether ``data`` may hold an integer with more digits than ``int()`` reads (the stdlib parse refuses it).
-
-    Any run of ``2 * step`` digits holds two sample points ``step`` apart, so only the
-    stretches between neighbouring digit samples are looked at; a stretch of ``step + 1``
-    digits counts as found (such a number is no profiler's, and a false alarm only sends
-    the file to the whole-file reader).
-    """
+    """Whether ``data`` may hold an integer with more digits than ``int()`` reads (the stdlib parse refuses it)."""
     digits = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
     if not digits:
         return False
@@ -334,10 +274,7 @@ def _long_digit_run(data: bytes) -> bool:
 
 
 def _check_text(data: Any, outer_levels: int) -> None:
-    """Raise :class:`Unusual` unless the JSON text ``data`` passes the checks every slice gets (module docstring).
-
-    ``outer_levels``: the arrays and objects around ``data`` in the file.
-    """
+    """Raise :class:`Unusual` unless the JSON text ``data`` passes the checks every slice gets (module docstring)."""
     raw = bytes(data)
     if not raw.isascii():
         try:
@@ -346,7 +283,7 @@ def _check_text(data: Any, outer_levels: int) -> None:
             raise Unusual("invalid UTF-8") from None
     if _long_digit_run(raw):
         raise Unusual("a number with more digits than int() reads")
-    if nesting_depth(raw) + outer_levels > MAX_NESTING:
+    if _nesting_depth(raw) + outer_levels > MAX_NESTING:
         raise Unusual("nested too deep")
 
 
@@ -426,10 +363,7 @@ class _Reader:
 def stream_trace(
     path: Union[str, "os.PathLike[str]"], collector: Collector, *, max_bytes: Optional[int] = None
 ) -> dict:
-    """Feed ``path``'s events to ``collector`` in slices; return the top-level object without ``traceEvents``.
-
-    Raises :class:`Unusual` when the file must be read whole (see the module docstring).
-    """
+    """Feed ``path``'s events to ``collector`` in slices; return the top-level object without ``traceEvents``."""
     return _read_top(_Reader(trace_blocks(path, resolve_max_bytes(max_bytes), SLICE_BYTES)), collector)
 
 
@@ -482,7 +416,6 @@ def _read_top(reader: _Reader, collector: Collector) -> dict:
 
 #: Cuts tried per slice before the file is left to the whole-file reader.
 _ATTEMPTS = 4
-
 
 #: Near the end of the file, the last bytes are kept out of the first cut: the top-level fields after
 #: ``traceEvents`` (device lists, metadata) hold ``},{`` too, and a cut there would not parse.
