@@ -1,5 +1,5 @@
 """Trace events into the compact records a summary needs, one event at a time and keeping none.
-One feeder (:func:`feed_records`) holds the rules of which events count; the runtime calls are sorted in :func:`_classify_runtime`."""
+One feeder (:func:`feed_records`) holds the rules of which events count."""
 
 from __future__ import annotations
 
@@ -15,25 +15,11 @@ from ..errors import TraceEventError
 from .normalize import normalize_op_name
 
 KERNEL_LAUNCH_APIS = frozenset(
-    {
-        "cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cudaLaunchKernelEx",
-        "cudaLaunchCooperativeKernel",
-        "cudaLaunchCooperativeKernelMultiDevice",
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "cuLaunchCooperativeKernel",
-        "hipLaunchKernel",
-        "hipExtModuleLaunchKernel",
-        "hipModuleLaunchKernel",
-        "hipExtLaunchKernel",
-        "hipLaunchCooperativeKernel",
-        "hipModuleLaunchCooperativeKernel",
-        "hipLaunchKernelExC",
-        "hipExtLaunchKernelGGL",
-        "hipHccModuleLaunchKernel",
-    }
+    "cudaLaunchKernel cudaLaunchKernelExC cudaLaunchKernelEx cudaLaunchCooperativeKernel "
+    "cudaLaunchCooperativeKernelMultiDevice cuLaunchKernel cuLaunchKernelEx cuLaunchCooperativeKernel "
+    "hipLaunchKernel hipExtModuleLaunchKernel hipModuleLaunchKernel hipExtLaunchKernel "
+    "hipLaunchCooperativeKernel hipModuleLaunchCooperativeKernel hipLaunchKernelExC hipExtLaunchKernelGGL "
+    "hipHccModuleLaunchKernel".split()
 )
 
 _MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
@@ -149,8 +135,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-#: The ``args`` field of a graph-replayed kernel/memcpy/memset naming its graph node (Kineto with CUPTI
-#: activity records of version 5 and later; absent from torch 2.11's traces).
+#: The ``args`` field naming a replayed kernel's graph node (CUPTI activity records v5+; not in torch 2.11).
 GRAPH_NODE_ARG = "graph node id"
 
 _NO_DIMS_TEXT = str([])

@@ -1,4 +1,4 @@
-"""A graph dump (DOT, from ``cudaGraphDebugDotPrint``/``debug_dump``/``hipGraphDebugDotPrint``) read into a graph and its summary.
+"""A graph dump (DOT, from ``cudaGraphDebugDotPrint``/``debug_dump``/``hipGraphDebugDotPrint``) read as a graph.
 The dump is the graph's own account of its nodes and dependencies, with no profiler in between."""
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ _QUOTED_EXACT = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 #: A quoted string without escaped quotes: the common case, scanned faster (see :func:`statements`).
 _QUOTED_FAST = r'"[^"]*"'
 
-#: A DOT ID: letters, underscores, digits and any non-ASCII character, not starting with a digit; or a number.
-#: Each is spelled as one negated class of the ASCII characters it excludes: a class listing the range up to
-#: U+10FFFF takes a sizeable fraction of a second to compile, and an alternation (``\w|[^\x00-\x7f]``) is
-#: matched one character at a time by the slow general loop; a single class repeats at C speed.
+#: A DOT ID (letters, ``_``, digits, any non-ASCII; no leading digit) or a number.  One negated ASCII class
+#: each: a class up to U+10FFFF compiles slowly, an alternation matches one character at a time.
 _ID_START = r"[^\x00-\x40\x5b-\x5e\x60\x7b-\x7f]"  # an ASCII letter or ``_``, or any non-ASCII character
 
 _ID_CHAR = r"[^\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]"  # the same or an ASCII digit
@@ -249,27 +247,15 @@ def statements(text: str) -> tuple[list[_Cluster], list[tuple[str, str, int]]]:
 
 
 #: Type words of the dumps → the model's node types (both runtimes' full tables, and older spellings).
+_SAME_WORDS = (
+    "KERNEL MEMCPY MEMSET HOST EMPTY GRAPH EVENT_RECORD EVENT_WAIT EXT_SEMAS_SIGNAL EXT_SEMAS_WAIT MEM_ALLOC MEM_FREE"
+)
+_SAME_WORDS += " BATCH_MEM_OP CONDITIONAL"
 _TYPE_WORDS = {
-    "KERNEL": "kernel",
-    "MEMCPY": "memcpy",
-    "MEMSET": "memset",
-    "HOST": "host",
-    "EMPTY": "empty",
-    "GRAPH": "graph",
-    "CHILD_GRAPH": "graph",
-    "EVENT_RECORD": "event_record",
-    "RECORD_EVENT": "event_record",
-    "EVENT_WAIT": "event_wait",
-    "WAIT_EVENT": "event_wait",
-    "EXT_SEMAS_SIGNAL": "ext_semas_signal",
-    "EXTERNAL_SEMAPHORE_SIGNAL": "ext_semas_signal",
-    "EXT_SEMAS_WAIT": "ext_semas_wait",
-    "EXTERNAL_SEMAPHORE_WAIT": "ext_semas_wait",
-    "MEM_ALLOC": "mem_alloc",
-    "MEM_FREE": "mem_free",
-    "BATCH_MEM_OP": "batch_mem_op",
+    **{word: word.lower() for word in _SAME_WORDS.split()},
+    **{"CHILD_GRAPH": "graph", "RECORD_EVENT": "event_record", "WAIT_EVENT": "event_wait"},
+    **{"EXTERNAL_SEMAPHORE_SIGNAL": "ext_semas_signal", "EXTERNAL_SEMAPHORE_WAIT": "ext_semas_wait"},
     "BATCH_MEM_OP_NODE": "batch_mem_op",
-    "CONDITIONAL": "conditional",
 }
 
 _ESCAPE = re.compile(r"\\.")

@@ -1,4 +1,4 @@
-"""Summaries of files on disk: capture traces (split into keys by engine markers), replay traces, graph dumps and summary JSON."""
+"""Summaries of files: capture traces (split into keys by engine markers), replays, graph dumps, summary JSON."""
 
 from __future__ import annotations
 
@@ -127,8 +127,7 @@ _CAPTURE_MARK = re.compile(
 #: sglang's one trace of the whole capture (and the plugin's single mode): ``cuda_graph_capture-{runner}-TP-{rank}``.
 _SINGLE_TRACE = re.compile(r"^cuda_graph_capture-(?P<runner>.+)-TP-(?P<rank>[0-9]+)$")
 
-#: The range the engine-loop gate records around each graph begun inside a forward (a piece), so a
-#: trace without capture calls (the CPU stand-ins) still tells the pieces apart.
+#: The engine loop's marker around each graph begun in a forward: a trace without capture calls still splits.
 PIECE_MARK = "graph-capture: graph"
 
 #: A per-size trace name, as sglang and the plugin write it.
@@ -185,7 +184,7 @@ def summarize_trace_keys(
     max_bytes: Optional[int] = None,
     check_order: bool = True,
 ) -> TraceKeys:
-    """Every capture key of the trace at ``path``, each with its graphs (the module docstring says how)."""
+    """Every capture key of the trace at ``path`` with its graphs: by engine markers, file name or sizes given."""
     check_level(level)
     path = Path(path)
     if batch_sizes is not None:
@@ -262,9 +261,9 @@ def _plan(
         return [(_renamed(key, runner), everything)], "file name"
     base = runner or (single.group("runner") if single else _stable_runner(path))
     rank = int(single.group("rank")) if single else key_from_trace_name(path, (), top, unknown_ok=True).rank
-    marks = [(name, start, end, pid) for name, start, end, pid in scan.annotation_spans if _CAPTURE_MARK.match(name)]
-    if marks:  # its ranges give its keys
-        return _by_marks(path, marks, spans, runner, base, rank), "annotations"
+    markers = [(name, start, end, pid) for name, start, end, pid in scan.annotation_spans if _CAPTURE_MARK.match(name)]
+    if markers:  # its ranges give its keys
+        return _keys_by_marker(path, markers, spans, runner, base, rank), "annotations"
     if batch_sizes is not None:
         if len(batch_sizes) != len(spans):
             raise TraceFormatError(
@@ -295,12 +294,12 @@ def summarize_graphs(scan: Scan, key: CaptureKey, platform: str, level: str, env
     """One key whose capture forward held graphs: a Summary per graph, in capture order, and their sum."""
     windows = scan.windows()
     if windows is None or not windows.spans:
-        windows = _marked_windows(scan)
+        windows = _windows_by_marker(scan)
     plan = [(key, list(range(len(windows.spans))))]
     return _summaries(scan, windows, plan, platform, level, environment or {})[0]
 
 
-def _marked_windows(scan: Scan) -> CaptureWindows:
+def _windows_by_marker(scan: Scan) -> CaptureWindows:
     """The :data:`PIECE_MARK` ranges of ``scan`` as capture windows, each lent to every thread of its process."""
     spans = sorted({(s, e, pid) for name, s, e, pid in scan.annotation_spans if name == PIECE_MARK}, key=window_order)
     of = [[(s, e) for s, e, p in spans if p is None or pid is None or p == pid] for pid, _tid in scan.threads]
@@ -311,37 +310,39 @@ def _renamed(key: CaptureKey, runner: Optional[str]) -> CaptureKey:
     return key if runner is None else CaptureKey(runner, key.batch_size, key.variant, key.rank)
 
 
-def _by_marks(path: Path, marks: list, spans: list, runner: Optional[str], base: str, rank: int) -> list:
+def _keys_by_marker(path: Path, markers: list, spans: list, runner: Optional[str], base: str, rank: int) -> list:
     """A key per ``capture_{bs}_{mode}`` range, in time order; its graphs the windows that begin inside it."""
-    marks = sorted(dict.fromkeys(marks), key=lambda mark: (mark[1], mark[2]))
+    markers = sorted(dict.fromkeys(markers), key=lambda marker: (marker[1], marker[2]))
     plan: list = []
-    for name, _start, _end, _pid in marks:
+    for name, _start, _end, _pid in markers:
         found = _CAPTURE_MARK.match(name)
         prefix = found.group("prefix")
         plan.append((CaptureKey(runner or prefix or base, int(found.group("bs")), found.group("mode"), rank), []))
-    held: list = [[] for _ in marks]
+    held: list = [[] for _ in markers]
     for i, (s, _, p) in enumerate(spans):
         around = [
-            m for m, (_, start, end, pid) in enumerate(marks) if start <= s <= end and (pid is None or p in (None, pid))
+            m
+            for m, (_, start, end, pid) in enumerate(markers)
+            if start <= s <= end and (pid is None or p in (None, pid))
         ]
         if not around:
             continue
-        inner = max(around, key=lambda m: (marks[m][1], -marks[m][2]))
+        inner = max(around, key=lambda m: (markers[m][1], -markers[m][2]))
         for m in around:
             held[m].append(i)
-            _, start, end, _ = marks[m]
+            _, start, end, _ = markers[m]
             if m != inner and not (
-                start <= marks[inner][1] and marks[inner][2] <= end and marks[m][1:3] != marks[inner][1:3]
+                start <= markers[inner][1] and markers[inner][2] <= end and markers[m][1:3] != markers[inner][1:3]
             ):
                 raise TraceFormatError(
                     path,
-                    f"the ranges {marks[m][0]} and {marks[inner][0]} overlap without one inside the other, and the "
+                    f"the ranges {markers[m][0]} and {markers[inner][0]} overlap without one inside the other, and the "
                     f"capture window at ts={s} begins in both; a window belongs to exactly one key",
                 )
         plan[inner][1].append(i)
-    for m, (name, _, _, _) in enumerate(marks):
+    for m, (name, _, _, _) in enumerate(markers):
         if held[m] and not plan[m][1]:
-            inner = next(marks[n][0] for n, (_, graphs) in enumerate(plan) if n != m and held[m][0] in graphs)
+            inner = next(markers[n][0] for n, (_, graphs) in enumerate(plan) if n != m and held[m][0] in graphs)
             raise TraceFormatError(
                 path,
                 f"the range {name} holds only capture windows of the range {inner} inside it, so it captured "

@@ -1,4 +1,4 @@
-"""A captured CUDA/HIP graph as its nodes and dependencies (from a readout or a graph dump), and what a summary reads from it."""
+"""A captured CUDA/HIP graph as its nodes and dependencies (from a readout or a graph dump), and what it launches."""
 
 from __future__ import annotations
 

@@ -94,8 +94,7 @@ def _event_dicts(events: Any) -> list:
     kind = type(probe)
     activity_of = _method(kind, probe, "activity_type") or _infer_activity
     dims_of = _method(kind, probe, "structured_input_shapes") or _method(kind, probe, "shapes") or _none
-    # The system thread id (what a Chrome trace writes as ``tid``) is the device resource id of
-    # CPU events; start_thread_id() numbers op threads differently from runtime-call threads.
+    # A trace's ``tid`` is the device resource id of CPU events (start_thread_id() numbers threads otherwise).
     thread_of = _method(kind, probe, "device_resource_id") or _none
     span_of = _method(kind, probe, "duration_ns") or _none
     name_of = _method(kind, probe, "name") or _none
@@ -167,8 +166,7 @@ def summarize_profile(
                 for flag in ("record_shapes", "with_stack", "with_flops", "profile_memory")
             }
         }
-    # Paused GC: summarizing allocates many short-lived dicts, which otherwise set off a full
-    # collection of the whole (torch-sized) heap every few captures.
+    # GC paused: the many short-lived dicts would set off full collections of a torch-sized heap.
     with gc_paused():
         scan = _scan_profile(prof, export)
         if graphs:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 import msgspec
+from msgspec import UNSET
 
 from .._io import dumps_entries, unpack_graphs
 from ..errors import FileError, TraceFormatError, UsageError
@@ -68,13 +69,11 @@ KINDS = ("kernel", "memcpy", "memset")
 #: What a key of several graphs stores of each of its graphs (``graphs`` in a summary).
 _GRAPH_FIELDS = ("kernels", "ops", "launches", "complete")
 
-#: Where a summary's kernels were read: the captured graph itself, in process (torch's get_graph_data(), else
-#: the cuda-bindings walk), a profiled replay of the graph, the capture window's launch events (ROCm names
-#: kernels there), or a graph dump file.
+#: Where kernels were read: a readout (get_graph_data(), the cuda-bindings walk), a replay, the window's
+#: launch events (ROCm names kernels there), or a graph dump.
 _KERNEL_SOURCES = ("graph-data", "graph", "replay", "capture-window", "dot")
 
-#: A launch shape as a graph spells it (:class:`~.graph.Launch`): ``<<<grid,block,shared memory>>>``,
-#: each dimension ``128`` or ``{16,10,2}``.
+#: A launch shape (:class:`~.graph.Launch`): ``<<<grid,block,shared memory>>>``, a dimension ``128`` or ``{16,10,2}``.
 _DIM = r"(?:\d+|\{\d+(?:,\d+){1,2}\})"
 
 _LAUNCH_PATTERN = re.compile(rf"<<<{_DIM},{_DIM},\d+>>>")
@@ -94,8 +93,7 @@ def _kernel_sort_key(entry: dict) -> tuple:
 
 
 def _op_sort_key(entry: dict) -> tuple:
-    # One encoding of [dims, types] orders exactly like (dims, types) encoded apart: a complete
-    # JSON array is never a strict prefix of another, so the dims decide first.  Half the cost.
+    # One encoding of [dims, types] orders like the two apart (no JSON array is a prefix of another).
     return (entry["name"], json.dumps([entry["input_dims"], entry["input_types"]]))
 
 
@@ -142,18 +140,13 @@ class Summary:
     schema_version: int = SCHEMA_VERSION
     #: Why kernels name no launching op (e.g. an NVIDIA graph replay), or None.
     unattributed: Optional[str] = None
-    #: The capture window's launches in call order, ``(kind, op or None)`` each: what a graph replay's
-    #: nodes are matched to (:func:`~.replay.with_replay`).  Not stored; None outside a capture window.
+    #: The window's launches in call order, ``(kind, op or None)``, matched to replay nodes; not stored.
     launch_ops: Optional[list] = field(default=None, compare=False, repr=False)
-    #: Where the kernels were read (one of :data:`_KERNEL_SOURCES`), or None (an eager trace: the
-    #: executed kernels).  Informational like ``environment``: equal kernels from two sources are equal.
+    #: Where the kernels were read (:data:`_KERNEL_SOURCES`; None: an eager trace); not compared.
     kernel_source: Optional[str] = None
-    #: The graph's shape when it was read: ``{"nodes": {type: count}, "branches": n}`` (``branches``:
-    #: the most work nodes that can run at once), or None where no graph was read.
+    #: ``{"nodes": {type: count}, "branches": most work nodes at once}`` of a graph read, else None.
     topology: Optional[dict] = None
-    #: A key of several graphs (the pieces of a piecewise capture, a batch size that captures more than
-    #: one graph): each graph's own Summary, in capture order, while this one's kernels, ops and launches
-    #: are their sum (:func:`~.graphs.of_graphs`).  None for a key of one graph, stored as it always was.
+    #: A key of several graphs: each graph's Summary in capture order (this one is their sum); else None.
     graphs: Optional[list] = None
 
     def __post_init__(self) -> None:
@@ -240,8 +233,7 @@ class Summary:
                 entry.get("op"),
                 entry.get("launch"),
             )
-        # Filtering keeps the ops in canonical order, so the copy skips __post_init__'s re-sort
-        # (the costliest part of a golden check); only the merged kernels need sorting.
+        # Filtering keeps the ops in canonical order: the copy skips __post_init__'s costly re-sort.
         normalized = copy.copy(self)
         normalized.kernels = sorted(merged.values(), key=_kernel_sort_key)
         kept = [o for o in self.ops if not matches_any(o["name"], op_patterns)] if op_patterns else self.ops
@@ -271,8 +263,7 @@ class Summary:
         return sum(o["count"] for o in self.ops)
 
 
-#: :func:`normalize_kernel_name`, remembered: it is pure, costs tens of microseconds a name,
-#: and a graph's kernels recur at every batch size a session checks.
+#: :func:`normalize_kernel_name`, remembered: it is pure and a graph's kernels recur at every batch size.
 _kernel_name_at = functools.lru_cache(maxsize=8192)(normalize_kernel_name)
 
 
@@ -434,15 +425,13 @@ _WANTED = {
     "kernels[].name": "a string",
     "kernels[].count": "an integer of at least 1",
     "kernels[].kind": f"one of {', '.join(KINDS)}",
-    "kernels[].grid": "a list of integers",
-    "kernels[].block": "a list of integers",
+    **dict.fromkeys(("kernels[].grid", "kernels[].block"), "a list of integers"),
     "kernels[].launch": "a launch shape like <<<{16,10,2},128,0>>> (grid, block, shared memory bytes)",
     "kernels[].op": '{"name": string, "input_dims": list} or null',
     "ops": "a list",
     "ops[]": "an object",
     "ops[].name": "a string",
-    "ops[].input_dims": "a list",
-    "ops[].input_types": "a list",
+    **dict.fromkeys(("ops[].input_dims", "ops[].input_types"), "a list"),
     "ops[].count": "an integer of at least 1",
     "launches": "an object",
     "launches.total": "an integer",
@@ -460,32 +449,28 @@ _PROBLEM_AT = re.compile(r"(?:Object missing required field `(\w+)`|.*?) - at `\
 _PATH_PART = re.compile(r"\.(\w+)|\[(\d+|\.\.\.)\]")
 
 
+_REQUIRED = ("schema_version", "key", "platform", "kernels", "ops", "launches", "complete")
+
+
 def _problem(exc: msgspec.ValidationError, data: dict) -> str:
     """msgspec's message as the field that is wrong, what it must be and what it is."""
     match = _PROBLEM_AT.match(str(exc))
-    if match is None:
-        return str(exc)
-    parts = [(m.group(1), m.group(2)) for m in _PATH_PART.finditer(match.group(2))]
-    if match.group(1):
-        parts.append((match.group(1), None))
-    shape = "".join(f".{name}" if name else "[]" for name, _ in parts).lstrip(".")
-    while parts and shape not in _WANTED:
+    parts = [(m[1], m[2]) for m in _PATH_PART.finditer(match[2])] + [(match[1], None)] * bool(match[1]) if match else []
+    while parts and _spelled(parts, True) not in _WANTED:
         parts.pop()
-        shape = "".join(f".{name}" if name else "[]" for name, _ in parts).lstrip(".")
     if not parts:
         return str(exc)
     value: Any = data
     for name, index in parts:
-        value = value.get(name, msgspec.UNSET) if isinstance(value, dict) else value[int(index)] if index else value
-    path = "".join(f".{name}" if name else f"[{index}]" for name, index in parts).lstrip(".")
+        value = value.get(name, UNSET) if isinstance(value, dict) else value[int(index)] if index else value
     got = (
-        ""
-        if value is msgspec.UNSET
-        else f", got {value!r}"
-        if value is None or isinstance(value, (str, int, float))
-        else f", got {type(value).__name__}"
+        f", got {value!r}" if value is None or isinstance(value, (str, int, float)) else f", got {type(value).__name__}"
     )
-    return f"{path} must be {_WANTED[shape]}{got}"
+    return f"{_spelled(parts)} must be {_WANTED[_spelled(parts, True)]}{got if value is not UNSET else ''}"
+
+
+def _spelled(parts: list, shape: bool = False) -> str:
+    return "".join(f".{name}" if name else "[]" if shape else f"[{at}]" for name, at in parts).lstrip(".")
 
 
 def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileError] = TraceFormatError) -> Summary:
@@ -496,9 +481,7 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
         data = unpack_graphs(data)  # a key of several graphs as written: one line per entry
     except ValueError as exc:
         raise error(source, str(exc)) from None
-    missing = [
-        k for k in ("schema_version", "key", "platform", "kernels", "ops", "launches", "complete") if k not in data
-    ]
+    missing = [name for name in _REQUIRED if name not in data]
     if missing:
         raise error(source, f"summary is missing {', '.join(missing)}")
     version = data["schema_version"]
@@ -553,10 +536,9 @@ def summary_from_dict(data: Any, source: str = "<summary>", *, error: type[FileE
 
 def _kernel_dict(kernel: _Kernel) -> dict:
     item: dict = {"name": kernel.name, "kind": kernel.kind, "count": kernel.count}
-    for name in ("grid", "block", "launch"):
-        value = getattr(kernel, name)
-        if value is not msgspec.UNSET:
-            item[name] = value
+    item.update(
+        (name, getattr(kernel, name)) for name in ("grid", "block", "launch") if getattr(kernel, name) is not UNSET
+    )
     if kernel.op is not None:
         item["op"] = {"name": kernel.op.name, "input_dims": kernel.op.input_dims}
     return item

@@ -29,9 +29,7 @@ def _demangle_symbol(name: str) -> Optional[str]:
 
 def demangle(name: str) -> Optional[str]:
     """The readable spelling of an Itanium symbol (``_Z…``); None when ``name`` is not one or it cannot be read."""
-    if not _is_symbol(name):
-        return None
-    return _demangle_symbol(name)
+    return _demangle_symbol(name) if _is_symbol(name) else None
 
 
 def mangled_base_name(name: str) -> Optional[str]:

@@ -1,4 +1,4 @@
-"""Platform keys (``cpu``, ``cuda-sm90``, ``rocm-gfx942``) and environment from a trace, and what this torch's profiler offers."""
+"""Platform keys (``cpu``, ``cuda-sm90``, ``rocm-gfx942``) and environment from a trace; what the profiler offers."""
 
 from __future__ import annotations
 
@@ -48,8 +48,7 @@ CAPABILITIES: tuple[_Capability, ...] = (
         "for the capture function's duration, and reads no engine graph's nodes (its kernels come from the "
         "profiled replay)",
     ),
-    # Probed on its payload (:func:`graph_data_has_launches`): each node's grid_dim, block_dim,
-    # shared_mem_bytes and an edges list.
+    # Probed on its payload (:func:`graph_data_has_launches`): grid_dim, block_dim, shared_mem_bytes, edges.
     _Capability(
         "graph data with launch shapes",
         "CUDAGraph.get_graph_data",
@@ -122,9 +121,8 @@ def graph_data_has_launches(payload: Any) -> bool:
 
 CPU = "cpu"
 
-#: HIP (computeMajor, computeMinor) → gfx architecture.  HIP derives major/minor
-#: from the gfx name (gfx942 → 9.4), so the first digits are recoverable but the
-#: stepping is not; the entries below pick the part a CI machine most likely has.
+#: HIP (computeMajor, computeMinor) → gfx architecture; the stepping is lost (gfx942 → 9.4), so the entries
+#: pick the part a CI machine most likely has.
 ROCM_COMPUTE_TO_GFX: dict[tuple[int, int], str] = {
     (9, 0): "gfx90a",  # MI200 (MI210/MI250/MI250X); MI100 (gfx908) also reports 9.0
     (9, 4): "gfx942",  # MI300X / MI300A / MI325X
@@ -188,9 +186,8 @@ def platform_from_trace(trace: dict) -> str:
     return cuda_key(major, minor)
 
 
-#: Runtime and driver versions that Kineto records as the API's integer (CUDA's
-#: ``cudaRuntimeGetVersion`` / ``cudaDriverGetVersion``, HIP's ``hipRuntimeGetVersion`` /
-#: ``hipDriverGetVersion``), and the live spelling (``torch.version.cuda`` / ``.hip``) they map to.
+#: Runtime and driver versions Kineto records as the API's integer (``cudaRuntimeGetVersion`` …), and the
+#: live spelling (``torch.version.cuda`` / ``.hip``) each maps to.
 _CUDA_VERSION_KEYS = ("cuda_runtime_version", "cuda_driver_version")
 
 _HIP_VERSION_KEYS = ("hip_runtime_version", "hip_driver_version")

@@ -80,8 +80,7 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
         changes = count_changes(_node_counts(summary.kernels), _node_counts(replay_entries))
         if changes:
             problems.append("kernel multiset differs: " + _describe(changes))
-    # When the capture named every node (ROCm) and agrees with the replay, keep its entries:
-    # they are the same kernels, and the launch events also carry grid/block.
+    # A capture that named every node (ROCm) and agrees with the replay keeps its entries (with grid/block).
     keep_capture = bool(captured and capture_named and not problems and summary.complete)
     kernels = [dict(k) for k in summary.kernels] if keep_capture else replay_entries
     result = _with_kernels(
@@ -114,8 +113,7 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     return result
 
 
-#: How the profiler spells a copy's ends (``Memcpy DtoD (Device -> Device)``): host memory a graph
-#: copies from or to is pinned (stream capture refuses pageable copies).
+#: A copy's ends as the profiler spells them (``Memcpy DtoD (Device -> Device)``); host memory is pinned.
 _COPY_ENDS = {"H": "Pinned", "D": "Device", "A": "Array"}
 
 

@@ -1,4 +1,4 @@
-"""A summary from trace events: the capture windows, ops, launches and kernels in them, each kernel with the op that launched it."""
+"""A summary from trace events: the capture windows and the ops, launches and kernels in them (with their ops)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from .collect import Collector, events_from_dicts, feed_records, shown
 from .model import Summary, merge_kernel
 from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
 
-#: Why kernels from an NVIDIA graph replay carry no op: the replay ran inside one ``cudaGraphLaunch``,
-#: the capture's launch calls name no kernel, and the trace has no graph node ids to match them by.
+#: Why an NVIDIA replay's kernels name no op: its launch calls name no kernel and no node ids match them.
 REPLAY_UNATTRIBUTED = (
     "the graph replay's kernels are not linked to the capture's launch calls (the trace carries no graph "
     "node ids), so they name no launching op"
@@ -447,7 +446,8 @@ def window_summary(
     else:
         gpu_rows = scan.gpu_rows
         found = [(*gpu_rows[desc], op, count) for (desc, op), count in scan.gpu_kernels().items()]
-    kernels = _counted_entries(found, scan.op_refs, level)
+    refs = scan.op_refs
+    kernels = _entries_of(((k, n, g, b, refs[op] if op >= 0 else None, c, None) for k, n, g, b, op, c in found), level)
     return Summary(
         key=key,
         platform=platform,
@@ -464,34 +464,27 @@ def window_summary(
     )
 
 
-def _counted_entries(found: Iterable[tuple], op_refs: list, level: str) -> list:
-    """Summary entries at ``level`` from ``(kind, name, grid, block, op index, count)`` in first-seen order."""
+def _entries_of(found: Iterable[tuple], level: str) -> list:
+    """Summary entries at ``level`` from ``(kind, name, grid, block, op, count, launch)`` in first-seen order."""
     cache: dict[str, str] = {}
     merged: dict[tuple, dict] = {}
-    for kind, name, grid, block, op, count in found:
+    for kind, name, grid, block, op, count, launch in found:
         if kind == "kernel":
             normal = cache.get(name)
             if normal is None:
                 normal = cache[name] = normalize_kernel_name(name, level)
             name = normal
-        merge_kernel(merged, name, kind, grid, block, count, op_refs[op] if op >= 0 else None)
+        merge_kernel(merged, name, kind, grid, block, count, op, launch)
     return list(merged.values())
 
 
 def kernel_entries(raw_kernels: Iterable[dict], level: str) -> list:
     """Group raw per-launch kernel dicts into summary entries at ``level``."""
-    cache: dict[str, str] = {}
-    merged: dict[tuple, dict] = {}
-    for raw in raw_kernels:
-        kind = raw.get("kind", "kernel")
-        name = raw["name"]
-        if kind == "kernel":
-            normal = cache.get(name)
-            if normal is None:
-                normal = cache[name] = normalize_kernel_name(name, level)
-            name = normal
-        merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1, raw.get("op"), raw.get("launch"))
-    return list(merged.values())
+    rows = (
+        (r.get("kind", "kernel"), r["name"], r.get("grid"), r.get("block"), r.get("op"), 1, r.get("launch"))
+        for r in raw_kernels
+    )
+    return _entries_of(rows, level)
 
 
 def summarize_events(

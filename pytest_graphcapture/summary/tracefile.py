@@ -288,7 +288,7 @@ def _check_text(data: Any, outer_levels: int) -> None:
 
 
 def _feed_checked(collector: Collector, events: list) -> None:
-    """Feed ``events``; an event the collector refuses leaves the verdict to the whole-file reader (which may name an earlier problem)."""
+    """Feed ``events``; an event the collector refuses leaves the verdict to the whole-file reader."""
     try:
         feed_records(collector, events)
     except TraceEventError:
@@ -417,8 +417,7 @@ def _read_top(reader: _Reader, collector: Collector) -> dict:
 #: Cuts tried per slice before the file is left to the whole-file reader.
 _ATTEMPTS = 4
 
-#: Near the end of the file, the last bytes are kept out of the first cut: the top-level fields after
-#: ``traceEvents`` (device lists, metadata) hold ``},{`` too, and a cut there would not parse.
+#: Kept out of the first cut near the end: the top-level fields after ``traceEvents`` hold ``},{`` too.
 _TAIL_RESERVE = 256 * 1024
 
 
@@ -455,8 +454,7 @@ def _read_events(reader: _Reader, collector: Collector) -> None:
                 following = _WS.match(buf, after + 1).end()
                 if following >= size or buf[following] != 0x7B:  # "{"
                     continue
-            # "[" + slice + "]" without copying: the bytes around the slice are already consumed
-            # (the array's "[" or the "," before it) or are the "," / blank / "]" after it.
+            # "[" + slice + "]" in place: the bytes around the slice are consumed or are the separator after it.
             before, behind = buf[start - 1], buf[cut + 1]
             buf[start - 1], buf[cut + 1] = 0x5B, 0x5D
             data = memoryview(buf)[start - 1 : cut + 2]
