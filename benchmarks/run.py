@@ -232,7 +232,7 @@ def run_b2_b3(args: argparse.Namespace) -> Section:
                 "B3: HTA timed as Trace(trace_dir=<folder with only that file>)"
                 ".parse_traces(max_ranks=1, use_multiprocessing=False, use_memory_profiling=False)"
             )
-    from pytest_graphcapture.summary.stream import fast_parser_name
+    from pytest_graphcapture.summary.tracefile import fast_parser_name
 
     section.notes.append(f"B2/B3: our summarize parses the trace in slices with {fast_parser_name()}")
     section.notes.append(

@@ -54,7 +54,7 @@ from pytest_graphcapture.engine.cupti_clients import INJECTION, CuptiConflictErr
 from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 from pytest_graphcapture.engine.device import detect_platform
 from pytest_graphcapture.engine.engine_loop import EagerCUDAGraph, capture_engine_loop
-from pytest_graphcapture.summary.torch_caps import graph_hooks
+from pytest_graphcapture.summary.platform import graph_hooks
 
 
 class Engine:

@@ -240,7 +240,7 @@ def _example_runners(device: torch.device, batch_sizes: list[int]) -> list[Any]:
 
 def graph(device: torch.device, batch_sizes: list[int]) -> dict:
     """Graph readout against the profiled replay, per example key: equal kernel multisets, attribution, time."""
-    from pytest_graphcapture.summary.attribute import attributed_share
+    from pytest_graphcapture.summary.scan import attributed_share
 
     platform = detect_platform(device)
     keys: dict = {}

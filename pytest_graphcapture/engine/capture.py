@@ -18,8 +18,8 @@ import torch
 from ..errors import CaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import memory_snapshot_path
-from ..summary.graphs import of_graphs
 from ..summary.live import replay_kernels_from_profile, summarize_profile
+from ..summary.model import of_graphs
 from ..summary.replay import with_graph, with_replay
 from .backend import Backend, CaptureProgress
 from .cupti_clients import refuse_other_clients, suspected_clients

@@ -1,6 +1,6 @@
 """Observe every graph capture while an engine's capture function runs.
 
-Two ways, chosen by probing torch (:func:`~pytest_graphcapture.summary.torch_caps.graph_hooks`):
+Two ways, chosen by probing torch (:func:`~pytest_graphcapture.summary.platform.graph_hooks`):
 
 * **torch's global hooks** where they exist (torch 2.15): a capture-start, capture-end
   and instantiate hook registered with ``torch.cuda.graphs.register_graph_capture_start_hook``
@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 import torch
 
 from ..errors import GraphCaptureError
-from ..summary.torch_caps import graph_hooks
+from ..summary.platform import graph_hooks
 
 #: torch's private registries of global hooks (torch/cuda/graphs.py) that ``_run_global_hooks`` runs, by event.
 _REGISTRIES = {

@@ -12,8 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..summary.platform import CPU, PROFILER_FLAGS, cuda_key, gfx_key, rocm_gfx_from_compute
-from ..summary.torch_caps import has_driver_version
+from ..summary.platform import CPU, PROFILER_FLAGS, cuda_key, gfx_key, has_driver_version, rocm_gfx_from_compute
 
 
 def _device_index(device: Any) -> Optional[int]:

@@ -15,7 +15,7 @@ The answer is used only where it says everything the summary needs; otherwise
 reads the graph through cuda-bindings (:mod:`.graph_readout`), else the replay:
 
 * the older form (torch 2.13/2.14: no launch shapes, no ``edges``) — probed on the
-  payload (:func:`~pytest_graphcapture.summary.torch_caps.graph_data_has_launches`);
+  payload (:func:`~pytest_graphcapture.summary.platform.graph_data_has_launches`);
 * a ``child_graph`` or ``conditional`` node: torch does not descend into its bodies,
   so their kernels would be missing;
 * a ``memcpy`` node: the answer does not say the copy's direction, which the summary
@@ -31,7 +31,7 @@ from typing import Any
 
 from ..errors import GraphCaptureError
 from ..summary.graph import CapturedGraph, GraphNode, Launch
-from ..summary.torch_caps import graph_data_has_launches
+from ..summary.platform import graph_data_has_launches
 
 #: ``get_graph_data()``'s ``node_type`` names (torch/cuda/graphs.py) → the model's node types.
 NODE_TYPES = {

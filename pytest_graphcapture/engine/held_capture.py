@@ -19,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from ..keys import CaptureKey
-from ..summary.split import PIECE_MARK
+from ..summary.files import PIECE_MARK
 
 
 class HeldCapture:

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional
 
 from .._io import format_bytes
 from ..keys import CaptureKey
-from ..summary.validate import summary_from_dict
+from ..summary.model import summary_from_dict
 
 #: The memory figures of a capture, in bytes: what the capture added to the allocator's counters.
 MEMORY_FIELDS = ("memory_allocated", "memory_reserved")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from ..keys import CaptureKey, key_label
-from ..summary.graphs import graph_count
+from ..summary.model import graph_count
 from .change import MAX_NAME_WIDTH, SECTIONS, KeyDiff
 from .diff import compare
 from .op_classes import DEFAULT_CLASSES, OpClasses

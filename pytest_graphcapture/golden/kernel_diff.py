@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from ..summary.attribute import op_label
 from ..summary.model import count_changes, kernel_view
+from ..summary.scan import op_label
 from .change import MAX_LINE_WIDTH, MAX_NAME_WIDTH, Change, fit_list, shorten
 
 #: Name width of each side of a kernel swap (``old → new``), so the line stays short.

@@ -32,7 +32,7 @@ from ..errors import GoldenError
 from ..keys import CaptureKey, is_int, safe_name
 from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
 from ..summary.model import SCHEMA_VERSION, Summary
-from ..summary.validate import summary_from_dict as model_summary_from_dict
+from ..summary.model import summary_from_dict as model_summary_from_dict
 from .budget import MEMORY_BUDGET_FIELD, launch_budget_of
 from .environment import gated_content
 

@@ -28,10 +28,9 @@ from .._io import require_regular
 from ..errors import TraceFormatError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import is_hidden, is_merged_trace, is_trace_path
-from ..summary.graphs import graph_count
-from ..summary.model import Summary
+from ..summary.files import TraceKeys, summarize_trace_keys
+from ..summary.model import Summary, graph_count
 from ..summary.platform import CPU
-from ..summary.split import TraceKeys, summarize_trace_keys
 
 #: How a user checks a trace without its windows in no range (the CLI option and the keyword).
 IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unkeyed_windows=True))"

@@ -1,47 +1,141 @@
-"""Sorting trace events into the compact records a summary needs, one event at a time.
-
-A trace can be gigabytes of JSON, and most of it (flow events, Python stacks,
-memory events, every field but a few) never reaches a summary.  The
-:class:`Collector` therefore keeps no event: it is fed events one by one (dicts
-from a live profile or a stdlib parse, or the typed records of :mod:`.stream`)
-and keeps only, per event that matters,
-
-* a CPU op: its ``ts``, its group (name, ``Input Dims``, ``Input type``, interned)
-  and, when it has a duration, its span (start, end, thread, op) for attribution;
-* a launch runtime call: ``ts``, thread and an interned description (API, kind,
-  kernel name, grid, block), plus ``correlation -> launch``;
-* a GPU event: ``ts``, correlation and an interned description;
-* capture begin/end calls (time, process, thread, stream), graph-launch correlations, annotation names.
-
-Threads are numbered per process: every thread index stands for a (``pid``, ``tid``)
-pair, since thread ids (like correlation ids) are only unique within one process.
-
-Numbers are kept as the parser made them (ints stay ints), so window and
-nesting comparisons are exactly those of a whole-file parse, and the summary is
-the same whichever way the events arrive.
-"""
+"""Trace events into the compact records a summary needs, one event at a time and keeping none.
+One feeder (:func:`feed_records`) holds the rules of which events count."""
 
 from __future__ import annotations
 
 import json
+import re
 from array import array
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
-from .apis import (  # noqa: F401  (re-exported: readers classify with the same rules)
-    _GPU_CATS,
-    _INTERESTING_RUNTIME,
-    _RUNTIME_CATS,
-    KERNEL_LAUNCH_APIS,
-    classify_runtime,
-)
-from .apis import api_base as _api_base  # noqa: F401
-from .checks import MISSING, _check_signature, _parsed, _require_text, _short  # noqa: F401
+import msgspec
+
+from .._io import is_text
+from ..errors import TraceEventError
 from .normalize import normalize_op_name
+
+KERNEL_LAUNCH_APIS = frozenset(
+    "cudaLaunchKernel cudaLaunchKernelExC cudaLaunchKernelEx cudaLaunchCooperativeKernel "
+    "cudaLaunchCooperativeKernelMultiDevice cuLaunchKernel cuLaunchKernelEx cuLaunchCooperativeKernel "
+    "hipLaunchKernel hipExtModuleLaunchKernel hipModuleLaunchKernel hipExtLaunchKernel "
+    "hipLaunchCooperativeKernel hipModuleLaunchCooperativeKernel hipLaunchKernelExC hipExtLaunchKernelGGL "
+    "hipHccModuleLaunchKernel".split()
+)
+
+_MEMCPY_API = re.compile(r"^(?:cuda|cu|hip)Memcpy\w*Async$|^hipMemcpyWithStream$")
+
+_MEMSET_API = re.compile(r"^(?:cuda|cu|hip)Memset\w*Async$")
+
+_API_SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds|_spt)+$")
+
+_BEGIN_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamBeginCapture")
+
+_END_CAPTURE = re.compile(r"^(?:cuda|cu|hip)StreamEndCapture")
+
+_GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch(?:_v\d+|_ptsz|_spt)*$")
+
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
+
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+INTERESTING_RUNTIME = re.compile(
+    r"^(?:cuda|cu|hip)(?:Launch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|HccModuleLaunch|"
+    r"Memcpy|Memset|StreamBeginCapture|StreamEndCapture|GraphLaunch)"
+)
+
+_SKIP = ("skip", None)
+
+
+def api_base(name: str) -> str:
+    return _API_SUFFIX.sub("", name)
+
+
+def _classify_runtime(name: str) -> tuple:
+    """(role, base API) of a runtime call name; role ``skip`` for calls a summary ignores."""
+    if not INTERESTING_RUNTIME.match(name):
+        return _SKIP
+    if _BEGIN_CAPTURE.match(name):
+        return ("begin", None)
+    if _END_CAPTURE.match(name):
+        return ("end", None)
+    if _GRAPH_LAUNCH.match(name):
+        return ("graph", None)
+    api = api_base(name)
+    if api in KERNEL_LAUNCH_APIS:
+        return ("kernel", api)
+    if _MEMCPY_API.match(api):
+        return ("memcpy", api)
+    if _MEMSET_API.match(api):
+        return ("memset", api)
+    return _SKIP
+
 
 _NUMBER_TYPES = (int, float)
 
-#: The ``args`` field of a graph-replayed kernel/memcpy/memset naming its graph node (Kineto with CUPTI
-#: activity records of version 5 and later; absent from torch 2.11's traces).
+#: ``args`` field absent (a JSON ``null`` is kept apart: it groups differently).
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+
+def _parsed(value: Any) -> Any:
+    """An args value as the stdlib parses it (the fast reader hands some over as JSON text)."""
+    return json.loads(value) if value.__class__ is bytes else value
+
+
+def _event(kind: str, name: Any, ts: Any) -> str:
+    """How a message names an event: its kind, name and time, escaped to plain ASCII."""
+    label = json.dumps(name) if name.__class__ is str else "?"
+    if len(label) > 80:
+        label = label[:77] + '..."'
+    return f"{kind} event {label}" + (f" at ts {_short(ts)}" if ts.__class__ in _NUMBER_TYPES else "")
+
+
+def _require_text(text: str, kind: str, name: Any, ts: Any, field: str) -> None:
+    """A string a summary writes must be Unicode text: a lone surrogate escape (``\\ud800``) cannot be written."""
+    if not is_text(text):
+        raise TraceEventError(
+            f"{_event(kind, name, ts)}: {field} holds a lone surrogate escape, which is not text "
+            "(no profiler writes one) and no summary can hold"
+        )
+
+
+def _is_shape(value: Any) -> bool:
+    """A list of integers, or of such lists (a tensor list): what Kineto records for one input."""
+    if value.__class__ is not list:
+        return False
+    for item in value:
+        if item.__class__ is not int and not _is_shape(item):
+            return False
+    return True
+
+
+def _check_signature(name: str, ts: Any, dims: Any, types: Any) -> None:
+    """Refuse ``Input Dims``/``Input type`` values no profiler writes, naming the event."""
+    try:
+        dims, types = _parsed(dims), _parsed(types)
+    except ValueError as exc:  # an integer with more digits than int() reads
+        raise TraceEventError(f"{_event('cpu_op', name, ts)}: Input Dims or Input type does not parse: {exc}") from None
+    if dims is not MISSING and dims is not None:
+        if dims.__class__ is not list or not all(_is_shape(shape) for shape in dims):
+            raise TraceEventError(
+                f"{_event('cpu_op', name, ts)}: Input Dims is {_short(dims)}, expected a list with one shape "
+                "(a list of integers, or of such lists) per input"
+            )
+    if types is not MISSING and types is not None:
+        if types.__class__ is not list or not all(item.__class__ is str for item in types):
+            raise TraceEventError(
+                f"{_event('cpu_op', name, ts)}: Input type is {_short(types)}, expected a list of type names (strings)"
+            )
+        for item in types:
+            _require_text(item, "cpu_op", name, ts, "Input type")
+
+
+def _short(value: Any) -> str:
+    """A value as JSON for a message, cut to a readable length."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+#: The ``args`` field naming a replayed kernel's graph node (CUPTI activity records v5+; not in torch 2.11).
 GRAPH_NODE_ARG = "graph node id"
 
 _NO_DIMS_TEXT = str([])
@@ -60,10 +154,6 @@ def _dims3(value: Any) -> Optional[list]:
     return None
 
 
-def _number(value: Any) -> Optional[float]:
-    return value if value.__class__ in _NUMBER_TYPES else None
-
-
 def _hashable(value: Any) -> Any:
     """An id usable as a dict key: JSON scalars as they are, a list or object by its JSON text."""
     if value is None or value.__class__ in (int, float, str, bool):
@@ -72,13 +162,7 @@ def _hashable(value: Any) -> Any:
 
 
 class Collector:
-    """Compact records of the events a summary needs, fed one event at a time.
-
-    Times live in ``array("d")`` columns (8 bytes each; ``NaN`` where the event had
-    no number), indexes in ``array("l")``.  A time a double cannot hold exactly (an
-    integer beyond 2**53) turns the time columns into lists, so comparisons stay
-    those of the parsed numbers.
-    """
+    """Compact records of the events a summary needs, fed one event at a time."""
 
     def __init__(self) -> None:
         self.annotations: list = []
@@ -124,88 +208,14 @@ class Collector:
 
     # -- feeding -----------------------------------------------------------------------------------------------
 
-    def feed_dicts(self, events: Iterable[dict]) -> None:
-        """Take Chrome-trace event dicts; fields of the wrong type count as missing."""
-        runtime_cats = _RUNTIME_CATS
-        gpu_cats = _GPU_CATS
-        for event in events:
-            cat = event.get("cat")
-            if cat == "cpu_op":
-                name = event.get("name")
-                if name.__class__ is str:
-                    args = event.get("args")
-                    if args.__class__ is dict:
-                        self.add_op(
-                            name,
-                            event.get("ts"),
-                            event.get("dur"),
-                            event.get("tid"),
-                            args.get("Input Dims", MISSING),
-                            args.get("Input type", MISSING),
-                            event.get("pid"),
-                        )
-                    else:
-                        self.add_op(
-                            name,
-                            event.get("ts"),
-                            event.get("dur"),
-                            event.get("tid"),
-                            MISSING,
-                            MISSING,
-                            event.get("pid"),
-                        )
-            elif cat.__class__ is not str:  # a list or object is no category a summary reads
-                continue
-            elif cat in runtime_cats or cat in gpu_cats:
-                name = event.get("name")
-                if name.__class__ is str:
-                    args = event.get("args")
-                    if args.__class__ is not dict:
-                        args = _EMPTY_ARGS
-                    if cat in gpu_cats:
-                        self.add_gpu(
-                            gpu_cats[cat],
-                            name,
-                            event.get("ts"),
-                            args.get("correlation"),
-                            args.get("grid"),
-                            args.get("block"),
-                            args.get(GRAPH_NODE_ARG),
-                        )
-                    else:
-                        self.add_runtime(
-                            name,
-                            event.get("ts"),
-                            event.get("tid"),
-                            args.get("correlation"),
-                            args.get("kernel"),
-                            args.get("grid"),
-                            args.get("block"),
-                            event.get("pid"),
-                            args.get("stream"),
-                        )
-            elif cat == "user_annotation":
-                name = event.get("name")
-                if name.__class__ is str:
-                    self.add_annotation(name, event.get("ts"), event.get("dur"), event.get("pid"))
-
     def add_annotation(self, name: str, ts: Any, dur: Any, pid: Any = None) -> None:
-        """One ``user_annotation`` (a ``record_function`` range): its name, and its span where it has one.
-
-        Spans are what engines mark each captured shape with (``capture_8_FULL``), so
-        a trace can be split into keys (:mod:`.split`).
-        """
+        """One ``user_annotation`` (a ``record_function`` range): its name, and its span where it has one."""
         self.annotations.append(name)
         if ts.__class__ in _NUMBER_TYPES and dur.__class__ in _NUMBER_TYPES:
             self.annotation_spans.append((name, ts, ts + dur, pid if pid.__class__ in (int, str) else None))
 
     def add_op(self, name: str, ts: Any, dur: Any, tid: Any, dims: Any, types: Any, pid: Any = None) -> None:
-        """One ``cpu_op`` event (``pid``/``tid``: its process and thread).
-
-        ``dims``/``types`` are the args' ``Input Dims``/``Input type``: parsed values, their
-        JSON text as ``bytes`` (the fast reader leaves them unparsed; equal values are
-        merged when the summary is built), or :data:`MISSING` when absent.
-        """
+        """One ``cpu_op`` event (``pid``/``tid``: its process and thread)."""
         normal = self._op_names.get(name)
         if normal is None:
             _require_text(name, "cpu_op", name, ts, "the name")
@@ -277,7 +287,7 @@ class Collector:
         """One runtime (``cuda_runtime``/``cuda_driver``/``hip_*``) call (``stream``: its ``args.stream``, if any)."""
         role = self._roles.get(name)
         if role is None:
-            role = self._roles[name] = classify_runtime(name)
+            role = self._roles[name] = _classify_runtime(name)
         tag, api = role
         if tag == "skip":
             return
@@ -311,10 +321,7 @@ class Collector:
             self.launch_tid.append(self._tid(tid, pid))
 
     def add_gpu(self, kind: str, name: str, ts: Any, correlation: Any, grid: Any, block: Any, node: Any = None) -> None:
-        """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset).
-
-        ``node`` is the graph node id newer Kineto builds record on graph-replayed work.
-        """
+        """One ``kernel``/``gpu_memcpy``/``gpu_memset`` event (``kind``: kernel, memcpy or memset)."""
         grid = _dims3(grid)
         block = _dims3(block)
         dkey = (kind, name, tuple(grid) if grid else None, tuple(block) if block else None)
@@ -335,11 +342,7 @@ class Collector:
     # -- reading -----------------------------------------------------------------------------------------------
 
     def op_groups(self) -> tuple[list, list]:
-        """(coarse group of each op group, coarse rows ``(name, dims, types)``).
-
-        Groups of unparsed JSON texts that hold equal values (``[1, 2]`` and ``[1,2]``)
-        become one, exactly as if every value had been parsed.
-        """
+        """(coarse group of each op group, coarse rows ``(name, dims, types)``)."""
         cached = self._coarse
         if cached is not None and cached[0] == len(self._group_rows):
             return cached[1], cached[2]  # a trace split into keys asks once per key
@@ -401,7 +404,7 @@ class Collector:
     def thread_label(self, index: int) -> str:
         """How messages name thread ``index``: ``pid 1, thread 7`` (the parts the trace gave)."""
         pid, tid = self.threads[index]
-        parts = [f"{what} {_shown(value)}" for what, value in (("pid", pid), ("thread", tid)) if value is not None]
+        parts = [f"{what} {shown(value)}" for what, value in (("pid", pid), ("thread", tid)) if value is not None]
         return ", ".join(parts) or "no pid or thread"
 
     def _widen(self) -> None:
@@ -424,9 +427,101 @@ _NAN = float("nan")
 _NOTHING: Any = object()
 
 
-def _shown(value: Any) -> Any:
+def shown(value: Any) -> Any:
     """A value kept by :func:`_hashable`, as the trace wrote it."""
     return value[1] if value.__class__ is tuple else value
 
 
-_EMPTY_ARGS: dict = {}
+class _EventArgs(msgspec.Struct):
+    """The ``args`` fields a summary reads."""
+
+    correlation: Any = None
+    kernel: Any = None
+    grid: Any = None
+    block: Any = None
+    graph_node_id: Any = msgspec.field(default=None, name=GRAPH_NODE_ARG)
+    stream: Any = None
+    # JSON text from the slice parser (parsing costs more than grouping by the text), parsed values from dicts.
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.UNSET, name="Input type")
+
+
+class Event(msgspec.Struct):
+    """The fields of a trace event a summary reads."""
+
+    name: Any = None
+    cat: Any = None
+    ts: Any = None
+    dur: Any = None
+    tid: Any = None
+    pid: Any = None
+    args: Optional[_EventArgs] = None
+
+
+#: Decodes ``[`` + a slice of events + ``]`` into event records, the op shapes left as JSON text.
+DECODER = msgspec.json.Decoder(list[Event])
+
+_NO_ARGS = _EventArgs()
+
+
+def events_from_dicts(events: Iterable[dict]) -> Iterator[Event]:
+    """Event records of Chrome-trace event dicts (a live profile, a whole-file read); a non-object ``args`` is none."""
+    unset = msgspec.UNSET
+    for event in events:
+        args = event.get("args")
+        if args.__class__ is dict:
+            args = _EventArgs(
+                args.get("correlation"),
+                args.get("kernel"),
+                args.get("grid"),
+                args.get("block"),
+                args.get(GRAPH_NODE_ARG),
+                args.get("stream"),
+                args.get("Input Dims", unset),
+                args.get("Input type", unset),
+            )
+        else:
+            args = None
+        yield Event(
+            event.get("name"),
+            event.get("cat"),
+            event.get("ts"),
+            event.get("dur"),
+            event.get("tid"),
+            event.get("pid"),
+            args,
+        )
+
+
+def feed_records(collector: Collector, events: Iterable[Event]) -> None:
+    """Hand event records to ``collector``: the one place that says which events a summary reads."""
+    runtime_cats, gpu_cats, unset, raw = RUNTIME_CATS, GPU_CATS, msgspec.UNSET, msgspec.Raw
+    for event in events:
+        cat, name = event.cat, event.name
+        # A category or name that is not a string (a list, an object) is no event a summary reads.
+        if cat.__class__ is not str or name.__class__ is not str:
+            continue
+        args = event.args
+        if args is None:
+            args = _NO_ARGS
+        if cat == "cpu_op":
+            dims, types = args.input_dims, args.input_type
+            collector.add_op(
+                name,
+                event.ts,
+                event.dur,
+                event.tid,
+                MISSING if dims is unset else bytes(dims) if dims.__class__ is raw else dims,
+                MISSING if types is unset else bytes(types) if types.__class__ is raw else types,
+                event.pid,
+            )
+        elif cat in runtime_cats:
+            collector.add_runtime(
+                name, event.ts, event.tid, args.correlation, args.kernel, args.grid, args.block, event.pid, args.stream
+            )
+        elif cat in gpu_cats:
+            collector.add_gpu(
+                gpu_cats[cat], name, event.ts, args.correlation, args.grid, args.block, args.graph_node_id
+            )
+        elif cat == "user_annotation":
+            collector.add_annotation(name, event.ts, event.dur, event.pid)

@@ -1,25 +1,4 @@
-"""A captured CUDA/HIP graph as its nodes and dependencies, and what a reader wants from it.
-
-Why a model of its own: the graph object knows exactly which kernels it launches,
-with which grid, block and shared memory, and which nodes may run at the same
-time.  Two readers fill this one model — a graph dump written by
-``cudaGraphDebugDotPrint`` / ``CUDAGraph.debug_dump`` / ``hipGraphDebugDotPrint``
-(:mod:`.dot`) and the in-process readout of a live graph
-(:mod:`pytest_graphcapture.engine.graph_readout`) — so everything after them
-(kernel list, node counts, ``branches``) is computed once, here.
-
-``branches`` is the size of a maximum antichain of the dependency DAG: the most
-nodes no dependency path orders, i.e. the most that can run at once.  Counting
-the widest level of a topological layering is not that number (nodes of different
-depths can be mutually unordered), so it is computed exactly, by Dilworth's
-theorem: the width equals the node count minus a maximum matching of the
-bipartite graph of the transitive closure.  Child graphs are expanded into their
-parent (a child runs its nodes where the child node stands); a conditional node's
-bodies exclude each other (one ``if``/``switch`` body runs, ``while`` iterations run
-in turn), so they are spliced one after another and each counts on its own; empty
-nodes and containers are structure, not work: they order nodes but are not counted
-themselves.
-"""
+"""A captured CUDA/HIP graph as its nodes and dependencies (from a readout or a graph dump), and what it launches."""
 
 from __future__ import annotations
 
@@ -31,10 +10,9 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
 
 #: Types that only structure the graph: they order other nodes but do no work themselves.
-STRUCTURAL = frozenset({"empty", "graph", "conditional"})
+_STRUCTURAL = frozenset({"empty", "graph", "conditional"})
 #: Types whose node holds other graphs (a child graph; a conditional node's bodies).
 CONTAINERS = frozenset({"graph", "conditional"})
-
 
 _COPY_KIND = re.compile(
     r"(?:cuda|hip)?Memcpy(Host|Device|Array)To(Host|Device|Array)|^(Host|Device|Array)To(Host|Device|Array)$"
@@ -77,14 +55,7 @@ def _dims(dims: tuple[int, int, int]) -> str:
 
 @dataclass(slots=True)
 class GraphNode:
-    """One node: its type, the kernel name or copy kind, the launch shape, and the graphs it holds.
-
-    ``name`` is the kernel's symbol as the graph spells it (mangled or not) for
-    kernel nodes, the direction (``DtoD``, ``HtoD``…) for memcpy nodes, the kind
-    (``if``, ``while``, ``switch``; empty when the source does not say) for
-    conditional nodes, empty otherwise.  ``ident`` names the node where it came from
-    (the DOT node id, the readout's index path) for messages.
-    """
+    """One node: its type, the kernel name or copy kind, the launch shape, and the graphs it holds."""
 
     ident: str
     type: str
@@ -95,13 +66,7 @@ class GraphNode:
 
 @dataclass
 class CapturedGraph:
-    """Nodes in the order the graph lists them and edges ``(from, to)`` as indices into ``nodes``.
-
-    A child graph runs where its node stands, every time; a conditional node's
-    bodies *may* run: one body of an ``if``/``switch`` (or none), a ``while`` body any
-    number of times.  Every traversal here is iterative, so a graph nested
-    thousands of levels deep is read like a flat one.
-    """
+    """Nodes in the order the graph lists them and edges ``(from, to)`` as indices into ``nodes``."""
 
     nodes: list[GraphNode] = field(default_factory=list)
     edges: list[tuple[int, int]] = field(default_factory=list)
@@ -131,10 +96,7 @@ class CapturedGraph:
         return dict(sorted(Counter(node.type for node in self.walk()).items()))
 
     def kernels(self, level: str = DEFAULT_LEVEL) -> list[dict]:
-        """Each distinct (kernel name at ``level``, launch shape) with its count, sorted by name then shape.
-
-        Kernels of conditional bodies are listed too: they are what the graph may launch.
-        """
+        """Each distinct (kernel name at ``level``, launch shape) with its count, sorted by name then shape."""
         check_level(level)
         raw = Counter((node.name, node.launch) for node in self.walk() if node.type == "kernel")
         names = {name: normalize_kernel_name(name, level) if name else "?" for name, _ in raw}
@@ -147,25 +109,14 @@ class CapturedGraph:
         ]
 
     def branches(self) -> int:
-        """The most work nodes that can run at once (maximum antichain of the expanded dependency DAG).
-
-        A conditional node's bodies never run at once (one ``if``/``switch`` body runs,
-        ``while`` iterations run one after another), so each body counts on its own:
-        the answer is the most over the bodies, never their sum.
-        """
+        """The most work nodes that can run at once (maximum antichain of the expanded dependency DAG)."""
         work, successors = self.expanded()
-        return max_antichain(len(work), successors, counted=[i for i, n in enumerate(work) if n.type not in STRUCTURAL])
+        return max_antichain(
+            len(work), successors, counted=[i for i, n in enumerate(work) if n.type not in _STRUCTURAL]
+        )
 
     def expanded(self) -> tuple[list[GraphNode], list[list[int]]]:
-        """The graph with every child graph spliced in where its node stands: nodes and successor lists.
-
-        A container node stays as an entry point that precedes its child graphs' roots,
-        and a join node (empty, added here) follows their leaves and precedes the
-        container's successors, so the order the child imposes is kept.  A conditional
-        node's bodies are spliced one after another (the first body's leaves precede the
-        next body's roots): bodies that exclude each other are never counted as
-        running at once, and a node outside still orders against them as before.
-        """
+        """The graph with every child graph spliced in where its node stands: nodes and successor lists."""
         nodes: list[GraphNode] = []
         successors: list[list[int]] = []
 
@@ -240,14 +191,7 @@ class CapturedGraph:
                 pending.extend(reversed(node.children))
 
     def run_bounds(self, label: Callable[[GraphNode], Optional[str]]) -> tuple[Counter, dict[str, Optional[int]]]:
-        """How often the nodes of each ``label`` run in one launch of the graph: (at least, extra at most).
-
-        ``label`` names a node's group (None: not counted).  Nodes outside conditional
-        bodies always run: they are the first count.  A conditional node adds, for each
-        label, the most any one of its bodies runs (an ``if``/``switch`` runs one body or
-        none), or no bound at all (None) for a ``while`` body or a conditional of unknown
-        kind; nested bodies count the same way.
-        """
+        """How often the nodes of each ``label`` run in one launch of the graph: (at least, extra at most)."""
         order: list[CapturedGraph] = []
         pending = [self]
         while pending:  # every graph before the graphs it holds; handled below in reverse: children first
@@ -332,16 +276,7 @@ def topological_order(count: int, successors: Sequence[Iterable[int]]) -> list[i
 
 
 def max_antichain(count: int, successors: Sequence[Iterable[int]], *, counted: Optional[Sequence[int]] = None) -> int:
-    """Width of the DAG on nodes ``0..count-1``: the largest set of ``counted`` nodes no path orders.
-
-    ``counted`` (default: all) are the nodes that may be in the antichain; the others
-    still carry order (a path through them orders its ends).  Dilworth: the width of
-    the order restricted to ``counted`` is their number minus a maximum matching
-    ``u → v`` over pairs where ``u`` reaches ``v``.  Reachability sets are Python
-    integers used as bitsets; the matching starts greedy (each node to its nearest
-    free successor) and is completed with augmenting paths (Kuhn), each search
-    visiting a node at most once.
-    """
+    """Width of the DAG on nodes ``0..count-1``: the largest set of ``counted`` nodes no path orders."""
     if count == 0:
         return 0
     order = topological_order(count, successors)
@@ -372,14 +307,7 @@ def max_antichain(count: int, successors: Sequence[Iterable[int]], *, counted: O
 
 
 def _max_matching(reach: list[int], near: list[int], free_right: int) -> int:
-    """Size of a maximum matching ``u → v`` with ``v`` in the bitset ``reach[u]``.
-
-    ``near[u]`` (within ``reach[u]``) are the nodes tried first: pairing each node with
-    a direct successor covers a chain at once, where pairing it with any later node
-    would push its neighbours down the chain and leave long augmenting paths to find.
-    Left nodes are list positions, right nodes bit positions; ``free_right`` holds the
-    bits that may be matched.
-    """
+    """Size of a maximum matching ``u → v`` with ``v`` in the bitset ``reach[u]``."""
     n = len(reach)
     match_left = [-1] * n
     match_right: dict[int, int] = {}

@@ -1,17 +1,5 @@
 """Summaries of a live ``torch.profiler.profile``, read inside its ``on_trace_ready`` callback.
-
-The in-memory Kineto results (``prof.profiler.kineto_results.events()``) are turned
-into the same small event dicts a Chrome trace holds, so live profiles and trace
-files go through one code path (:mod:`.scan`) and give equal summaries.  No torch
-import: the profile object is only called through its methods.
-
-Torch builds whose Kineto events cannot say what they are (no ``activity_type()``),
-the shapes of list arguments (no ``structured_input_shapes()``) or their metadata (2.8
-has none of them, 2.10 and 2.11 lack the first two) would mistake runtime calls and
-memory events for ops: there the profile's Chrome trace is read instead (the cycle's
-exported trace when there is one, else a temporary export), so the summary is the one
-its trace file gives.  Which build is which is decided by :mod:`.torch_caps`.
-"""
+Kineto's in-memory events become the event dicts a trace holds, so live profiles and files share one path."""
 
 from __future__ import annotations
 
@@ -24,15 +12,14 @@ from typing import Any, Callable, Optional, Union
 from .._io import gc_paused
 from ..errors import GraphCaptureError
 from ..keys import CaptureKey
-from .collect import GRAPH_NODE_ARG
-from .files import collect_trace_file
+from .collect import GPU_CATS, GRAPH_NODE_ARG, INTERESTING_RUNTIME, KERNEL_LAUNCH_APIS, RUNTIME_CATS, api_base
+from .files import collect_trace_file, summarize_graphs
 from .model import Summary
 from .normalize import (
     DEFAULT_LEVEL,
 )
-from .scan import _GPU_CATS, _INTERESTING_RUNTIME, _RUNTIME_CATS, KERNEL_LAUNCH_APIS, _api_base, _build, _Scan, _scan
-from .split import summarize_graphs
-from .torch_caps import event_caps
+from .platform import event_caps
+from .scan import Scan, build_summary, scan_events
 
 
 def _kineto_results(prof: Any) -> Any:
@@ -77,18 +64,13 @@ def _infer_activity(event: Any) -> str:
         return "user_annotation"
     if getattr(event, "is_python_function", None) and event.is_python_function():
         return "python_function"
-    if _INTERESTING_RUNTIME.match(name):
+    if INTERESTING_RUNTIME.match(name):
         return "cuda_runtime"
     return "cpu_op"
 
 
 def _method(kind: type, probe: Any, name: str) -> Optional[Callable[[Any], Any]]:
-    """Event method ``name`` as a one-argument function, or None when the events lack it.
-
-    The class's own (unbound) method when it has one: calling it skips an attribute
-    lookup per event, which adds up over the thousands of events of one capture.
-    Events that only answer through the instance (wrappers) get ``methodcaller``.
-    """
+    """Event method ``name`` as a one-argument function, or None when the events lack it."""
     method = getattr(kind, name, None)
     if callable(method):
         return method
@@ -105,20 +87,14 @@ def _profile_events(prof: Any) -> list:
 
 
 def _event_dicts(events: Any) -> list:
-    """Chrome-trace-like dicts for the relevant Kineto ``events``.
-
-    One capture records thousands of CPU ops, so the loop keeps its per-event work
-    to the accessor calls and the dicts themselves; runtime, GPU and annotation
-    events (few) go through :func:`_other_event`.
-    """
+    """Chrome-trace-like dicts for the relevant Kineto ``events``."""
     if not events:
         return []
     probe = events[0]
     kind = type(probe)
     activity_of = _method(kind, probe, "activity_type") or _infer_activity
     dims_of = _method(kind, probe, "structured_input_shapes") or _method(kind, probe, "shapes") or _none
-    # The system thread id (what a Chrome trace writes as ``tid``) is the device resource id of
-    # CPU events; start_thread_id() numbers op threads differently from runtime-call threads.
+    # A trace's ``tid`` is the device resource id of CPU events (start_thread_id() numbers threads otherwise).
     thread_of = _method(kind, probe, "device_resource_id") or _none
     span_of = _method(kind, probe, "duration_ns") or _none
     name_of = _method(kind, probe, "name") or _none
@@ -148,18 +124,18 @@ def _event_dicts(events: Any) -> list:
 
 def _other_event(event: Any, activity: str, thread_of: Callable[[Any], Any]) -> Optional[dict]:
     """The dict of a runtime, GPU or annotation event; None for events a summary never reads."""
-    if activity in _RUNTIME_CATS:
+    if activity in RUNTIME_CATS:
         name = event.name()
-        if not _INTERESTING_RUNTIME.match(name):
+        if not INTERESTING_RUNTIME.match(name):
             return None
         args = {"correlation": event.correlation_id()}
-        if _api_base(name) in KERNEL_LAUNCH_APIS:
+        if api_base(name) in KERNEL_LAUNCH_APIS:
             meta = _metadata(event)
             for field_name in ("kernel", "grid", "block"):
                 if field_name in meta:
                     args[field_name] = meta[field_name]
         return {"cat": activity, "name": name, "ts": event.start_ns(), "tid": thread_of(event), "args": args}
-    if activity in _GPU_CATS:
+    if activity in GPU_CATS:
         args = {"correlation": event.correlation_id()}
         meta = _metadata(event)
         for field_name in ("grid", "block", GRAPH_NODE_ARG) if activity == "kernel" else (GRAPH_NODE_ARG,):
@@ -182,17 +158,7 @@ def summarize_profile(
     export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None,
     graphs: bool = False,
 ) -> Summary:
-    """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback.
-
-    Reads the in-memory Kineto results (no export, no re-parse); with a schedule the
-    callback sees only the active step, which is exactly the capture step.
-    ``export``: exports this cycle's trace (once) and returns its path, when the caller
-    exports it anyway; a torch profile exports only once, and its events must not be
-    read after that.  Called only on torch builds whose events must be read from the
-    trace (see the module docstring); otherwise a temporary export is made there.
-    ``graphs``: the key's capture forward held graphs (pieces): a Summary per graph
-    (:func:`~.split.summarize_graphs`), the eager ops between them left out.
-    """
+    """Summarize a live ``torch.profiler.profile`` inside its ``on_trace_ready`` callback."""
     if environment is None:
         environment = {
             "profiler": {
@@ -200,27 +166,22 @@ def summarize_profile(
                 for flag in ("record_shapes", "with_stack", "with_flops", "profile_memory")
             }
         }
-    # Paused GC: summarizing allocates many short-lived dicts, which otherwise set off a full
-    # collection of the whole (torch-sized) heap every few captures.
+    # GC paused: the many short-lived dicts would set off full collections of a torch-sized heap.
     with gc_paused():
         scan = _scan_profile(prof, export)
         if graphs:
             return summarize_graphs(scan, key, platform, level, environment)
-        return _build(scan, key, platform, level, environment)
+        return build_summary(scan, key, platform, level, environment)
 
 
 def replay_kernels_from_profile(
     prof: Any, *, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]] = None
 ) -> list:
-    """:func:`replay_kernels_from_events` for a live profile of a graph replay.
-
-    ``export``: as for :func:`summarize_profile`; pass it when the replay's trace is exported
-    too, since on builds whose events must be read from the trace that export is the one read.
-    """
+    """:func:`replay_kernels_from_events` for a live profile of a graph replay."""
     return _scan_profile(prof, export).replay_kernels()
 
 
-def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]]) -> _Scan:
+def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLike[str]"]]]) -> Scan:
     events = _kineto_results(prof).events()
     if events and not event_caps(events[0]).readable:
         del events
@@ -230,4 +191,4 @@ def _scan_profile(prof: Any, export: Optional[Callable[[], Union[str, "os.PathLi
             path = os.path.join(folder, "profile.json")
             prof.export_chrome_trace(path)
             return collect_trace_file(path)[0]
-    return _scan(_event_dicts(events))
+    return scan_events(_event_dicts(events))

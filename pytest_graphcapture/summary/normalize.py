@@ -1,53 +1,74 @@
-"""Kernel-name normalization levels and ignore patterns.
-
-Why: the same kernel is spelled differently across driver versions, builds and
-runs (hex addresses, lambda numbering, generated-kernel suffixes, mangled vs.
-demangled), and a golden must only change when the *kernel set* changes.  Three
-levels trade precision against stability:
-
-``exact``
-    the recorded name; a trailing ``.kd`` (ROCm code-object symbol) is removed and
-    an Itanium-mangled symbol (``_Z…``) is demangled.
-``name`` (default)
-    ``exact`` without the parameter list (a trailing ``(anonymous namespace)`` is a
-    namespace, not parameters), with hex addresses (``0x…`` → ``0x_``),
-    lambda / unnamed-type numbering (``{lambda(float)#3}`` → ``{lambda(float)#?}``,
-    ``'lambda2'`` → ``'lambda'``, ``$_12`` → ``$_``), anonymous namespaces
-    (``_GLOBAL__N_1`` / ``{anonymous}`` → ``(anonymous namespace)``) and
-    generated-kernel numeric suffixes (``triton_poi_fused_add_3`` →
-    ``triton_poi_fused_add``) normalized.
-``family``
-    ``name`` without template arguments and without a leading ``void`` return type;
-    vendor GEMM kernels (cuBLAS/cuBLASLt ``sm*_xmma…``, ``…gemm…``, CUTLASS GEMMs,
-    ``nvjet…``, hipBLASLt/Tensile ``Cijk_…``) fold into the single family ``GEMM``
-    (their shapes are visible in the ops).
-
-Demangling is :mod:`.demangle`'s: the same on every host, spelled as the profiler (Kineto,
-``c++filt``) prints it.  A symbol it cannot read keeps its mangled
-spelling at the ``exact`` and ``name`` levels, and at ``family`` becomes the
-qualified base name read from the mangled prefix (e.g. ``sgl_hip::activation::
-act_and_mul_kernel``, the family its demangled name has) when that much can be read.  Every level is applied until it
-reaches a fixed point, so normalizing twice equals normalizing once.
-
-Memcpy/memset graph nodes are not kernel symbols; callers leave their names alone.
-
-CPU op names are kept as recorded, except for identifiers that only number
-``torch.compile`` compilations in the order they happened (:func:`normalize_op_name`):
-dynamo's ``Torch-Compiled Region: 0/1``, compile ids ``[0/1]`` and the hash of a
-``## Call CompiledFxGraph <hash> ##`` range.  A compiled runner's golden for one
-batch size then does not depend on which other sizes were captured, or in which order.
-"""
+"""Kernel-name levels (exact, name, family) and ignore patterns: a golden changes only when the kernel set does."""
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
+
+import demangle as _library
 
 from ..errors import UsageError
-from .demangle import demangle, mangled_base_name
+
+#: libiberty's spelling (``c++filt``, libstdc++'s ``__cxa_demangle``, so Kineto's), not LLVM's.
+_STYLE = "gnu"
+
+
+def _is_symbol(name: str) -> bool:
+    return name.startswith("_Z") and len(name) > 2 and name.isascii() and "\x00" not in name
+
+
+@functools.lru_cache(maxsize=16384)
+def _demangle_symbol(name: str) -> Optional[str]:
+    try:
+        text = _library.demangle_strict(name, language="itanium", style=_STYLE)
+    except _library.DemanglingError:
+        return None
+    return text if text != name else None
+
+
+def demangle(name: str) -> Optional[str]:
+    """The readable spelling of an Itanium symbol (``_Z…``); None when ``name`` is not one or it cannot be read."""
+    return _demangle_symbol(name) if _is_symbol(name) else None
+
+
+def mangled_base_name(name: str) -> Optional[str]:
+    """The qualified name of a kernel entry point from its mangled prefix (``_ZN3foo3barI…`` → ``foo::bar``)."""
+    if not name.startswith("_Z"):
+        return None
+    i = 2
+    nested = name.startswith("_ZN")
+    if nested:
+        i = 3
+        while i < len(name) and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member: skipped
+            i += 1
+    parts = []
+    while True:
+        if name.startswith("L", i):  # internal linkage (a static kernel)
+            i += 1
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        if j == i:
+            break
+        length = int(name[i:j])
+        part = name[j : j + length]
+        if len(part) != length or not length:
+            return None
+        parts.append("(anonymous namespace)" if part.startswith("_GLOBAL__N") else part)
+        i = j + length
+        if not nested:
+            break
+    following = name[i : i + 1]
+    if not parts or not following or following == "B" or (nested and following not in "IE"):
+        return None
+    return "::".join(parts)
+
 
 LEVELS = ("exact", "name", "family")
+
 DEFAULT_LEVEL = "name"
+
 GEMM_FAMILY = "GEMM"
 
 _RANK = {level: i for i, level in enumerate(LEVELS)}
@@ -65,17 +86,23 @@ def is_coarser_or_equal(target: str, source: str) -> bool:
     return _RANK[check_level(target)] >= _RANK[check_level(source)]
 
 
-# --------------------------------------------------------------------------- levels
-
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
+
 _HASH_NUM = re.compile(r"#\d+\}")
+
 _QUOTED_LAMBDA = re.compile(r"'(lambda|unnamed)\d+'")
+
 _DOLLAR = re.compile(r"\$_\d+")
+
 _ANON = re.compile(r"_GLOBAL__N_\d+|\{anonymous\}|`anonymous namespace'")
+
 _ANON_NAMESPACE = "(anonymous namespace)"
+
 _GENERATED = re.compile(r"^((?:triton|cpp|fused|cutedsl|helion)_\w*?[A-Za-z]\w*?)(?:_\d+)+$")
+
 #: A CUTLASS kernel template (``cutlass::Kernel2<…>``) as its mangled prefix spells it.
 _MANGLED_CUTLASS = re.compile(r"^_ZN7cutlass\d+Kernel\d*I")
+
 _GEMM = re.compile(
     r"gemm|xmma|^(?:void )?nvjet|^(?:void )?Cijk_|cutlass_\d+_\w*tensorop|cutlass::Kernel\d*<|cublas|hipblaslt|tensile",
     re.IGNORECASE,
@@ -175,7 +202,6 @@ def _family_step(name: str) -> str:
 
 
 _STEPS = {"exact": _exact_step, "name": _name_step, "family": _family_step}
-
 
 _COMPILE_ORDER = (
     (re.compile(r"^(Torch-Compiled Region): \d+/\d+(?:_\d+)?$"), r"\1"),

@@ -1,39 +1,128 @@
-"""Platform keys: which accelerator a capture ran on, as a stable short string.
-
-Goldens are stored per platform, because the kernel set legitimately differs
-between GPU generations and vendors.  Keys:
-
-* ``cpu`` — no accelerator (eager CPU backend, or a trace without device properties);
-* ``cuda-sm{major}{minor}`` — NVIDIA, e.g. ``cuda-sm90`` for H100/H200, ``cuda-sm80`` for A100;
-* ``rocm-{gfx}`` — AMD, the gfx architecture with feature flags dropped
-  (``gfx942:sramecc+:xnack-`` → ``rocm-gfx942``).
-
-From a live device the key comes from ``torch.cuda.get_device_properties`` (on ROCm,
-``torch.version.hip`` is set and ``gcnArchName`` names the architecture).  A trace
-file only records Kineto's ``deviceProperties`` (``computeMajor``/``computeMinor``)
-plus runtime-version keys; a trace is ROCm when it has ``hip_runtime_version``,
-``hip_driver_version`` or ``roctracer_version``.  HIP reports a "compute capability"
-derived from the gfx name, so it is mapped back with :data:`ROCM_COMPUTE_TO_GFX`.
-That mapping is lossy where AMD reuses a capability (gfx908 and gfx90a both report
-9.0; gfx1100/1101/1102 all report 11.0): the table picks the datacenter / first
-part, and a ``gcnArchName`` present in the trace always wins.  The override of a
-detected key (option and hook) lives in the plugin, and the key of a live torch
-device in :mod:`pytest_graphcapture.engine.device`: this module imports no torch.
-"""
+"""Platform keys (``cpu``, ``cuda-sm90``, ``rocm-gfx942``) and environment from a trace; what the profiler offers."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from .._io import is_text
 
+
+@dataclass(frozen=True)
+class _Capability:
+    """One version-dependent thing the plugin uses: where it is probed, and what is done without it."""
+
+    name: str
+    #: The object and member probed (``_KinetoEvent.activity_type``).
+    probe: str
+    #: What the plugin does on builds without it.
+    without: str
+
+
+#: Every torch capability the plugin consults, in the order docs/compatibility.md lists them.
+CAPABILITIES: tuple[_Capability, ...] = (
+    _Capability(
+        "event kinds",
+        "_KinetoEvent.activity_type",
+        "a live summary reads the cycle's Chrome trace (its events' kinds are guessed from their names "
+        "otherwise, which takes runtime calls and [memory] records for ops)",
+    ),
+    _Capability(
+        "list shapes",
+        "_KinetoEvent.structured_input_shapes",
+        "a live summary reads the cycle's Chrome trace (shapes() records [] for list arguments such as "
+        "aten::cat's tensors)",
+    ),
+    _Capability(
+        "event metadata",
+        "_KinetoEvent.metadata_json",
+        "a live summary reads the cycle's Chrome trace, which carries kernels' grid, block and graph node ids",
+    ),
+    # With ``_capture_end_hook`` and ``_instantiate_hook`` beside it (:func:`graph_hooks`).
+    _Capability(
+        "graph lifecycle hooks",
+        "torch.cuda.graphs.register_graph_capture_start_hook",
+        "the engine-loop gate observes captures by wrapping torch.cuda.CUDAGraph.capture_begin and capture_end "
+        "for the capture function's duration, and reads no engine graph's nodes (its kernels come from the "
+        "profiled replay)",
+    ),
+    # Probed on its payload (:func:`graph_data_has_launches`): grid_dim, block_dim, shared_mem_bytes, edges.
+    _Capability(
+        "graph data with launch shapes",
+        "CUDAGraph.get_graph_data",
+        "a captured graph's nodes are read through cuda-bindings (engine/graph_readout.py), else its kernels "
+        "come from the profiled replay",
+    ),
+    _Capability(
+        "driver version",
+        "torch.cuda.driver_version",
+        "the environment of a GPU capture names no driver version (informational only)",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EventCaps:
+    """What one build's Kineto events answer (see :data:`CAPABILITIES`)."""
+
+    activity_type: bool
+    structured_input_shapes: bool
+    metadata_json: bool
+
+    @property
+    def readable(self) -> bool:
+        """Whether a live summary can be built from the events alone (else it reads the Chrome trace)."""
+        return self.activity_type and self.structured_input_shapes and self.metadata_json
+
+
+def event_caps(event: Any) -> EventCaps:
+    """The capabilities of Kineto events like ``event`` (probed on the instance, so wrappers answer too)."""
+    return EventCaps(
+        activity_type=callable(getattr(event, "activity_type", None)),
+        structured_input_shapes=callable(getattr(event, "structured_input_shapes", None)),
+        metadata_json=callable(getattr(event, "metadata_json", None)),
+    )
+
+
+def has_driver_version(torch: Any) -> bool:
+    """Whether ``torch`` (the module) can report the GPU driver version (``torch.cuda.driver_version``)."""
+    return callable(getattr(getattr(torch, "cuda", None), "driver_version", None))
+
+
+#: The three global capture hooks the engine-loop gate registers, as ``torch.cuda.graphs`` names them.
+_GRAPH_HOOKS = (
+    "register_graph_capture_start_hook",
+    "register_graph_capture_end_hook",
+    "register_graph_instantiate_hook",
+)
+
+
+def graph_hooks(torch: Any) -> Optional[tuple[Callable[..., Any], ...]]:
+    """torch's registration functions of :data:`_GRAPH_HOOKS` (start, end, instantiate), or None without all three."""
+    graphs = getattr(getattr(torch, "cuda", None), "graphs", None)
+    found = tuple(getattr(graphs, name, None) for name in _GRAPH_HOOKS)
+    return found if all(callable(f) for f in found) else None  # type: ignore[return-value]
+
+
+#: The fields a node of ``CUDAGraph.get_graph_data()`` must carry for its kernels to be read with launch shapes.
+_GRAPH_DATA_NODE_FIELDS = ("index", "node_type", "kernel_name", "grid_dim", "block_dim", "shared_mem_bytes")
+
+
+def graph_data_has_launches(payload: Any) -> bool:
+    """Whether a ``get_graph_data()`` payload is the form with launch shapes and edges (torch 2.15's)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("nodes"), list):
+        return False
+    if not isinstance(payload.get("edges"), list):
+        return False
+    return all(isinstance(n, dict) and all(f in n for f in _GRAPH_DATA_NODE_FIELDS) for n in payload["nodes"])
+
+
 CPU = "cpu"
 
-#: HIP (computeMajor, computeMinor) → gfx architecture.  HIP derives major/minor
-#: from the gfx name (gfx942 → 9.4), so the first digits are recoverable but the
-#: stepping is not; the entries below pick the part a CI machine most likely has.
+#: HIP (computeMajor, computeMinor) → gfx architecture; the stepping is lost (gfx942 → 9.4), so the entries
+#: pick the part a CI machine most likely has.
 ROCM_COMPUTE_TO_GFX: dict[tuple[int, int], str] = {
     (9, 0): "gfx90a",  # MI200 (MI210/MI250/MI250X); MI100 (gfx908) also reports 9.0
     (9, 4): "gfx942",  # MI300X / MI300A / MI325X
@@ -45,6 +134,7 @@ ROCM_COMPUTE_TO_GFX: dict[tuple[int, int], str] = {
 }
 
 _ROCM_KEYS = ("hip_runtime_version", "hip_driver_version", "roctracer_version", "rocprofiler_version")
+
 _GFX = re.compile(r"gfx[0-9a-fA-F]+")
 
 
@@ -75,7 +165,7 @@ def _first_device(trace: dict) -> Optional[dict]:
     return None
 
 
-def is_rocm_trace(trace: dict) -> bool:
+def _is_rocm_trace(trace: dict) -> bool:
     """Whether a trace was recorded by the ROCm (roctracer/rocprofiler) backend."""
     return any(key in trace for key in _ROCM_KEYS)
 
@@ -91,31 +181,25 @@ def platform_from_trace(trace: dict) -> str:
     major = device["computeMajor"]
     minor = device.get("computeMinor", 0)
     minor = minor if isinstance(minor, int) else 0
-    if is_rocm_trace(trace):
+    if _is_rocm_trace(trace):
         return f"rocm-{rocm_gfx_from_compute(major, minor)}"
     return cuda_key(major, minor)
 
 
-#: Runtime and driver versions that Kineto records as the API's integer (CUDA's
-#: ``cudaRuntimeGetVersion`` / ``cudaDriverGetVersion``, HIP's ``hipRuntimeGetVersion`` /
-#: ``hipDriverGetVersion``), and the live spelling (``torch.version.cuda`` / ``.hip``) they map to.
-CUDA_VERSION_KEYS = ("cuda_runtime_version", "cuda_driver_version")
-HIP_VERSION_KEYS = ("hip_runtime_version", "hip_driver_version")
+#: Runtime and driver versions Kineto records as the API's integer (``cudaRuntimeGetVersion`` …), and the
+#: live spelling (``torch.version.cuda`` / ``.hip``) each maps to.
+_CUDA_VERSION_KEYS = ("cuda_runtime_version", "cuda_driver_version")
+
+_HIP_VERSION_KEYS = ("hip_runtime_version", "hip_driver_version")
+
 _HIP_GIT_SUFFIX = re.compile(r"^(\d+\.\d+\.\d+)-\w+$")
 
 
 def version_text(key: str, value: Any) -> Any:
-    """A runtime/driver version as ``torch.version`` spells it; other keys and values unchanged.
-
-    CUDA encodes ``1000 * major + 10 * minor`` (``13000`` → ``"13.0"``, ``12040`` → ``"12.4"``,
-    as ``torch.version.cuda``).  HIP encodes ``HIP_VERSION = 10**7 * major + 10**5 * minor +
-    patch`` (``70253211`` → ``"7.2.53211"``); ``torch.version.hip`` adds a git hash
-    (``"7.2.53211-1a2b3c4d5"``), dropped here.  An integer outside those encodings (older HIP
-    releases encoded differently) is kept as recorded rather than guessed at.
-    """
-    if key in CUDA_VERSION_KEYS and type(value) is int and value >= 1000 and value % 10 == 0:
+    """A runtime/driver version as ``torch.version`` spells it; other keys and values unchanged."""
+    if key in _CUDA_VERSION_KEYS and type(value) is int and value >= 1000 and value % 10 == 0:
         return f"{value // 1000}.{value % 1000 // 10}"
-    if key in HIP_VERSION_KEYS:
+    if key in _HIP_VERSION_KEYS:
         if type(value) is int and value >= 10**7:
             return f"{value // 10**7}.{value // 10**5 % 100}.{value % 10**5}"
         match = _HIP_GIT_SUFFIX.match(value) if isinstance(value, str) else None
@@ -132,11 +216,7 @@ def _flag(value: Any) -> bool:
 
 
 def environment_from_trace(trace: dict) -> dict:
-    """Informational environment of a trace: device, versions, profiler flags (never compared).
-
-    Runtime and driver versions are spelled as the live path spells them (:func:`version_text`),
-    so a golden and its own trace agree on them.
-    """
+    """Informational environment of a trace: device, versions, profiler flags (never compared)."""
     env: dict[str, Any] = {}
     device = _first_device(trace)
     if device is not None:
@@ -167,12 +247,7 @@ def environment_from_trace(trace: dict) -> dict:
 
 
 def _writable(value: Any) -> Any:
-    """``value`` with what a golden's JSON cannot hold made writable: the environment is informational.
-
-    A string that is not text (a lone surrogate escape) keeps its escapes as ``\\udXXX``
-    text; a number beyond the double range (``1e999``) becomes None.  A damaged field of
-    a trace's header must not stop its summary.
-    """
+    """``value`` with what a golden's JSON cannot hold made writable: the environment is informational."""
     if isinstance(value, str):
         return value if is_text(value) else value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, float):

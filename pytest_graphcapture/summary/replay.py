@@ -1,10 +1,4 @@
-"""Kernels from a graph replay, and the data-loss check that guards them.
-
-On NVIDIA the capture window names no kernels; the graph's replay does.  A replay
-whose node count (or, where the capture named its kernels, whose kernel multiset)
-disagrees with the capture means the profiler dropped records: the summary is then
-marked incomplete with the reason, never reported as a kernel regression.
-"""
+"""Kernels from a graph replay or readout, and the data-loss check that guards them."""
 
 from __future__ import annotations
 
@@ -13,18 +7,17 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import UsageError
 from ..keys import CaptureKey
-from .attribute import (
+from .graph import CapturedGraph, GraphNode
+from .model import Summary, count_changes
+from .normalize import normalize_kernel_name
+from .scan import (
     GRAPH_NO_CAPTURE,
     GRAPH_NODES_DIFFER,
     REPLAY_NO_CAPTURE,
     REPLAY_NODES_DIFFER,
     REPLAY_UNATTRIBUTED,
+    kernel_entries,
 )
-from .graph import CapturedGraph, GraphNode
-from .model import Summary
-from .normalize import normalize_kernel_name
-from .scan import _entries
-from .views import count_changes
 
 
 class KernelEvidenceWarning(UserWarning):
@@ -58,18 +51,7 @@ def _by_graph_node(
     replay_kernels: Sequence[dict],
     reasons: tuple[str, str] = (REPLAY_NO_CAPTURE, REPLAY_NODES_DIFFER),
 ) -> tuple[list, Optional[str]]:
-    """The replay's nodes, each with the op of the capture launch that made it when graph node ids tell.
-
-    A graph node gets its id when stream capture creates it, i.e. at its launch call,
-    so the nodes in id order are the capture window's launches in call order, across
-    streams.  The match is taken only when it is exact: every node has an id, the ids
-    are distinct, and the node kinds (kernel / memcpy / memset) equal the launches'
-    kinds one by one; otherwise the nodes stay unattributed, with the reason.
-    Returns (the replay's node dicts, why they name no op; None when matched: a node
-    without op then had no op around its launch call, as in a capture window).
-    ``reasons`` are the two reasons (no capture window; nodes and launches differ) in the
-    words of the nodes' source: the same match serves nodes read from the graph itself.
-    """
+    """The replay's nodes, each with the op of the capture launch that made it when graph node ids tell."""
     nodes = [k.get("node") for k in replay_kernels]
     if not replay_kernels or any(node is None for node in nodes):
         return list(replay_kernels), REPLAY_UNATTRIBUTED
@@ -84,21 +66,9 @@ def _by_graph_node(
 
 
 def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
-    """Return a copy of a capture ``summary`` whose kernels come from the graph replay.
-
-    Where the capture window already named every node (ROCm launch events carry
-    ``kernel``/``grid``/``block``) and the check below passes, the capture's entries
-    are kept: they are the same kernels, plus launch configuration the replay lacks.
-
-    Data-loss check: when the capture window recorded launches, their
-    count must equal the replay's node count, and where the capture named its kernels
-    (ROCm) the kernel multiset at the summary's level must match too.  Otherwise the
-    result is marked incomplete with the reason and a :class:`KernelEvidenceWarning`
-    naming the key is emitted — dropped profiler records must never look like a
-    kernel regression.
-    """
+    """Return a copy of a capture ``summary`` whose kernels come from the graph replay."""
     replay_kernels, unattributed = _by_graph_node(summary.launch_ops, replay_kernels)
-    replay_entries = _entries(replay_kernels, summary.level)
+    replay_entries = kernel_entries(replay_kernels, summary.level)
     problems = []
     captured = summary.launches["total"]
     if captured and captured != len(replay_kernels):
@@ -110,8 +80,7 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
         changes = count_changes(_node_counts(summary.kernels), _node_counts(replay_entries))
         if changes:
             problems.append("kernel multiset differs: " + _describe(changes))
-    # When the capture named every node (ROCm) and agrees with the replay, keep its entries:
-    # they are the same kernels, and the launch events also carry grid/block.
+    # A capture that named every node (ROCm) and agrees with the replay keeps its entries (with grid/block).
     keep_capture = bool(captured and capture_named and not problems and summary.complete)
     kernels = [dict(k) for k in summary.kernels] if keep_capture else replay_entries
     result = _with_kernels(
@@ -144,8 +113,7 @@ def with_replay(summary: Summary, replay_kernels: Sequence[dict]) -> Summary:
     return result
 
 
-#: How the profiler spells a copy's ends (``Memcpy DtoD (Device -> Device)``): host memory a graph
-#: copies from or to is pinned (stream capture refuses pageable copies).
+#: A copy's ends as the profiler spells them (``Memcpy DtoD (Device -> Device)``); host memory is pinned.
 _COPY_ENDS = {"H": "Pinned", "D": "Device", "A": "Array"}
 
 
@@ -157,15 +125,7 @@ def _copy_name(direction: str) -> str:
 
 
 def graph_node_records(graph: CapturedGraph) -> list[dict]:
-    """The graph's kernel, memcpy and memset nodes as records like a replay's, in the order the graph lists them.
-
-    Stream capture adds a node at each launch call, so this order (child graphs'
-    nodes where their node stands) is the capture's launch calls in call order;
-    ``node`` is the position in it, which :func:`_by_graph_node` matches to the
-    capture window's launches.  Kernels carry their ``launch`` shape; copies and
-    memsets are named as the profiler names them (``Memcpy DtoD (Device -> Device)``,
-    ``Memset (Device)``) so a golden written from a replay still compares.
-    """
+    """The graph's kernel, memcpy and memset nodes as records like a replay's, in the order the graph lists them."""
     records: list[dict] = []
     for node in graph.walk():
         if node.type == "kernel":
@@ -190,29 +150,14 @@ def with_graph(
     source: str = "graph",
     replay_kernels: Optional[Sequence[dict]] = None,
 ) -> Summary:
-    """Return a copy of a capture ``summary`` whose kernels are the ``graph``'s own, with launch shapes and topology.
-
-    ``source`` says where the graph was read (``graph-data``: torch's ``get_graph_data()``; ``graph``: the
-    cuda-bindings walk; ``dot``: a dump).
-    Attribution by construction: node i is the i-th launch call of the capture
-    window, so each kernel gets the op of its launch call — only when the counts and
-    the kernel/memcpy/memset kinds agree one by one; otherwise the kernels stay
-    unattributed and ``unattributed`` says why.
-
-    The profiler as a cross-check: with ``replay_kernels`` (a profiled replay of the
-    same graph), the replay's kernel multiset must equal what the graph always runs, and
-    may add what its conditional bodies run, up to what one launch can (:func:`replay_changes`).  A difference
-    means the profiler lost records: the result is marked incomplete naming them
-    (kernels not compared, never a false regression) and a
-    :class:`KernelEvidenceWarning` naming the key is emitted.
-    """
+    """Return a copy of a capture ``summary`` whose kernels are the ``graph``'s own, with launch shapes and topology."""
     if source not in ("graph-data", "graph", "dot"):
         raise UsageError(
             f"with_graph(source={source!r}): a graph is read in process (torch's get_graph_data(): 'graph-data'; "
             f"cuda-bindings: 'graph') or from a dump ('dot')"
         )
     records, unattributed = _by_graph_node(summary.launch_ops, graph_node_records(graph), _GRAPH_REASONS)
-    kernels = _entries(records, summary.level)
+    kernels = kernel_entries(records, summary.level)
     result = _with_kernels(
         summary,
         kernels,
@@ -223,7 +168,7 @@ def with_graph(
     if unattributed and any(k["kind"] == "kernel" and not k.get("op") for k in kernels):
         result.unattributed = unattributed
     if replay_kernels is not None:
-        changes = replay_changes(graph, replay_kernels, summary.level)
+        changes = _replay_changes(graph, replay_kernels, summary.level)
         if changes:
             reason = (
                 f"the profiled replay's kernels differ from the graph's ({_describe(changes)}): "
@@ -239,15 +184,8 @@ def with_graph(
     return result
 
 
-def replay_changes(graph: CapturedGraph, replay_kernels: Sequence[dict], level: str) -> list[tuple[str, int, int]]:
-    """How a profiled replay's kernels disagree with what one launch of ``graph`` runs: ``(label, bound, seen)``.
-
-    What always runs is compared exactly: a replay that shows fewer is missing records
-    (``bound`` is the count it must show).  A conditional node's bodies may run: what a
-    replay shows of them is allowed, not required — up to the most one launch can run
-    (one ``if``/``switch`` body; no bound for a ``while`` body), past which ``bound`` is
-    that most.  Labels are :func:`_node_counts` ones at ``level``.
-    """
+def _replay_changes(graph: CapturedGraph, replay_kernels: Sequence[dict], level: str) -> list[tuple[str, int, int]]:
+    """How a profiled replay's kernels disagree with what one launch of ``graph`` runs: ``(label, bound, seen)``."""
     names: dict[str, str] = {}
 
     def label(node: GraphNode) -> Optional[str]:
@@ -260,7 +198,7 @@ def replay_changes(graph: CapturedGraph, replay_kernels: Sequence[dict], level: 
         return f"<{node.type}>" if node.type in ("memcpy", "memset") else None
 
     required, extra = graph.run_bounds(label)
-    seen = _node_counts(_entries(replay_kernels, level))
+    seen = _node_counts(kernel_entries(replay_kernels, level))
     changes = []
     for key in sorted(set(required) | set(extra) | set(seen)):
         low = required.get(key, 0)
@@ -274,23 +212,19 @@ def replay_changes(graph: CapturedGraph, replay_kernels: Sequence[dict], level: 
 
 
 #: Why a graph dump's kernels name no op: a dump holds the graph's nodes, not the CPU ops that made them.
-DUMP_UNATTRIBUTED = "a graph dump holds the graph's nodes, not the CPU ops that launched them, so they name no op"
+_DUMP_UNATTRIBUTED = "a graph dump holds the graph's nodes, not the CPU ops that launched them, so they name no op"
 
 
 def graph_summary(graph: CapturedGraph, *, key: CaptureKey, platform: str, level: str, source: str) -> Summary:
-    """The summary of a graph read on its own (a dump): its kernels, copies and memsets, launch shapes, topology.
-
-    The same entries :func:`with_graph` gives a capture (copies named as a profiled
-    replay names them), with no ops and no launch calls.
-    """
-    kernels = _entries(graph_node_records(graph), level)
+    """The summary of a graph read on its own (a dump): its kernels, copies and memsets, launch shapes, topology."""
+    kernels = kernel_entries(graph_node_records(graph), level)
     return Summary(
         key=key,
         platform=platform,
         kernels=kernels,
         ops=[],
         level=level,
-        unattributed=DUMP_UNATTRIBUTED if any(k["kind"] == "kernel" for k in kernels) else None,
+        unattributed=_DUMP_UNATTRIBUTED if any(k["kind"] == "kernel" for k in kernels) else None,
         kernel_source=source if kernels else None,
         topology={"nodes": graph.node_counts(), "branches": graph.branches()},
     )

@@ -1,88 +1,168 @@
-"""Building a summary from trace events: one pass into compact records (:mod:`.collect`), then the summary.
-
-Two inputs give one result:
-
-* :func:`summarize_profile` reads a live ``torch.profiler.profile`` inside its
-  ``on_trace_ready`` callback through ``prof.profiler.kineto_results.events()``
-  (names, shapes, dtypes, activity types, correlation ids) — no export, no
-  re-parse.  Each relevant ``_KinetoEvent`` is turned into the same small dict a
-  Chrome trace holds, so both inputs go through one code path and summaries of
-  the same capture are equal.
-* :func:`summarize_trace_file` / :func:`summarize_events` read Chrome/Kineto
-  trace files or their event dicts.
-
-How the summary is built:
-
-* **Capture windows** — events between a BeginCapture and its EndCapture runtime
-  call (``cudaStreamBeginCapture*``, ``hipStreamBeginCapture*``,
-  ``cuStreamBeginCapture*`` … ``*StreamEndCapture*``), inclusive of their start
-  times, *on the capturing thread* (:func:`pair_captures`).  Calls are paired per
-  process and thread (and per stream where the trace records one): each EndCapture
-  closes the latest open BeginCapture of its thread and is used once.  A Begin
-  without its End (the capture outlived the profiler window) or an End without its
-  Begin (the capture began before it) still bounds a window, open at one side, and
-  the summary is marked incomplete, naming the call and its thread.  Events of
-  other threads are not in the graph, except where the capturing thread recorded no
-  op at all (a trace that numbers threads differently for runtime calls and ops):
-  its windows then hold the events of every thread of its process.  Without capture
-  calls (eager CPU backend, or an eager GPU step) the window is the whole trace,
-  i.e. the profiler's active step.
-* **ops** — every ``cpu_op`` event in the window, *at all nesting levels*
-  (``aten::linear`` and the ``aten::addmm`` inside it both count).  Counting
-  every level needs no call-tree reconstruction, so it is cheap and identical for
-  live and file inputs, and a change anywhere in the dispatch shows up.  Ops are
-  grouped by (name, ``Input Dims``, ``Input type``).
-* **launches** — launch runtime events in the window: the kernel launch APIs
-  (:data:`KERNEL_LAUNCH_APIS`) plus ``*Memcpy*Async``/``*Memset*Async`` (and
-  ``hipMemcpyWithStream``).  ``by_api`` uses the base API name (CUPTI version
-  suffixes such as ``_v7000``/``_ptsz`` dropped).
-* **kernels** — with a capture window, from the launch events: on ROCm they carry
-  ``args.kernel``/``grid``/``block``; on NVIDIA they carry no kernel name, so the
-  summary is marked incomplete until :func:`with_replay` supplies the graph's
-  kernels.  Without a capture window, the executed ``kernel``/``gpu_memcpy``/
-  ``gpu_memset`` events are the kernels.  Memcpy/memset nodes are listed with
-  ``kind`` ``memcpy``/``memset`` and keep their recorded name (they are not
-  symbols, so normalization levels do not touch them).
-* **attribution** — each kernel entry names the op whose call launched it
-  (:mod:`.attribute`): the innermost ``cpu_op`` around the launch call on its thread
-  (a thread is a (pid, tid) pair: thread ids are per process, as in a merged
-  multi-rank trace).
-* **replay** — :func:`replay_kernels_from_events` / ``_from_profile`` pick the
-  GPU events whose ``correlation`` equals a ``cudaGraphLaunch``/``hipGraphLaunch``
-  (``cuGraphLaunch``) correlation, which excludes fill kernels launched outside
-  the graph; :func:`with_replay` makes them the kernels and runs the data-loss
-  check (:mod:`.replay`).
-"""
+"""A summary from trace events: the capture windows and the ops, launches and kernels in them (with their ops)."""
 
 from __future__ import annotations
 
+import json
 from array import array
 from collections import Counter
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from ..errors import UsageError
 from ..keys import CaptureKey
-from .attribute import enclosing_ops
-from .collect import (  # noqa: F401  (re-exported: the live reader classifies with the same rules)
-    _GPU_CATS,
-    _INTERESTING_RUNTIME,
-    _RUNTIME_CATS,
-    KERNEL_LAUNCH_APIS,
-    Collector,
-    _api_base,
-    _shown,
-)
-from .model import Summary, _merge_kernel
+from .collect import Collector, events_from_dicts, feed_records, shown
+from .model import Summary, merge_kernel
 from .normalize import DEFAULT_LEVEL, check_level, normalize_kernel_name
+
+#: Why an NVIDIA replay's kernels name no op: its launch calls name no kernel and no node ids match them.
+REPLAY_UNATTRIBUTED = (
+    "the graph replay's kernels are not linked to the capture's launch calls (the trace carries no graph "
+    "node ids), so they name no launching op"
+)
+
+#: The replay carries graph node ids, but there is no capture window to match them to.
+REPLAY_NO_CAPTURE = (
+    "the graph replay's kernels carry graph node ids but the capture trace has no capture window to match "
+    "them to, so they name no launching op"
+)
+
+#: The replay's graph node ids do not line up with the capture's launches.
+REPLAY_NODES_DIFFER = (
+    "the graph replay's nodes, in graph node id order, do not match the capture window's launches one by one "
+    "(count or kernel/memcpy/memset kinds differ), so they name no launching op"
+)
+
+#: Read from the graph itself, but the capture trace has no capture window to match the nodes to.
+GRAPH_NO_CAPTURE = (
+    "the graph's nodes were read from the graph itself but the capture trace has no capture window to match "
+    "them to, so they name no launching op"
+)
+
+#: The graph's nodes, in the order capture created them, do not line up with the capture's launch calls.
+GRAPH_NODES_DIFFER = (
+    "the graph's kernel, memcpy and memset nodes, in the order capture created them, do not match the capture "
+    "window's launch calls one by one (count or kernel/memcpy/memset kinds differ), so they name no launching op"
+)
+
+
+def _enclosing_ops(spans: Any, launch_ts: Sequence[float], launch_tid: Sequence[int]) -> list[int]:
+    """For each launch, the op index (into ``spans.op_refs``) of the innermost op enclosing it, -1 if none."""
+    result = [-1] * len(launch_ts)
+    threads: dict[int, Any] = {}
+    for index, tid in enumerate(spans.span_tid):
+        members = threads.get(tid)
+        if members is None:
+            members = threads[tid] = array("l")
+        members.append(index)
+    pids = [pid for pid, _ in spans.threads]
+    by_thread: dict[Any, Any] = {}
+    for index, (ts, tid) in enumerate(zip(launch_ts, launch_tid)):
+        if ts == ts:  # not NaN
+            key = tid if tid in threads else (_ANY, pids[tid])
+            group = by_thread.get(key)
+            if group is None:
+                group = by_thread[key] = array("l")
+            group.append(index)
+    if not by_thread:
+        return result
+    order = _SpanOrder(spans)
+    for tid in list(threads):
+        threads[tid] = order.sorted(threads[tid])
+    starts, ends, refs = spans.span_start, spans.span_end, spans.span_ref
+    for tid, indices in by_thread.items():
+        if tid.__class__ is tuple:  # (_ANY, pid of the launching thread)
+            pid = tid[1]
+            items = order.sorted(
+                [i for thread, members in threads.items() if pid is None or pids[thread] == pid for i in members]
+            )
+        else:
+            items = threads[tid]
+        stack: list = []
+        position = 0
+        count = len(items)
+        for index in sorted(indices, key=launch_ts.__getitem__):
+            ts = launch_ts[index]
+            while position < count and starts[items[position]] <= ts:
+                span = items[position]
+                while stack and ends[stack[-1]] < starts[span]:
+                    stack.pop()
+                stack.append(span)
+                position += 1
+            while stack and ends[stack[-1]] < ts:
+                stack.pop()
+            if stack:
+                result[index] = refs[stack[-1]]
+    return result
+
+
+_ANY = object()
+
+_INF = float("inf")
+
+
+def _resorted(run: Any, key: Any) -> Any:
+    """``run`` (a list or an array slice) sorted by ``key``, of the same type."""
+    items = sorted(run, key=key)
+    return array("l", items) if run.__class__ is array else items
+
+
+class _SpanOrder:
+    """Span indexes sorted outer first: by start, then longer first, then op name and dims (a fixed order)."""
+
+    def __init__(self, spans: Any) -> None:
+        ops = spans.op_refs
+        ranked = sorted(range(len(ops)), key=lambda r: (ops[r]["name"], json.dumps(ops[r]["input_dims"])))
+        self.rank = [0] * len(ops)
+        for position, ref in enumerate(ranked):
+            self.rank[ref] = position
+        self.starts, self.ends, self.refs = spans.span_start, spans.span_end, spans.span_ref
+
+    def key(self, index: int) -> tuple:
+        return (self.starts[index], -self.ends[index], self.rank[self.refs[index]])
+
+    def sorted(self, indices: Sequence[int]) -> Any:
+        """``indices`` in span order (stable), as a compact array."""
+        starts = self.starts
+        previous = -_INF
+        for index in indices:  # already in start order (the usual case): no sort, no list
+            start = starts[index]
+            if not previous <= start:
+                ordered = sorted(indices, key=starts.__getitem__)
+                break
+            previous = start
+        else:
+            ordered = indices if indices.__class__ is array else array("l", indices)
+        run = 0
+        total = len(ordered)
+        while run < total:
+            end = run + 1
+            first = starts[ordered[run]]
+            while end < total and starts[ordered[end]] == first:
+                end += 1
+            if end - run > 1:
+                ordered[run:end] = _resorted(ordered[run:end], self.key)
+            run = end
+        return ordered if ordered.__class__ is array else array("l", ordered)
+
+
+def op_label(op: Optional[dict]) -> str:
+    """How messages name a launching op: ``aten::mm [[32,4096],[4096,4096]]``."""
+    if not op:
+        return "(no op)"
+    return f"{op['name']} {json.dumps(op.get('input_dims', []), separators=(',', ':'))}"
+
+
+def attributed_share(kernels: Iterable[dict]) -> tuple[int, int]:
+    """(kernel nodes that name their op, all kernel nodes) of summary kernel entries."""
+    named = total = 0
+    for entry in kernels:
+        total += entry["count"]
+        if entry.get("op"):
+            named += entry["count"]
+    return named, total
 
 
 class CaptureWindows:
-    """The capture windows of a trace, per thread, and the capture calls that could not be paired.
-
-    Built by :func:`pair_captures`.  ``of[thread]`` is the list of ``(start, end)``
-    windows that hold the events of thread index ``thread`` (empty: none of them);
-    ``problems`` holds one sentence per kind of capture call that could not be paired.
-    """
+    """The capture windows of a trace, per thread, and the capture calls that could not be paired."""
 
     def __init__(self, of: list, problems: list, spans: Optional[list] = None) -> None:
         self.of = of
@@ -91,15 +171,8 @@ class CaptureWindows:
         self.spans = spans or []
 
 
-def pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
-    """Pair the BeginCapture/EndCapture calls of ``scan`` into windows; None when it has no capture calls.
-
-    The rule (the module docstring says why): calls are paired per (thread, stream) in
-    time order, each EndCapture closing the latest open BeginCapture; an End with no
-    open Begin is a window from the start of the trace, a Begin left open one to its
-    end, and each is reported.  ``op_threads``: the threads that recorded an op; a
-    capture thread outside it lends its windows to every thread of its process.
-    """
+def _pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
+    """Pair the BeginCapture/EndCapture calls of ``scan`` into windows; None when it has no capture calls."""
     if not scan.captures:
         return None
     inf = float("inf")
@@ -171,11 +244,11 @@ def pair_captures(scan: Collector, op_threads: set) -> Optional[CaptureWindows]:
         if nameless:
             what = "BeginCapture" if role == "begin" else "EndCapture"
             problems.append(_unpaired(scan, nameless, what, "time stamp", "unknown"))
-    spans = sorted({(w[0], w[1], threads[t][0]) for t, ws in by_thread.items() for w in ws}, key=_span_order)
+    spans = sorted({(w[0], w[1], threads[t][0]) for t, ws in by_thread.items() for w in ws}, key=window_order)
     return CaptureWindows(of, problems, spans)
 
 
-def _span_order(span: tuple) -> tuple:
+def window_order(span: tuple) -> tuple:
     return (span[0], span[1], str(span[2]))
 
 
@@ -185,7 +258,7 @@ def _unpaired(scan: Collector, calls: list, what: str, missing: str, window: str
     places = []
     for ts, thread, stream in calls[:3]:
         at = "" if ts is None else f" at ts {ts}"
-        on = scan.thread_label(thread) + ("" if stream is None else f", stream {_shown(stream)}")
+        on = scan.thread_label(thread) + ("" if stream is None else f", stream {shown(stream)}")
         places.append(f"{at} on {on}".strip())
     more = f" and {len(calls) - 3} more" if len(calls) > 3 else ""
     if len(calls) == 1:
@@ -196,12 +269,12 @@ def _unpaired(scan: Collector, calls: list, what: str, missing: str, window: str
     )
 
 
-class _Scan(Collector):
+class Scan(Collector):
     """The collected records of one trace, and what a summary reads from them."""
 
     def windows(self) -> Optional[CaptureWindows]:
-        """The capture windows of the trace (:func:`pair_captures`); None when it has no capture calls."""
-        return pair_captures(self, set(self.op_thread))
+        """The capture windows of the trace (:func:`_pair_captures`); None when it has no capture calls."""
+        return _pair_captures(self, set(self.op_thread))
 
     def replay_kernels(self) -> list:
         """GPU events correlated with a graph launch, in time order."""
@@ -219,11 +292,7 @@ class _Scan(Collector):
         return kernels
 
     def gpu_kernels(self) -> dict:
-        """``{(gpu description, op index): count}`` of the executed kernels/memcpys/memsets, in event order.
-
-        The kernels of an eager step; the op index (into ``op_refs``, -1 for none) is
-        the op whose call launched the kernel, linked by correlation id.
-        """
+        """``{(gpu description, op index): count}`` of the executed kernels/memcpys/memsets, in event order."""
         launch_at = self.launch_at
         nan = float("nan")
         call_ts = array("d")
@@ -236,7 +305,7 @@ class _Scan(Collector):
             else:
                 call_ts.append(self.launch_ts[index])
                 call_tid.append(self.launch_tid[index])
-        ops = enclosing_ops(self, call_ts, call_tid)
+        ops = _enclosing_ops(self, call_ts, call_tid)
         counted: dict = {}
         for pair in zip(self.gpu_desc, ops):
             counted[pair] = counted.get(pair, 0) + 1
@@ -296,13 +365,13 @@ def _raw_kernel(kind: str, name: str, grid: Any, block: Any, op: Optional[dict] 
     return entry
 
 
-def _scan(events: Iterable[dict]) -> _Scan:
-    scan = _Scan()
-    scan.feed_dicts(events)
+def scan_events(events: Iterable[dict]) -> Scan:
+    scan = Scan()
+    feed_records(scan, events_from_dicts(events))
     return scan
 
 
-def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment: Optional[dict]) -> Summary:
+def build_summary(scan: Scan, key: CaptureKey, platform: str, level: str, environment: Optional[dict]) -> Summary:
     check_level(level)
     if not isinstance(key, CaptureKey):
         raise UsageError(f"key must be a CaptureKey, got {type(key).__name__}")
@@ -310,24 +379,24 @@ def _build(scan: _Scan, key: CaptureKey, platform: str, level: str, environment:
     ops = scan.op_entries(windows)
     launch_desc = scan.launch_desc
     if windows is None:
-        return build_summary(scan, key, platform, level, environment, ops, range(len(launch_desc)), None, None)
+        return window_summary(scan, key, platform, level, environment, ops, range(len(launch_desc)), None, None)
     of = windows.of
     launches_in = [i for i, (ts, thread) in enumerate(zip(scan.launch_ts, scan.launch_tid)) if _inside(ts, of[thread])]
     by = launching_ops(scan, launches_in)
-    return build_summary(scan, key, platform, level, environment, ops, launches_in, by, windows.problems)
+    return window_summary(scan, key, platform, level, environment, ops, launches_in, by, windows.problems)
 
 
-def launching_ops(scan: _Scan, launches: list) -> list:
+def launching_ops(scan: Scan, launches: list) -> list:
     """The op (index into ``scan.op_refs``, -1 for none) whose call made each launch of ``launches``."""
     if not launches:
         return []
     call_ts = array("d", (scan.launch_ts[i] for i in launches))
     call_tid = array("l", (scan.launch_tid[i] for i in launches))
-    return enclosing_ops(scan, call_ts, call_tid)
+    return _enclosing_ops(scan, call_ts, call_tid)
 
 
-def build_summary(
-    scan: _Scan,
+def window_summary(
+    scan: Scan,
     key: CaptureKey,
     platform: str,
     level: str,
@@ -337,12 +406,7 @@ def build_summary(
     by: Optional[list],
     problems: Optional[list],
 ) -> Summary:
-    """The Summary of ``ops`` and the launches ``launches_in`` (indexes into the scan's launches).
-
-    ``by`` (the launching op of each launch, :func:`launching_ops`) is None for a trace
-    without capture windows: its kernels are then the executed GPU events.
-    ``problems``: the capture calls that could not be paired, which mark it incomplete.
-    """
+    """The Summary of ``ops`` and the launches ``launches_in`` (indexes into the scan's launches)."""
     rows = scan.desc_rows
     launch_desc = scan.launch_desc
     by_api = Counter(rows[launch_desc[i]][0] for i in launches_in)
@@ -382,7 +446,8 @@ def build_summary(
     else:
         gpu_rows = scan.gpu_rows
         found = [(*gpu_rows[desc], op, count) for (desc, op), count in scan.gpu_kernels().items()]
-    kernels = _counted_entries(found, scan.op_refs, level)
+    refs = scan.op_refs
+    kernels = _entries_of(((k, n, g, b, refs[op] if op >= 0 else None, c, None) for k, n, g, b, op, c in found), level)
     return Summary(
         key=key,
         platform=platform,
@@ -399,34 +464,27 @@ def build_summary(
     )
 
 
-def _counted_entries(found: Iterable[tuple], op_refs: list, level: str) -> list:
-    """Summary entries at ``level`` from ``(kind, name, grid, block, op index, count)`` in first-seen order."""
+def _entries_of(found: Iterable[tuple], level: str) -> list:
+    """Summary entries at ``level`` from ``(kind, name, grid, block, op, count, launch)`` in first-seen order."""
     cache: dict[str, str] = {}
     merged: dict[tuple, dict] = {}
-    for kind, name, grid, block, op, count in found:
+    for kind, name, grid, block, op, count, launch in found:
         if kind == "kernel":
             normal = cache.get(name)
             if normal is None:
                 normal = cache[name] = normalize_kernel_name(name, level)
             name = normal
-        _merge_kernel(merged, name, kind, grid, block, count, op_refs[op] if op >= 0 else None)
+        merge_kernel(merged, name, kind, grid, block, count, op, launch)
     return list(merged.values())
 
 
-def _entries(raw_kernels: Iterable[dict], level: str) -> list:
+def kernel_entries(raw_kernels: Iterable[dict], level: str) -> list:
     """Group raw per-launch kernel dicts into summary entries at ``level``."""
-    cache: dict[str, str] = {}
-    merged: dict[tuple, dict] = {}
-    for raw in raw_kernels:
-        kind = raw.get("kind", "kernel")
-        name = raw["name"]
-        if kind == "kernel":
-            normal = cache.get(name)
-            if normal is None:
-                normal = cache[name] = normalize_kernel_name(name, level)
-            name = normal
-        _merge_kernel(merged, name, kind, raw.get("grid"), raw.get("block"), 1, raw.get("op"), raw.get("launch"))
-    return list(merged.values())
+    rows = (
+        (r.get("kind", "kernel"), r["name"], r.get("grid"), r.get("block"), r.get("op"), 1, r.get("launch"))
+        for r in raw_kernels
+    )
+    return _entries_of(rows, level)
 
 
 def summarize_events(
@@ -438,13 +496,9 @@ def summarize_events(
     environment: Optional[dict] = None,
 ) -> Summary:
     """Summarize Chrome-trace-style event dicts (the ``traceEvents`` of a trace)."""
-    return _build(_scan(events), key, platform, level, environment)
+    return build_summary(scan_events(events), key, platform, level, environment)
 
 
 def replay_kernels_from_events(events: Iterable[dict]) -> list:
-    """The graph's kernels in a replay trace: GPU events correlated with a graph launch.
-
-    Returns one dict per executed node (``name``, ``kind`` and ``grid``/``block`` when
-    recorded), in time order; kernels launched outside the graph are excluded.
-    """
-    return _scan(events).replay_kernels()
+    """The graph's kernels in a replay trace: GPU events correlated with a graph launch."""
+    return scan_events(events).replay_kernels()

@@ -32,8 +32,8 @@ from ..golden.report import KeyRecord, SessionReport, picture_place, write_markd
 from ..golden.traces import collect_traces, describe
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME
+from ..summary.files import batch_sizes_problem
 from ..summary.normalize import LEVELS
-from ..summary.split import batch_sizes_problem
 from .project import golden_dir as resolve_golden_dir
 from .project import shown
 

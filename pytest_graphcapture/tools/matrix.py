@@ -19,12 +19,10 @@ from ..golden.store import migrate
 from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
 from ..naming import is_merged_trace
 from ..summary.dot import summarize_dot_file
-from ..summary.files import is_graph_dump
-from ..summary.model import Summary
+from ..summary.files import is_graph_dump, summarize_trace_keys
+from ..summary.model import Summary, summary_from_dict
 from ..summary.normalize import LEVELS, is_coarser_or_equal
-from ..summary.split import summarize_trace_keys
 from ..summary.tracefile import read_trace_bytes, resolve_max_bytes, trace_blocks
-from ..summary.validate import summary_from_dict
 
 PathLike = Union[str, Path]
 

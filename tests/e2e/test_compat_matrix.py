@@ -187,7 +187,7 @@ def test_the_ci_matrix_runs_the_oldest_and_newest_supported_release() -> None:
 
 
 def test_every_torch_capability_the_plugin_consults_is_documented_and_probed() -> None:
-    from pytest_graphcapture.summary.torch_caps import CAPABILITIES, EventCaps
+    from pytest_graphcapture.summary.platform import CAPABILITIES, EventCaps
 
     doc = COMPAT_DOC.read_text(encoding="utf-8")
     for capability in CAPABILITIES:

@@ -23,7 +23,7 @@ from pytest_graphcapture.engine.capture_observer import HookFailure, observation
 from pytest_graphcapture.engine.cupti_clients import INJECTION, CuptiConflictError, refuse_other_clients
 from pytest_graphcapture.engine.engine_loop import CaptureContractError, EagerCUDAGraph, capture_engine_loop
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary.torch_caps import graph_hooks
+from pytest_graphcapture.summary.platform import graph_hooks
 
 HAS_HOOKS = graph_hooks(torch) is not None
 #: The stand-in's own capture_begin (the patching path replaces it on the class for the loop).

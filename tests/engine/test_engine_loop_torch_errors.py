@@ -14,7 +14,7 @@ from pytest_graphcapture.engine import capture_observer, stand_ins
 from pytest_graphcapture.engine.capture_observer import observation_mode
 from pytest_graphcapture.engine.engine_loop import capture_engine_loop
 from pytest_graphcapture.errors import CaptureError
-from pytest_graphcapture.summary.torch_caps import graph_hooks
+from pytest_graphcapture.summary.platform import graph_hooks
 
 
 class Engine:

@@ -24,7 +24,7 @@ from pytest_graphcapture.engine.graph_data import GraphDataUnusable, graph_from_
 from pytest_graphcapture.engine.result import CaptureResult, KeyResult
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary import Summary
-from pytest_graphcapture.summary.torch_caps import graph_data_has_launches
+from pytest_graphcapture.summary.platform import graph_data_has_launches
 
 EXEC_ID = 7
 GEMM = "_Z13ampere_sgemmILi128ELi64EEvPKfS1_Pf"

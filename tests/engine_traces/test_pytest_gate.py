@@ -12,7 +12,7 @@ from pytest_graphcapture.golden import store
 from pytest_graphcapture.golden.gate import check_result
 from pytest_graphcapture.golden.traces import split_single_capture
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary.split import summarize_trace_keys
+from pytest_graphcapture.summary.files import summarize_trace_keys
 
 TEST = """
 def test_engine_capture(golden):

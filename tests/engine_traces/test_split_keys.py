@@ -9,9 +9,8 @@ import pytest
 
 from pytest_graphcapture.errors import TraceFormatError
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary.files import summarize_trace_file
-from pytest_graphcapture.summary.graphs import graph_count
-from pytest_graphcapture.summary.split import summarize_trace_keys
+from pytest_graphcapture.summary.files import summarize_trace_file, summarize_trace_keys
+from pytest_graphcapture.summary.model import graph_count
 
 
 def _only(folder, pattern="**/*.json.gz"):

@@ -15,8 +15,7 @@ from pytest_graphcapture import _io
 from pytest_graphcapture.errors import GoldenError
 from pytest_graphcapture.golden import store as golden
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary.model import SCHEMA_VERSION, Summary
-from pytest_graphcapture.summary.validate import summary_from_dict
+from pytest_graphcapture.summary.model import SCHEMA_VERSION, Summary, summary_from_dict
 
 
 def make_summary(bs: int = 8, *, runner: str = "Fake", hidden: int = 256, variant=None, rank: int = 0) -> Summary:

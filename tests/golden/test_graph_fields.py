@@ -16,8 +16,7 @@ from pytest_graphcapture.errors import GoldenError
 from pytest_graphcapture.golden import diff as golden
 from pytest_graphcapture.golden import store
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary.model import Summary
-from pytest_graphcapture.summary.validate import summary_from_dict
+from pytest_graphcapture.summary.model import Summary, summary_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The example goldens of captures whose kernels came from a CPU run or a replay (no ``kernel_source``); the

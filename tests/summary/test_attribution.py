@@ -12,11 +12,10 @@ from helpers import load_trace, real_traces_dir
 from pytest_graphcapture.golden import store
 from pytest_graphcapture.golden.diff import compare
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary.attribute import REPLAY_UNATTRIBUTED, attributed_share
 from pytest_graphcapture.summary.files import summarize_trace_file
 from pytest_graphcapture.summary.normalize import normalize_kernel_name
 from pytest_graphcapture.summary.replay import with_replay
-from pytest_graphcapture.summary.scan import summarize_events
+from pytest_graphcapture.summary.scan import REPLAY_UNATTRIBUTED, attributed_share, summarize_events
 
 SGLANG_CAPTURE = "tracelens_sglang_decode_capture__bs_32_rank0.json.gz"
 KEY = CaptureKey("decode", 32)

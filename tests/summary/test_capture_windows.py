@@ -1,7 +1,7 @@
 """Capture windows: BeginCapture/EndCapture paired per process and thread, each End used once, the rest flagged.
 
 Every reader computes the windows with one rule: event dicts, trace files read in
-slices (msgspec and stdlib) or whole, and live profiles (fake Kineto events here).
+slices or whole, and live profiles (fake Kineto events here).
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import gzip
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
 
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary import stream
+from pytest_graphcapture.summary import tracefile as stream
 from pytest_graphcapture.summary.files import summarize_trace_file
 from pytest_graphcapture.summary.live import summarize_profile
 from pytest_graphcapture.summary.model import Summary
 from pytest_graphcapture.summary.scan import summarize_events
-from pytest_graphcapture.summary.stream import Unusual
+from pytest_graphcapture.summary.tracefile import Unusual
 
 KEY = CaptureKey("decode", 8)
 PLATFORM = "cpu"  # what a trace file without device properties is summarized as
@@ -77,18 +77,11 @@ def _write(events: list, tmp_path: Path) -> Path:
     return path
 
 
-def _sliced(fast: bool) -> Callable[[list, Path], Summary]:
-    def read(events: list, tmp_path: Path) -> Summary:
-        if fast and stream.msgspec is None:
-            pytest.skip("msgspec is not installed (pip install msgspec): only the stdlib slice parser can be tested")
-        path = _write(events, tmp_path)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(stream, "SLICE_BYTES", 200)  # slice boundaries between and inside events
-            if not fast:
-                patch.setattr(stream, "msgspec", None)  # the stdlib parses the slices
-            return summarize_trace_file(path, key=KEY)
-
-    return read
+def _sliced(events: list, tmp_path: Path) -> Summary:
+    path = _write(events, tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stream, "SLICE_BYTES", 200)  # slice boundaries between and inside events
+        return summarize_trace_file(path, key=KEY)
 
 
 def _whole_file(events: list, tmp_path: Path) -> Summary:
@@ -148,8 +141,7 @@ def _live(events: list, tmp_path: Path) -> Summary:
 
 FILE_READERS = {
     "events": _from_events,
-    "sliced-msgspec": _sliced(True),
-    "sliced-stdlib": _sliced(False),
+    "sliced": _sliced,
     "whole-file": _whole_file,
 }
 READERS = {**FILE_READERS, "live": _live}

@@ -19,10 +19,9 @@ from helpers import REPO_ROOT, real_traces_dir
 
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary import summarize_trace_file, with_graph
-from pytest_graphcapture.summary.demangle import demangle, mangled_base_name
 from pytest_graphcapture.summary.dot import summarize_dot_file
 from pytest_graphcapture.summary.graph import CapturedGraph, GraphNode, Launch
-from pytest_graphcapture.summary.normalize import normalize_kernel_name
+from pytest_graphcapture.summary.normalize import demangle, mangled_base_name, normalize_kernel_name
 from pytest_graphcapture.summary.tracefile import trace_blocks
 
 DUMPS = REPO_ROOT / "tests" / "data" / "graph_dumps"
@@ -133,7 +132,7 @@ def test_a_bf16_kernel_reads_the_same_with_and_without_the_cxx_runtime_loaded() 
     import torch  # noqa: F401  loads libstdc++ here, as in every pytest run of the plugin
 
     code = (
-        "import sys; from pytest_graphcapture.summary.demangle import demangle; print(demangle(sys.argv[1])); "
+        "import sys; from pytest_graphcapture.summary.normalize import demangle; print(demangle(sys.argv[1])); "
         "print(any('libstdc++' in line or 'libc++' in line for line in open('/proc/self/maps')))"
     )
     if not Path("/proc/self/maps").exists():

@@ -21,9 +21,9 @@ from helpers import REPO_ROOT
 from pytest_graphcapture.errors import UsageError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary import KernelEvidenceWarning, Summary, summarize_trace_file, with_graph
-from pytest_graphcapture.summary.attribute import GRAPH_NO_CAPTURE, GRAPH_NODES_DIFFER, attributed_share
 from pytest_graphcapture.summary.graph import CapturedGraph, GraphNode, Launch
 from pytest_graphcapture.summary.replay import graph_node_records
+from pytest_graphcapture.summary.scan import GRAPH_NO_CAPTURE, GRAPH_NODES_DIFFER, attributed_share
 
 H200 = [
     REPO_ROOT / "tests" / "data" / "cuda-sm90" / f"{name}_rank0.json.gz"

@@ -24,7 +24,7 @@ import pytest
 from helpers import REPO_ROOT
 
 from pytest_graphcapture.summary import Summary, load_summary_file, summarize_trace_file, with_replay
-from pytest_graphcapture.summary.attribute import REPLAY_UNATTRIBUTED
+from pytest_graphcapture.summary.scan import REPLAY_UNATTRIBUTED
 from pytest_graphcapture.tools.cli import main
 
 DATA = REPO_ROOT / "tests" / "data" / "cuda-sm90"

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.files import summarize_trace_file
+from pytest_graphcapture.summary.model import summary_from_dict
 from pytest_graphcapture.summary.normalize import LEVELS, normalize_kernel_name
 from pytest_graphcapture.summary.scan import summarize_events
-from pytest_graphcapture.summary.validate import summary_from_dict
 
 KEY = CaptureKey("Prop", 8)
 OP_NAMES = st.sampled_from(["aten::mm", "aten::add", "aten::copy_", "aten::softmax", "c10d::allreduce_"])

@@ -3,7 +3,7 @@
 Mutated traces go through both: the shared real traces (cut to their first events, so the test stays
 fast) and a synthetic one, changed by byte flips, truncations, injected invalid UTF-8, deep nesting,
 huge integers and wrong types for the fields a summary reads.  The sliced reader runs with small
-slices, so the cuts land everywhere, with msgspec and with the stdlib parser.  A seeded generator
+slices, so the cuts land everywhere.  A seeded generator
 makes every case reproducible: a failure names the base, the seed and the mutations.
 """
 
@@ -20,7 +20,8 @@ from helpers import real_traces_dir
 
 from pytest_graphcapture.errors import TraceFormatError
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary import files, stream
+from pytest_graphcapture.summary import files
+from pytest_graphcapture.summary import tracefile as stream
 from pytest_graphcapture.summary.files import summarize_trace_file
 
 KEY = CaptureKey("Runner", 32)
@@ -280,17 +281,14 @@ def _whole_file(monkeypatch: pytest.MonkeyPatch, path: Path) -> str:
         return _verdict(path)
 
 
-def _sliced(monkeypatch: pytest.MonkeyPatch, path: Path, slice_bytes: int, fast: bool) -> str:
+def _sliced(monkeypatch: pytest.MonkeyPatch, path: Path, slice_bytes: int) -> str:
     with monkeypatch.context() as patch:
         patch.setattr(stream, "SLICE_BYTES", slice_bytes)
-        if not fast:
-            patch.setattr(stream, "msgspec", None)
         return _verdict(path)
 
 
 def _differential(bases: list, cases: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rnd = random.Random(SEED)
-    parsers = (True, False) if stream.msgspec is not None else (False,)
     outcomes = set()
     for name, trace in bases:
         for case in range(cases):
@@ -300,13 +298,10 @@ def _differential(bases: list, cases: int, tmp_path: Path, monkeypatch: pytest.M
             path.write_bytes(gzip.compress(data, compresslevel=1) if gz else data)
             expected = _whole_file(monkeypatch, path)
             outcomes.add(expected.startswith("error: "))
-            for fast in parsers:
-                slice_bytes = rnd.choice(SLICES)
-                got = _sliced(monkeypatch, path, slice_bytes, fast)
-                assert got == expected, (
-                    f"{name}, seed {SEED}, case {case}, slices of {slice_bytes} bytes, "
-                    f"{'msgspec' if fast else 'stdlib'}: {done}"
-                )
+            slice_bytes = rnd.choice(SLICES)
+            got = _sliced(monkeypatch, path, slice_bytes)
+            assert got == expected, f"{name}, seed {SEED}, case {case}, slices of {slice_bytes} bytes: {done}"
+
     assert outcomes == {True, False}, "the mutations should give both summaries and errors"
 
 

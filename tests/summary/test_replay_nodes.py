@@ -9,8 +9,8 @@ import pytest
 
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary import summarize_trace_file
-from pytest_graphcapture.summary.attribute import REPLAY_NODES_DIFFER, REPLAY_UNATTRIBUTED, op_label
 from pytest_graphcapture.summary.replay import KernelEvidenceWarning
+from pytest_graphcapture.summary.scan import REPLAY_NODES_DIFFER, REPLAY_UNATTRIBUTED, op_label
 
 KEY = CaptureKey("Runner", 8)
 GRAPH_CORR = 900

@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 from typing import Callable
@@ -16,16 +14,15 @@ from helpers import REPO_ROOT, real_traces_dir
 
 from pytest_graphcapture.errors import TraceFormatError
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.summary import stream, summarize_trace_file
+from pytest_graphcapture.summary import summarize_trace_file
+from pytest_graphcapture.summary import tracefile as stream
 from pytest_graphcapture.summary.platform import environment_from_trace, platform_from_trace
-from pytest_graphcapture.summary.scan import _build, _Scan, summarize_events
+from pytest_graphcapture.summary.scan import Scan, build_summary, summarize_events
 from pytest_graphcapture.summary.tracefile import MAX_NESTING, load_trace, too_deep
 
 KEY = CaptureKey("Runner", 32)
 LEVELS = ("name", "exact")
-# Parsers: msgspec's typed records and the stdlib fallback.  Slice sizes: smaller than one
-# event (every event needs the buffer to grow), a few events, and the default.
-PARSERS = (True, False)
+# Slice sizes: smaller than one event (every event needs the buffer to grow), a few events, and the default.
 SLICES = (64, 2048, stream.SLICE_BYTES)
 
 
@@ -42,12 +39,12 @@ def _whole_file(path: Path, level: str) -> str:
     return summary.to_json()
 
 
-def _sliced(path: Path, level: str, *, fast: bool) -> str:
+def _sliced(path: Path, level: str) -> str:
     """The summary from the slice reader; it raises Unusual rather than silently reading the file whole."""
-    scan = _Scan()
-    top = stream.stream_trace(path, scan, fast=fast)
+    scan = Scan()
+    top = stream.stream_trace(path, scan)
     assert "traceEvents" not in top
-    return _build(scan, KEY, platform_from_trace(top), level, environment_from_trace(top)).to_json()
+    return build_summary(scan, KEY, platform_from_trace(top), level, environment_from_trace(top)).to_json()
 
 
 #: A shared real trace's whole-file summary, read once for both slice parsers (the files do not change).
@@ -62,21 +59,19 @@ def _real_traces() -> list[Path]:
     return found
 
 
-@pytest.mark.parametrize("fast", PARSERS, ids=["msgspec", "stdlib"])
 @pytest.mark.slow
-@pytest.mark.xdist_group("stream_real_traces")  # one worker: both parsers compare with one whole-file read
-def test_every_real_trace_summarizes_byte_identically_in_slices(fast, monkeypatch):
-    if fast and stream.msgspec is None:
-        pytest.skip("msgspec is not installed (pip install msgspec): only the stdlib slice parser can be tested")
+def test_every_real_trace_summarizes_byte_identically_in_slices(monkeypatch):
     for path in _real_traces():
         whole = {level: _whole_real_file(path, level) for level in LEVELS}
         for slice_bytes in (4096, stream.SLICE_BYTES):
             monkeypatch.setattr(stream, "SLICE_BYTES", slice_bytes)
-            scan = _Scan()  # one read per slice size: what is read does not depend on the level
-            top = stream.stream_trace(path, scan, fast=fast)
+            scan = Scan()  # one read per slice size: what is read does not depend on the level
+            top = stream.stream_trace(path, scan)
             assert "traceEvents" not in top
             for level in LEVELS:
-                sliced = _build(scan, KEY, platform_from_trace(top), level, environment_from_trace(top)).to_json()
+                sliced = build_summary(
+                    scan, KEY, platform_from_trace(top), level, environment_from_trace(top)
+                ).to_json()
                 assert sliced == whole[level], (path.name, slice_bytes, level)
 
 
@@ -159,13 +154,10 @@ def tricky_file(request, tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("slice_bytes", SLICES)
-@pytest.mark.parametrize("fast", PARSERS, ids=["msgspec", "stdlib"])
-def test_false_cuts_never_change_the_summary(tricky_file, slice_bytes, fast, monkeypatch):
-    if fast and stream.msgspec is None:
-        pytest.skip("msgspec is not installed (pip install msgspec): only the stdlib slice parser can be tested")
+def test_false_cuts_never_change_the_summary(tricky_file, slice_bytes, monkeypatch):
     monkeypatch.setattr(stream, "SLICE_BYTES", slice_bytes)
     for level in LEVELS:
-        assert _sliced(tricky_file, level, fast=fast) == _whole_file(tricky_file, level)
+        assert _sliced(tricky_file, level) == _whole_file(tricky_file, level)
     summary = summarize_trace_file(tricky_file)
     assert summary.key.batch_size == 32 and summary.key.rank == 3  # annotations and top-level fields still read
 
@@ -176,9 +168,7 @@ def test_gzip_members_and_padding_are_read_like_the_whole_file(tmp_path, monkeyp
     half = len(data) // 2
     path = tmp_path / "members.json.gz"
     path.write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]) + b"\0" * 16)
-    assert _sliced(path, "name", fast=False) == _whole_file(path, "name")
-    if stream.msgspec is not None:
-        assert _sliced(path, "name", fast=True) == _whole_file(path, "name")
+    assert _sliced(path, "name") == _whole_file(path, "name")
 
 
 def _legacy_error(path: Path, **kwargs) -> str:
@@ -233,7 +223,7 @@ def test_odd_but_valid_fields_are_read_like_the_whole_file(tmp_path):
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(trace), encoding="utf-8")
     with pytest.raises(stream.Unusual):
-        _sliced(path, "name", fast=stream.msgspec is not None)
+        _sliced(path, "name")
     assert summarize_trace_file(path, key=KEY).to_json() == _whole_file(path, "name")
 
 
@@ -281,23 +271,6 @@ def test_memory_does_not_grow_with_the_events_a_summary_ignores(tmp_path, monkey
     assert big_size > 9 * small_size
     assert big_peak < 4 * 1024**2, f"{big_peak} bytes traced for a {big_size}-byte trace"
     assert big_peak < 2 * small_peak + 1024**2
-
-
-def test_without_msgspec_the_stdlib_reads_the_slices(tmp_path):
-    """msgspec is optional at run time: without it the same summary comes from the stdlib parser."""
-    path = tmp_path / "t.json.gz"
-    path.write_bytes(gzip.compress(json.dumps(_tricky_trace()).encode()))
-    code = (
-        "import sys; sys.modules['msgspec'] = None\n"
-        "from pytest_graphcapture.summary import stream, summarize_trace_file\n"
-        "from pytest_graphcapture.keys import CaptureKey\n"
-        "print(stream.fast_parser_name())\n"
-        f"print(summarize_trace_file({str(path)!r}, key=CaptureKey('Runner', 32)).to_json())\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
-    name, _, text = done.stdout.partition("\n")
-    assert name == "json (stdlib)"
-    assert text.strip() == _whole_file(path, "name").strip()
 
 
 #: Byte sequences Python's UTF-8 decoder refuses (the whole-file reader's check).
@@ -370,14 +343,13 @@ def _on_a_deep_stack(frames: int, call: Callable[[], str]) -> str:
     return call() if frames == 0 else _on_a_deep_stack(frames - 1, call)
 
 
-@pytest.mark.parametrize("fast", PARSERS, ids=["msgspec", "stdlib"])
-def test_one_nesting_limit_for_both_readers_whatever_the_call_stack(fast, tmp_path, monkeypatch):
+def test_one_nesting_limit_for_both_readers_whatever_the_call_stack(tmp_path, monkeypatch):
     monkeypatch.setattr(stream, "SLICE_BYTES", 512)
     within, beyond, far = (_nested_trace(tmp_path, depth) for depth in (MAX_NESTING, MAX_NESTING + 1, 985))
-    assert _sliced(within, "name", fast=fast) == _whole_file(within, "name") == _verdict(within)
+    assert _sliced(within, "name") == _whole_file(within, "name") == _verdict(within)
     for path in (beyond, far):
         with pytest.raises(stream.Unusual):
-            _sliced(path, "name", fast=fast)
+            _sliced(path, "name")
         assert _verdict(path) == _legacy_error(path) == f"{path}: {too_deep()}"
     for path in (within, beyond, far):
         assert _on_a_deep_stack(500, lambda path=path: _verdict(path)) == _verdict(path)

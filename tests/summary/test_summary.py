@@ -14,10 +14,9 @@ from pytest_graphcapture.errors import TraceFormatError, UsageError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.naming import key_from_trace_name
 from pytest_graphcapture.summary.files import summarize_trace_file
-from pytest_graphcapture.summary.model import SCHEMA_VERSION, Summary
+from pytest_graphcapture.summary.model import SCHEMA_VERSION, Summary, summary_from_dict
 from pytest_graphcapture.summary.replay import KernelEvidenceWarning, with_replay
 from pytest_graphcapture.summary.scan import replay_kernels_from_events, summarize_events
-from pytest_graphcapture.summary.validate import summary_from_dict
 
 KEY = CaptureKey("decode", 8)
 GEMM = "void gemm_kernel<float, 128>(float*, float const*)"
