@@ -8,7 +8,7 @@ Read: README.md, docs/**/*.md (the generated configuration reference included) a
   markers, which name files the document's own steps create) and, in the YAML recipes, anywhere:
   a word that starts with a top-level folder of the repository (``tests/…``, ``docs/…``) must exist
   from the repository root; any other word ending in .py/.md/.yml/.toml/.sh must name a file of the
-  repository by its name or by the end of its path (``stream.py``, ``summary/live.py``).
+  repository by its name or by the end of its path (``tracefile.py``, ``summary/live.py``).
   ``path::node`` is read as ``path``, ``--opt=path`` as ``path``.
 
 Not repository paths, and so not checked: words with wildcards or ``<placeholders>``, names in capitals
@@ -142,7 +142,7 @@ def test_the_outputs_exempted_are_written_where_said() -> None:
         ("run by `python tests/e2e/test_docs.py -q`", False),
         ("`pytest tests/e2e/test_docs.py::test_included_files_are_identical`", False),
         ("a module `stream_reader.py`", True),
-        ("a module `stream.py`", False),
+        ("a module `tracefile.py`", False),
         ("<!-- not-run: tests/test_examples.py runs it -->", True),
         ("<!--\n  listed by tests/test_docs.py\n-->", True),
         ("<!-- pytest-file: tests/test_mine.py -->\n`tests/test_mine.py`", False),
