@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from .engine.capture import CaptureSettings, capture_runner
-from .engine.result import CaptureResult
+from .result import CaptureResult
 from .engine.runner import GraphRunner
 from .engine.stand_ins import eager_cuda_calls, patched
 from .engine.step_contract import KeyLike, as_key, user_key_sequence, warmup_count

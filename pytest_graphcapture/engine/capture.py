@@ -2,7 +2,7 @@
 
 It ties the stages together — runner (forward per key) → backend (warmups and
 capture) → profiler schedule (one cycle per key) → summary — and returns a
-:class:`~pytest_graphcapture.engine.result.CaptureResult`.  It is what the
+:class:`~pytest_graphcapture.result.CaptureResult`.  It is what the
 ``graph_capture`` fixture calls, and what a user's own start-up code can call.
 """
 
@@ -33,7 +33,7 @@ from .guard import (
 )
 from .memory import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
-from .result import CaptureResult, KeyMetrics, KeyResult
+from ..result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
 
 TRACE_MODES = ("off", "per-bs", "single")

@@ -47,7 +47,7 @@ from .capture import (
 from .capture_observer import observe_captures
 from .loop_observer import LoopObserver, Stepper
 from .profiling import SingleTraceProfiler
-from .result import CaptureResult
+from ..result import CaptureResult
 from .stand_ins import (
     EagerCUDAGraph,
     bound_too_early,

@@ -41,7 +41,7 @@ from .loop_failures import (
     other_thread_reason,
 )
 from .profiling import PerBatchSizeProfiler
-from .result import CaptureResult, KeyMetrics, KeyResult
+from ..result import CaptureResult, KeyMetrics, KeyResult
 from .stand_ins import EagerCUDAGraph
 from .step_contract import (
     FORWARD,

@@ -17,6 +17,7 @@ from .._io import gc_paused
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import golden_file_name
+from ..result import CaptureResult, KeyResult
 from ..summary.model import Summary
 from . import store
 from .budget import (
@@ -71,7 +72,7 @@ class _Gate:
             o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, rename=o.rename, share_entries=True
         )
 
-    def check_key(self, item: Any, option_budget: Optional[int], option_memory: Optional[int] = None) -> KeyOutcome:
+    def check_key(self, item: KeyResult, option_budget: Optional[int], option_memory: Optional[int] = None) -> KeyOutcome:
         key = item.key
         path = self.folder / golden_file_name(key, explicit_rank=self.explicit_rank)
         if path.is_symlink():  # the folder is checked and the name is safe: only a link can lead elsewhere
@@ -94,7 +95,7 @@ class _Gate:
             return out
         if not actual.complete:
             out.incomplete = actual.incomplete_reason or "no reason given"
-        out.no_golden = getattr(item, "no_golden", None)
+        out.no_golden = item.no_golden
         # ``data`` is only read (its top level aside): sharing the entry lists skips copying them.
         data = actual.to_dict(share_entries=True)
         # The golden is read once: its budget, the fast path and the diff all use this dict.
@@ -129,10 +130,9 @@ class _Gate:
             int(actual.launches.get("total", 0)),
             [(golden_budget, f"{BUDGET_FIELD} in {shown}"), (option_budget, "golden.check(max_launches=...)")],
         )
-        metrics = getattr(item, "metrics", None)
         memory_lines = memory_budget_violations(
             key,
-            getattr(metrics, "memory_reserved", None),
+            item.metrics.memory_reserved,
             [
                 (golden_memory, f"{MEMORY_BUDGET_FIELD} in {shown}"),
                 (option_memory, "golden.check(max_graph_memory=...)"),
@@ -159,7 +159,7 @@ class _Gate:
             out.over_budget = bool(budget_lines)
         return out
 
-    def unmet(self, item: Any, key: CaptureKey, golden_expect: tuple, shown: str) -> tuple[list[str], list[str]]:
+    def unmet(self, item: KeyResult, key: CaptureKey, golden_expect: tuple, shown: str) -> tuple[list[str], list[str]]:
         """Lines of the expectations (the check's and the golden's) that do not hold for this key, and those
         that could not be evaluated (:func:`~.expect.unevaluated`)."""
         given = [(self.options.expect, "golden.check(expect=...)"), (golden_expect, f"expect in {shown}")]
@@ -312,7 +312,7 @@ class _Gate:
 
 
 def check_result(
-    result: Any,
+    result: CaptureResult,
     *,
     golden_dir: Path,
     folder: Path,
@@ -339,10 +339,10 @@ def check_result(
         kr.key: budget_from_option(options.max_graph_memory, kr.key, argument="max_graph_memory") for kr in result
     }
     items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant_name or "", kr.key.rank, kr.key.batch_size))
-    runner = getattr(result, "runner_name", "") or "capture"
+    runner = result.runner_name or "capture"
     if not items:
         raise UsageError(f"golden.check: the capture result of {runner} has no captured keys, nothing to compare")
-    if getattr(result, "mode", None) == "single" and all(kr.summary is None for kr in items):
+    if result.mode == "single" and all(kr.summary is None for kr in items):
         from .traces import split_single_capture  # the windows of the one trace, mapped to the keys
 
         split = split_single_capture(result)
@@ -369,7 +369,7 @@ def check_result(
             f"graph_capture(summarize=False)?), so there is nothing to compare; capture with summaries "
             f"(the default) to check goldens"
         )
-    explicit_rank = int(getattr(result, "world_size", 1) or 1) > 1 and not options.share_ranks
+    explicit_rank = result.world_size > 1 and not options.share_ranks
     gate = _Gate(golden_dir, folder, out_folder, update, options, explicit_rank, postprocess, display)
     share_failures: list[KeyOutcome] = []
     if options.share_ranks:
@@ -389,34 +389,33 @@ def check_result(
 
 
 def _not_captured(
-    outcome: CheckOutcome, result: Any, gate: _Gate, selected: Optional[tuple[Callable[[CaptureKey], bool], str]]
+    outcome: CheckOutcome, result: CaptureResult, gate: _Gate, selected: Optional[tuple[Callable[[CaptureKey], bool], str]]
 ) -> None:
     """Fail each golden in the folder whose key the run should have captured and did not.
 
     A size that stopped being captured (fell back to eager) is the regression the gate
-    exists for.  Which keys a run should capture: ``result.covers(key)`` where the result
-    says (a named trace holds only its own keys), else every key of its runners.  A key
+    exists for.  Which keys a run should capture: every key of its runners, or those its
+    traces cover (:func:`_covers`).  A key
     the run's selection left out, or its traces do not cover, is listed in
     ``outcome.unchecked``; ``--update-golden`` leaves the failing ones to the pruning of
     unused goldens, which names what it removes.
     """
     used = {k.golden for k in outcome.keys}
     runners = {kr.key.runner for kr in result}
-    covers = getattr(result, "covers", None) or (lambda key: key.runner in runners)  # a runner: all its keys
     for path in store.golden_files(gate.folder):
         if path in used:
             continue
         try:
             key = store.read_golden(path).key
         except GoldenError as exc:
-            if selected is not None or not getattr(result, "whole", True):
+            if selected is not None or not result.whole:
                 outcome.unchecked.append((path, "their keys cannot be read, and this run was narrowed"))
             elif gate.update != "all":
                 outcome.keys.append(KeyOutcome(CaptureKey(path.name, 1), path.name, path, "failed", [str(exc)]))
                 outcome.total += 1
             continue
-        if not covers(key):
-            if hasattr(result, "covers"):
+        if not (_covers(result, key) if result.traces else key.runner in runners):  # a runner: all its keys
+            if result.traces:
                 outcome.unchecked.append(
                     (path, "their keys are not in the traces named (name their folder to check all)")
                 )
@@ -428,3 +427,20 @@ def _not_captured(
             line = f"{label}: not captured, but {gate.display(path)} holds its golden (did it fall back to eager?)"
             outcome.keys.append(KeyOutcome(key, label, path, "failed", [line], not_captured=True))
             outcome.total += 1
+
+
+#: How a trace of a whole capture is split (``TraceKeys.split_by``): it holds every key of its runner and rank.
+_WHOLE_CAPTURE = ("annotations", "windows")
+
+
+def _covers(result: CaptureResult, key: CaptureKey) -> bool:
+    """Whether the traces read should hold ``key``: a named folder holds every key, a named trace its own."""
+    if result.whole:
+        return True
+    for trace in result.traces:
+        keys = [s.key for s in trace.summaries]
+        if key in keys:
+            return True
+        if trace.split_by in _WHOLE_CAPTURE and any((k.runner, k.rank) == (key.runner, key.rank) for k in keys):
+            return True
+    return False

@@ -209,8 +209,8 @@ def _check_is_result(result: Any) -> None:
     The likely slips are the ``graph_capture`` fixture itself (not called) and the runner
     (not captured); anything else that is not a CaptureResult is named by its type.
     """
-    from ..engine.result import CaptureResult
-    from ..golden.traces import TraceResult
+    from ..result import CaptureResult
+    from ..result import CaptureResult as TraceResult
 
     if isinstance(result, (CaptureResult, TraceResult)):  # a TraceResult: golden.check_traces's keys
         return

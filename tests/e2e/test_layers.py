@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_graphcapture"
-SHARED = {"errors", "keys", "naming", "_io"}
+SHARED = {"errors", "keys", "naming", "_io", "result"}
 #: Which layers a layer may import (itself included).
 ALLOWED = {
     "shared": {"shared"},

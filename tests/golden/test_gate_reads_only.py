@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphcapture.engine.result import CaptureResult, KeyResult
+from pytest_graphcapture.result import CaptureResult, KeyResult
 from pytest_graphcapture.golden import store
 from pytest_graphcapture.golden.gate import CheckOptions, check_result
 from pytest_graphcapture.keys import CaptureKey
