@@ -1,20 +1,10 @@
-"""Golden files on disk: where they live, how they are written, read and migrated.
-
-Layout (:func:`golden_folder`, names from :mod:`pytest_graphcapture.naming`)::
-
-    <golden dir>/<platform>/<test module path>/<class>.../<test name>/<runner>_bs_<bs>[_<variant>][_rank<r>].json
-
-Every component that comes from users goes through :func:`keys.safe_name`, and
-the final path is checked to resolve inside the golden dir.  Files are JSON made for
-review: a short header, then one line per kernel, op and launch entry (a one-op
-change is a one-line diff), written atomically; a file is only rewritten when its
-bytes change, so re-running on unchanged code leaves goldens byte-identical.  Older
-goldens (indented JSON) read the same; ``--update-golden`` rewrites them.  Older schema versions are brought up to date by
-:data:`MIGRATIONS` when read.
-"""
+"""Golden files on disk: reading, checked writing, the write lock, the harvest folder and orphaned goldens."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
@@ -28,13 +18,180 @@ from .._io import (
     unpack_graphs,
     write_atomic,
 )
-from ..errors import GoldenError
+from ..errors import GoldenError, UsageError
 from ..keys import CaptureKey, is_int, safe_name
-from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
+from ..naming import GOLDEN_SUFFIX, golden_file_name, is_hidden, nodeid_components
 from ..summary.model import SCHEMA_VERSION, Summary
 from ..summary.validate import summary_from_dict as model_summary_from_dict
-from .budget import MEMORY_BUDGET_FIELD, launch_budget_of
-from .environment import gated_content
+from .change import gated_content
+from .expect import MEMORY_BUDGET_FIELD, launch_budget_of
+
+LOCK_NAME = ".graphcapture-write.lock"
+#: What the refusal says about each kind of writer (the second line of the lock file); ``{pid}`` is `` (pid N)``.
+WRITERS = {
+    "pytest": "another pytest run{pid} is writing goldens here (--update-golden)",
+    "accept": "a graphcapture accept{pid} is writing goldens here",
+    "check": "a graphcapture check --update{pid} is writing goldens here",
+}
+
+
+def _try_lock(fd: int) -> bool:
+    if os.name == "nt":  # pragma: no cover - exercised on Windows only
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+class GoldenLock:
+    """The write lock of the golden tree at ``golden_dir``; :meth:`acquire` raises GoldenError when held.
+
+    ``writer`` is the kind of writer taking it (a key of :data:`WRITERS`), named to the one refused.
+    """
+
+    def __init__(self, golden_dir: Path, writer: str = "pytest") -> None:
+        if writer not in WRITERS:
+            raise ValueError(f"unknown golden writer {writer!r}; one of {', '.join(WRITERS)}")
+        self.golden_dir = Path(golden_dir)
+        self.writer = writer
+        self.path = self.golden_dir / LOCK_NAME
+        self._fd: Optional[int] = None
+        self._created_dir = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise GoldenError naming the run that holds it."""
+        if self._fd is not None:
+            return
+        self._created_dir = not self.golden_dir.exists()
+        try:
+            self.golden_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GoldenError(self.golden_dir, f"cannot create the golden dir: {exc.strerror or exc}") from None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise GoldenError(self.path, f"cannot create the write lock: {exc.strerror or exc}") from None
+            if not _try_lock(fd):
+                pid, writer = _read_holder(fd)
+                os.close(fd)
+                who = WRITERS.get(writer, WRITERS["pytest"]).format(pid=f" (pid {pid})" if pid else "")
+                raise GoldenError(self.golden_dir, f"{who}; one writer at a time: run again when it has finished")
+            # The holder before us may have removed the file between our open and our lock: lock the live one.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n{self.writer}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock and remove its file, and the golden dir when the lock made it and nothing was written."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        if os.name != "nt":  # an open file cannot be removed on Windows; it stays, empty of meaning
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        os.close(fd)
+        if self._created_dir:
+            with contextlib.suppress(OSError):
+                self.golden_dir.rmdir()  # only when empty
+
+
+def _read_holder(fd: int) -> tuple[Optional[int], str]:
+    """The holder's pid (None when unknown) and kind of writer (a lock file with only a pid: pytest)."""
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace") if hasattr(os, "pread") else ""
+    except OSError:
+        return None, "pytest"
+    lines = text.split()
+    pid = int(lines[0]) if lines and lines[0].isdigit() else None
+    return pid, lines[1] if len(lines) > 1 and lines[1] in WRITERS else "pytest"
+
+
+# --------------------------------------------------------------------------- updating on CI
+
+#: Environment variables by which CI services announce themselves (the tests' isolation uses this list too).
+CI_VARIABLES = (
+    "CI",
+    "GITHUB_ACTIONS",
+    "GITLAB_CI",
+    "BUILDKITE",
+    "JENKINS_URL",
+    "TF_BUILD",
+    "CIRCLECI",
+    "TRAVIS",
+    "TEAMCITY_VERSION",
+    "BITBUCKET_BUILD_NUMBER",
+    "DRONE",
+)
+
+
+#: Values of a CI variable that mean "not on CI" (compared lowercased; an empty value too).
+CI_OFF_VALUES = ("0", "false", "no")
+
+
+def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
+    """Name of the CI environment variable that is set, or None when not on CI."""
+    environ = os.environ if environ is None else environ
+    for name in CI_VARIABLES:
+        value = environ.get(name, "")
+        if value and value.lower() not in CI_OFF_VALUES:
+            return name
+    return None
+
+
+#: The file that marks a --golden-out folder as a harvest this plugin wrote (and may empty).
+HARVEST_MARK = ".graphcapture-harvest"
+HARVEST_MARK_TEXT = "Obtained summaries written by pytest-graphcapture (--golden-out); emptied by each session.\n"
+
+
+def reset_folder(folder: Path) -> None:
+    """Make ``folder`` an empty folder (created when missing)."""
+    if folder.is_dir() and not folder.is_symlink():
+        for entry in folder.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def reset_harvest(folder: Path, where: str) -> None:
+    """Empty ``folder`` and mark it as a harvest; UsageError (``where`` names the option and path) when it is not ours."""
+    try:
+        entries = list(folder.iterdir()) if folder.is_dir() else []
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if entries and not (folder / HARVEST_MARK).is_file():
+        raise UsageError(
+            f"{where}: the folder holds files pytest-graphcapture did not write; "
+            f"each session starts from an empty harvest folder: give a new or empty folder"
+        )
+    try:
+        reset_folder(folder)
+        (folder / HARVEST_MARK).write_text(HARVEST_MARK_TEXT, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
 
 
 def _v1_to_v2(data: dict) -> dict:
@@ -329,3 +486,30 @@ def _selected(path: Path, selected: Optional[Callable[[CaptureKey], bool]]) -> b
     except GoldenError:
         return False  # which key it holds is unknown: it may be one the selection left out
     return selected(key)
+
+
+def orphaned_goldens(
+    golden_dir: Path, collected: Iterable[str], protected: Iterable[str] = ()
+) -> list[tuple[str, Path]]:
+    """``(platform, path)`` of every golden file whose folder belongs to no test in ``collected``.
+
+    A folder belongs to a test when its path below the platform folder is the
+    test's node id components, or those plus one (a named check's sub-folder).
+    ``protected`` holds node ids of collectors that were skipped or failed to
+    collect (a module-level skip, an import error): goldens below them are kept,
+    since their tests were not collected but may well exist.
+    """
+    root = Path(golden_dir)
+    if not root.is_dir():
+        return []
+    known = {tuple(nodeid_components(nodeid)) for nodeid in collected}
+    shielded = [tuple(nodeid_components(nodeid)) for nodeid in protected if nodeid]
+    found: list[tuple[str, Path]] = []
+    for platform_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not is_hidden(p)):
+        for folder, dirs, _files in os.walk(platform_dir):  # links are not followed: a loop cannot hang the scan
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            parts = Path(folder).relative_to(platform_dir).parts
+            if parts in known or parts[:-1] in known or any(parts[: len(s)] == s for s in shielded):
+                continue
+            found.extend((platform_dir.name, path) for path in golden_files(Path(folder)))
+    return found

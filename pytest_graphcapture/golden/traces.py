@@ -10,11 +10,10 @@ from typing import Optional, Sequence, Union
 
 from .._io import require_regular
 from ..errors import TraceFormatError, UsageError
-from ..keys import CaptureKey, key_label
-from ..result import CaptureResult, KeyMetrics, KeyResult
+from ..keys import key_label
 from ..naming import is_hidden, is_merged_trace, is_trace_path
+from ..result import CaptureResult, KeyMetrics, KeyResult
 from ..summary.graphs import graph_count
-from ..summary.model import Summary
 from ..summary.platform import CPU
 from ..summary.split import TraceKeys, summarize_trace_keys
 

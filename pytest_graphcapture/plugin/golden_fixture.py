@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import pytest
 
 from ..errors import GraphCaptureError, UsageError
-from ..golden.diff import SECTIONS
+from ..golden.change import SECTIONS
 from ..golden.gate import CheckOptions, CheckOutcome, check_result
 from ..golden.store import golden_folder
 from .capture_fixture import GraphCapture
