@@ -5,14 +5,14 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ..errors import GoldenError, UsageError
 from ..keys import CaptureKey, key_label
 from ..summary.attribute import op_label
 from ..summary.graphs import graph_count
 from ..summary.model import count_changes, kernel_view
-from ..summary.normalize import LEVELS
+from ..summary.normalize import LEVELS, compile_patterns
 from .change import (
     DEFAULT_CLASSES,
     MAX_LINE_WIDTH,
@@ -30,6 +30,7 @@ from .change import (
     toolchain_changes,
     torch_release_changed,
 )
+from .expect import DEFAULT_MEMORY_TOLERANCE, Expect, check_tolerance, expectations
 
 #: Name width of each side of a kernel swap (``old → new``), so the line stays short.
 SWAP_WIDTH = 72
@@ -367,7 +368,7 @@ def require_level(level: str, summary: Any, what: str, path: Any) -> None:
     levels = LEVELS
     if level not in levels:
         raise UsageError(f"level={level!r}: expected one of {', '.join(levels)}")
-    own = getattr(summary, "level", levels[0])
+    own = summary.level
     if own in levels and levels.index(level) < levels.index(own):
         raise GoldenError(
             path,
@@ -525,40 +526,24 @@ def _graphs(n: int) -> str:
     return f"{n} graph{'s' if n != 1 else ''}"
 
 
-def compare_keys(
-    expected: Any,
-    actual: Any,
-    *,
-    level: str = "name",
-    ignore_kernels: Sequence[str] = (),
-    ignore_ops: Sequence[str] = (),
-    sections: Sequence[str] = SECTIONS,
-    golden: Optional[str] = None,
-    rename: Optional[Callable[[str, str], Optional[str]]] = None,
-    classes: OpClasses = DEFAULT_CLASSES,
-) -> Any:
-    """:func:`~.diff.compare` for keys of one graph; a :class:`GraphsDiff` where either side has several."""
-    options = dict(
-        level=level,
-        ignore_kernels=ignore_kernels,
-        ignore_ops=ignore_ops,
-        sections=sections,
-        rename=rename,
-        classes=classes,
-    )
+def compare_keys(expected: Any, actual: Any, options: CheckOptions, golden: Optional[str] = None) -> Any:
+    """:func:`compare` graph by graph: a :class:`KeyDiff` for keys of one graph, else a :class:`GraphsDiff`."""
+    o = options
+    kw = dict(level=o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, sections=o.sections)
+    kw.update(golden=golden, rename=o.rename, classes=o.op_classes)
     n, m = graph_count(actual), graph_count(expected)
     if n == 1 and m == 1:
-        return compare(expected, actual, golden=golden, **options)
+        return compare(expected, actual, **kw)
     result = GraphsDiff(actual.key, n, m, golden=golden)
     if n != m:
-        result.whole = compare(_alone(expected), _alone(actual), golden=golden, **options)
+        result.whole = compare(_alone(expected), _alone(actual), **kw)
         result.notes = list(result.whole.notes)
         result.toolchain, result.torch_release_changed = result.whole.toolchain, result.whole.torch_release_changed
         return result
     notes: list = []
     for number, (old, new) in enumerate(zip(expected.graphs, actual.graphs), 1):
         old.environment, new.environment = expected.environment, actual.environment
-        diff = compare(old, new, golden=golden, **options)
+        diff = compare(old, new, **kw)
         notes += [n for n in diff.notes if n not in notes]
         if diff.changes:
             result.parts.append((number, diff))
@@ -571,8 +556,43 @@ def compare_keys(
 
 def _alone(summary: Any) -> Any:
     """The key's sums without its graphs: what a count mismatch compares."""
-    if not getattr(summary, "graphs", None):
+    if not summary.graphs:
         return summary
     whole = copy.copy(summary)
     whole.graphs = None
     return whole
+
+
+#: A project's own kernel-name normalization ``(name, level) -> name or None`` (the normalize hook).
+Rename = Optional[Callable[[str, str], Optional[str]]]
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What one ``golden.check`` call asked for."""
+
+    level: str = "name"
+    ignore_kernels: tuple[str, ...] = ()
+    ignore_ops: tuple[str, ...] = ()
+    sections: tuple[str, ...] = SECTIONS
+    max_launches: Union[int, Mapping[int, int], None] = None
+    share_ranks: bool = False
+    rename: Rename = None
+    max_graph_memory: Union[int, Mapping[int, int], None] = None
+    memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
+    #: Which ops lead a failure and which fold as view/metadata ops (``golden_view_ops`` / ``golden_compute_ops``).
+    op_classes: OpClasses = DEFAULT_CLASSES
+    #: Kernel expectations that must hold per batch size (``golden.check(expect=...)``).
+    expect: tuple[Expect, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_tolerance(self.memory_tolerance)
+        object.__setattr__(self, "expect", expectations(self.expect, "golden.check(expect=...)"))
+        if self.level not in LEVELS:
+            raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
+        object.__setattr__(self, "sections", check_sections(self.sections))
+        # A bad pattern is the caller's mistake, not a mismatch of every key: refuse it up front.
+        for option, given in (("ignore_kernels", self.ignore_kernels), ("ignore_ops", self.ignore_ops)):
+            patterns = (given,) if isinstance(given, str) else tuple(given)
+            compile_patterns(patterns, what=f"golden.check({option}=...):")
+            object.__setattr__(self, option, patterns)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Optional
 
 from .._io import gc_paused
 from ..errors import GoldenError, GraphCaptureError, UsageError
@@ -13,29 +13,21 @@ from ..keys import CaptureKey, key_label
 from ..naming import golden_file_name
 from ..result import CaptureResult, KeyResult
 from ..summary.model import Summary
-from ..summary.normalize import LEVELS, compile_patterns
 from . import store
 from .change import (
-    DEFAULT_CLASSES,
-    SECTIONS,
     KeyDiff,
-    OpClasses,
     failure_body,
     keeping_environment_of,
     toolchain_lead,
     toolchain_lead_of_some,
 )
-from .diff import check_sections, compare_dicts, compare_keys, completeness, require_level
+from .diff import CheckOptions, compare_dicts, compare_keys, completeness, require_level
 from .expect import (
     BUDGET_FIELD,
-    DEFAULT_MEMORY_TOLERANCE,
     EXPECT_FIELD,
     MEMORY_BUDGET_FIELD,
-    Expect,
     budget_from_option,
     budget_hints,
-    check_tolerance,
-    expectations,
     golden_expectations,
     launch_budget_of,
     launch_budget_violations,
@@ -48,40 +40,6 @@ from .report import summarize_labels
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
 Postprocess = Optional[Callable[[dict], None]]
-#: A project's own kernel-name normalization ``(name, level) -> name or None`` (the normalize hook).
-Rename = Optional[Callable[[str, str], Optional[str]]]
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """What one ``golden.check`` call asked for."""
-
-    level: str = "name"
-    ignore_kernels: tuple[str, ...] = ()
-    ignore_ops: tuple[str, ...] = ()
-    sections: tuple[str, ...] = SECTIONS
-    max_launches: Union[int, Mapping[int, int], None] = None
-    share_ranks: bool = False
-    rename: Rename = None
-    max_graph_memory: Union[int, Mapping[int, int], None] = None
-    memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
-    #: Which ops lead a failure and which fold as view/metadata ops (``golden_view_ops`` / ``golden_compute_ops``).
-    op_classes: OpClasses = DEFAULT_CLASSES
-    #: Kernel expectations that must hold per batch size (``golden.check(expect=...)``).
-    expect: tuple[Expect, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_tolerance(self.memory_tolerance)
-        object.__setattr__(self, "expect", expectations(self.expect, "golden.check(expect=...)"))
-        if self.level not in LEVELS:
-            raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
-        object.__setattr__(self, "sections", check_sections(self.sections))
-        # A bad pattern is the caller's mistake, not a mismatch of every key: refuse it up front.
-        for option in ("ignore_kernels", "ignore_ops"):
-            given = getattr(self, option)
-            patterns = (given,) if isinstance(given, str) else tuple(given)
-            compile_patterns(patterns, what=f"golden.check({option}=...):")
-            object.__setattr__(self, option, patterns)
 
 
 @dataclass
@@ -247,6 +205,24 @@ def _postprocessed(summary: Summary, label: str, postprocess: Postprocess) -> Su
     return store.summary_from_dict(data, f"summary of {label} after pytest_graphcapture_postprocess_summary")
 
 
+@dataclass
+class _KeyCheck:
+    """What one key's check read: its golden (path, as shown, parsed or its error) and the normalized capture."""
+
+    path: Path
+    shown: str
+    actual: Summary
+    data: dict
+    old: Optional[dict]
+    old_error: Optional[GoldenError]
+    identical: bool
+    carried: bool
+    #: The golden is of an older schema: update mode rewrites it even when it passes.
+    stale: bool
+    #: The golden existed when the key's check looked (one look per key).
+    exists: bool
+
+
 class _Gate:
     """One check: the shared state of :func:`check_result` while it walks the keys."""
 
@@ -357,7 +333,7 @@ class _Gate:
             except GoldenError as exc:
                 self.warnings.append(f"--golden-out: {exc}")
         carried = golden_budget is not None or golden_memory is not None or EXPECT_FIELD in data
-        self.compare(out, path, shown, actual, data, old, old_error, identical, carried, stale, exists)
+        self.compare(out, _KeyCheck(path, shown, actual, data, old, old_error, identical, carried, stale, exists))
         if budget_lines or unmet_lines:  # over budget or an unmet expectation fails the key, whatever was written
             out.budget_only = out.outcome != "failed"
             out.lines = (out.lines if out.outcome == "failed" else []) + budget_lines + unmet_lines
@@ -374,33 +350,17 @@ class _Gate:
         lines = unmet(key, summary, given, level=self.options.level, rename=self.options.rename)
         return lines, unevaluated(key, summary, given)
 
-    def compare(
-        self,
-        out: KeyOutcome,
-        path: Path,
-        shown: str,
-        actual: Summary,
-        data: dict,
-        old: Optional[dict],
-        old_error: Optional[GoldenError],
-        identical: bool,
-        carried: bool,
-        stale: bool,
-        exists: bool,
-    ) -> None:
-        """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode.
-
-        ``stale``: the file is of an older schema; update mode rewrites it even when it passes.
-        ``exists``: whether the golden file existed when the key's check looked (one look per key).
-        """
-        if not exists:
+    def compare(self, out: KeyOutcome, check: _KeyCheck) -> None:
+        """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode."""
+        path, shown, actual, data, old = check.path, check.shown, check.actual, check.data, check.old
+        if not check.exists:
             if self.update:
                 self.write(out, path, data, "created")
                 return
             out.missing = True
             out.lines = [f"{out.label}: missing golden {shown}"]
             return
-        if identical or (old is not None and carried and store.same_content(old, data)):
+        if check.identical or (old is not None and check.carried and store.same_content(old, data)):
             if self.update == "all" and old is not None:
                 # Same content: the file keeps the environment that produced it, and is rewritten
                 # only when it is in an older text layout (write_golden leaves equal bytes alone).
@@ -409,21 +369,10 @@ class _Gate:
             out.outcome = "passed"  # identical to the golden: nothing to diff, nothing to rewrite
             return
         try:
-            if old_error is not None:
-                raise old_error
+            if check.old_error is not None:
+                raise check.old_error
             expected = store.summary_from_dict(old, path)
-            o = self.options
-            diff = compare_keys(
-                expected,
-                actual,
-                level=o.level,
-                ignore_kernels=o.ignore_kernels,
-                ignore_ops=o.ignore_ops,
-                sections=o.sections,
-                golden=shown,
-                rename=o.rename,
-                classes=o.op_classes,
-            )
+            diff = compare_keys(expected, actual, self.options, golden=shown)
         except GoldenError as exc:
             if self.update == "all" and "newer than this pytest-graphcapture" not in exc.problem:
                 self.write(out, path, data, "updated")
@@ -441,7 +390,7 @@ class _Gate:
             elif not store.same_content(old, data):
                 self.write(out, path, data, "updated")  # new content, recorded with the environment that produced it
                 return
-            elif stale:
+            elif check.stale:
                 self.write(out, path, keeping_environment_of(old, data), "updated")
                 return
             out.outcome = "passed"
