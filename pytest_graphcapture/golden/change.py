@@ -14,117 +14,29 @@ from ..summary.platform import version_text
 from .report import LIST_LIMIT
 
 #: Compute ops by class, in the order a failure lists them.
-COMPUTE_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "gemm",
+_COMPUTE_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (name, tuple(ops.split()))
+    for name, ops in (
+        ("gemm", "mm addmm bmm baddbmm matmul linear addmv mv dot einsum _scaled_mm _int_mm *gemm* conv* _convolution"),
+        ("attention", "*attention* *attn* _flash_* _efficient_* *sdpa*"),
+        ("norm", "*norm*"),
+        ("activation", "silu silu_ gelu gelu_ relu relu_ *softmax* sigmoid tanh *glu* mish hardswish"),
+        ("embedding", "embedding* *rotary* rope* *_rope*"),
         (
-            "mm",
-            "addmm",
-            "bmm",
-            "baddbmm",
-            "matmul",
-            "linear",
-            "addmv",
-            "mv",
-            "dot",
-            "einsum",
-            "_scaled_mm",
-            "_int_mm",
-            "*gemm*",
-            "conv*",
-            "_convolution",
+            "collective",
+            "c10d::* _c10d_functional::* *all_reduce* *allreduce* *all_gather* *allgather* *reduce_scatter* *all_to_all* *alltoall* broadcast*",
         ),
-    ),
-    ("attention", ("*attention*", "*attn*", "_flash_*", "_efficient_*", "*sdpa*")),
-    ("norm", ("*norm*",)),
-    (
-        "activation",
-        (
-            "silu",
-            "silu_",
-            "gelu",
-            "gelu_",
-            "relu",
-            "relu_",
-            "*softmax*",
-            "sigmoid",
-            "tanh",
-            "*glu*",
-            "mish",
-            "hardswish",
-        ),
-    ),
-    ("embedding", ("embedding*", "*rotary*", "rope*", "*_rope*")),
-    (
-        "collective",
-        (
-            "c10d::*",
-            "_c10d_functional::*",
-            "*all_reduce*",
-            "*allreduce*",
-            "*all_gather*",
-            "*allgather*",
-            "*reduce_scatter*",
-            "*all_to_all*",
-            "*alltoall*",
-            "broadcast*",
-        ),
-    ),
-    ("fused", ("triton_*", "*fused*", "*moe*")),
+        ("fused", "triton_* *fused* *moe*"),
+    )
 )
 
 #: View and metadata ops: they change how a tensor is seen or allocate it, and launch no work.
-VIEW_OPS: tuple[str, ...] = (
-    "as_strided",
-    "as_strided_",
-    "view",
-    "view_as",
-    "_unsafe_view",
-    "_reshape_alias",
-    "reshape",
-    "reshape_as",
-    "flatten",
-    "unflatten",
-    "t",
-    "t_",
-    "transpose",
-    "transpose_",
-    "swapaxes",
-    "movedim",
-    "permute",
-    "expand",
-    "expand_as",
-    "slice",
-    "select",
-    "narrow",
-    "split",
-    "split_with_sizes",
-    "unsafe_split",
-    "chunk",
-    "unbind",
-    "unsqueeze",
-    "unsqueeze_",
-    "squeeze",
-    "squeeze_",
-    "diagonal",
-    "alias",
-    "lift_fresh",
-    "resolve_conj",
-    "resolve_neg",
-    "_conj",
-    "_neg_view",
-    "detach",
-    "detach_",
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "resize_",
-    "result_type",
-    "size",
-    "stride",
-    "sym_*",
+VIEW_OPS: tuple[str, ...] = tuple(
+    "as_strided as_strided_ view view_as _unsafe_view _reshape_alias reshape reshape_as flatten unflatten "
+    "t t_ transpose transpose_ swapaxes movedim permute expand expand_as slice select narrow split "
+    "split_with_sizes unsafe_split chunk unbind unsqueeze unsqueeze_ squeeze squeeze_ diagonal alias "
+    "lift_fresh resolve_conj resolve_neg _conj _neg_view detach detach_ empty empty_like empty_strided "
+    "new_empty new_empty_strided resize_ result_type size stride sym_* ".split()
 )
 
 COMPUTE, OTHER, VIEW = 0, 1, 2
@@ -148,7 +60,7 @@ class OpClasses:
     extra_compute: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        compute = [(name, _compile(globs)) for name, globs in COMPUTE_CLASSES]
+        compute = [(name, _compile(globs)) for name, globs in _COMPUTE_CLASSES]
         # A project's own compute ops rank with the GEMMs: it named them because they matter.
         compute.insert(0, ("project", _compile(self.extra_compute)))
         object.__setattr__(self, "_compute", tuple(compute))
@@ -156,10 +68,7 @@ class OpClasses:
         object.__setattr__(self, "_view", _compile(VIEW_OPS))
 
     def rank(self, name: str) -> tuple[int, int]:
-        """``(tier, class)``: tier :data:`COMPUTE`, :data:`OTHER` or :data:`VIEW`; ``class`` orders compute ops.
-
-        A project's own lists decide first (its compute ops, then its view ops), then the built-in ones.
-        """
+        """``(tier, class)``: tier :data:`COMPUTE`, :data:`OTHER` or :data:`VIEW`; ``class`` orders compute ops."""
         names = (name, name.rsplit("::", 1)[-1])
         compute = self._compute  # type: ignore[attr-defined]
         if any(compute[0][1].fullmatch(n) for n in names):
@@ -194,7 +103,7 @@ def op_classes(view: Sequence[str] = (), compute: Sequence[str] = ()) -> OpClass
 
 
 #: Environment fields that decide which kernels run, and how a failure names them.
-TOOLCHAIN_FIELDS: tuple[tuple[str, str], ...] = (
+_TOOLCHAIN_FIELDS: tuple[tuple[str, str], ...] = (
     ("torch_version", "torch"),
     ("cuda_runtime_version", "CUDA runtime"),
     ("hip_runtime_version", "HIP runtime"),
@@ -216,17 +125,11 @@ def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _differs(name: str, old: Any, new: Any) -> bool:
-    """Whether two values of one field differ once runtime versions are spelled alike.
-
-    A summary written from a trace file before its integer versions were spelled like
-    ``torch.version`` holds ``13000`` where a live capture holds ``"13.0"``, and a live ROCm
-    capture holds ``torch.version.hip``'s ``"7.2.53211-<git hash>"`` where a trace holds
-    ``"7.2.53211"``: the same runtime each time (:func:`~..summary.platform.version_text`).
-    """
+    """Whether two values of one field differ once runtime versions are spelled alike."""
     return version_text(name, old) != version_text(name, new)
 
 
-def environment_differences(
+def _environment_differences(
     expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
 ) -> list[str]:
     """``["torch_version 2.11.0 → 2.12.0", ...]``: each field that differs, at most ``limit`` then a count."""
@@ -241,11 +144,8 @@ def environment_differences(
 def environment_note(
     expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
 ) -> Optional[str]:
-    """One line saying how the golden's environment differs from the current one, or None.
-
-    Informational only: the environment never decides pass or fail.
-    """
-    items = environment_differences(expected_env, actual_env, limit=limit)
+    """One line saying how the golden's environment differs from the current one, or None."""
+    items = _environment_differences(expected_env, actual_env, limit=limit)
     if not items:
         return None
     return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
@@ -253,28 +153,21 @@ def environment_note(
 
 #: Fields a golden records but no check compares (how the capture was read, what ran it): a difference in
 #: them alone is no change of what the golden gates, so no update rewrites a golden for it.
-INFORMATIONAL_FIELDS = ("environment", "kernel_source")
+_INFORMATIONAL_FIELDS = ("environment", "kernel_source")
 
 
 def gated_content(data: Mapping[str, Any]) -> dict:
-    """What a golden dict gates: all but :data:`INFORMATIONAL_FIELDS` and the wording of an incompleteness reason."""
-    out = {k: v for k, v in data.items() if k not in INFORMATIONAL_FIELDS}
+    """What a golden dict gates: all but :data:`_INFORMATIONAL_FIELDS` and the wording of an incompleteness reason."""
+    out = {k: v for k, v in data.items() if k not in _INFORMATIONAL_FIELDS}
     if isinstance(out.get("complete"), Mapping) and not out["complete"].get("value", True):
         out["complete"] = {**out["complete"], "reason": None}  # incomplete either way: the check treats them alike
     return out
 
 
 def keeping_environment_of(golden: Mapping[str, Any], current: dict) -> dict:
-    """``current`` (a golden dict with the same content) carrying ``golden``'s environment.
-
-    The rule for writers that find a golden's content unchanged (``--update-golden``,
-    ``graphcapture accept``): the environment a golden records is the one that
-    produced its content, so a rewrite for another reason (an older file layout)
-    keeps it (and every other :data:`INFORMATIONAL_FIELDS`), and "torch X → Y since
-    the goldens were written" names the change since the content was written.
-    """
-    out = {k: v for k, v in current.items() if k not in INFORMATIONAL_FIELDS}
-    out.update((k, golden[k]) for k in INFORMATIONAL_FIELDS if k in golden)
+    """``current`` (a golden dict with the same content) carrying ``golden``'s environment."""
+    out = {k: v for k, v in current.items() if k not in _INFORMATIONAL_FIELDS}
+    out.update((k, golden[k]) for k in _INFORMATIONAL_FIELDS if k in golden)
     if "complete" in golden and "complete" in out:
         if gated_content({"complete": golden["complete"]}) == gated_content({"complete": out["complete"]}):
             out["complete"] = golden["complete"]
@@ -282,43 +175,28 @@ def keeping_environment_of(golden: Mapping[str, Any], current: dict) -> dict:
 
 
 def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> list[str]:
-    """``["torch 2.11.0 → 2.12.0", ...]`` for each toolchain field (:data:`TOOLCHAIN_FIELDS`) that differs.
-
-    A field absent on one side is no change: older goldens did not record every field.
-    """
+    """``["torch 2.11.0 → 2.12.0", ...]`` for each toolchain field (:data:`_TOOLCHAIN_FIELDS`) that differs."""
     changes = []
-    for name, label in TOOLCHAIN_FIELDS:
+    for name, label in _TOOLCHAIN_FIELDS:
         old, new = (expected_env or {}).get(name), (actual_env or {}).get(name)
         if old is not None and new is not None and _differs(name, old, new):
             changes.append(f"{label} {old} → {new}")
     return changes
 
 
-def torch_release(version: Any) -> str:
-    """The release part of a torch version: ``"2.13.0+cpu"`` → ``"2.13.0"``.
-
-    Builds of one release (``+cpu``, ``+cu128``, ``+rocm6.4``) run the same operator
-    decompositions; another release may not, so only the release part tells the two apart.
-    """
+def _torch_release(version: Any) -> str:
+    """The release part of a torch version: ``"2.13.0+cpu"`` → ``"2.13.0"``."""
     return str(version).split("+", 1)[0]
 
 
 def torch_release_changed(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> bool:
-    """Whether the golden was written under another torch release than the capture ran on.
-
-    A torch version absent on one side is no change (older goldens did not record it).
-    """
+    """Whether the golden was written under another torch release than the capture ran on."""
     old, new = (expected_env or {}).get("torch_version"), (actual_env or {}).get("torch_version")
-    return old is not None and new is not None and torch_release(old) != torch_release(new)
+    return old is not None and new is not None and _torch_release(old) != _torch_release(new)
 
 
 def toolchain_lead(changes: Sequence[str], release_changed: bool) -> Optional[str]:
-    """The first line of a failure whose goldens were written under another toolchain, or None.
-
-    ``changes`` are :func:`toolchain_changes` of the failed keys.  A new torch release is the
-    likeliest explanation of a diff (ops decomposed or renamed, other kernels picked), so it is
-    said in words rather than left for the reader to spot in a version number.
-    """
+    """The first line of a failure whose goldens were written under another toolchain, or None."""
     if not changes:
         return None
     listed = "; ".join(changes)
@@ -333,12 +211,7 @@ def toolchain_lead(changes: Sequence[str], release_changed: bool) -> Optional[st
 def toolchain_lead_of_some(
     groups: Sequence[tuple[str, Sequence[str]]], named: int, failed: int, release_changed: bool
 ) -> str:
-    """The first line when only some failed keys' goldens were written under another toolchain.
-
-    ``groups`` are ``(labels, changes)``: the keys (``"bs=1, bs=2"``) whose goldens share
-    :func:`toolchain_changes`; ``named`` keys in all of ``failed``.  The line names them, so
-    a reader does not take the change for the cause of every key's diff.
-    """
+    """The first line when only some failed keys' goldens were written under another toolchain."""
     if len(groups) == 1:
         labels, changes = groups[0]
         listed = "; ".join(changes)
@@ -357,27 +230,24 @@ def toolchain_lead_of_some(
 
 SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
 
-
 #: Failure messages are cut after this many lines; the full diff goes to a file.
 MAX_DIFF_LINES = 60
 
-
 #: Kernel names longer than this are shortened (in the middle) in failure messages.
 MAX_NAME_WIDTH = 120
-
 
 #: A failure line longer than this is cut (the diff file keeps it whole).
 MAX_LINE_WIDTH = 170
 
 #: Stands for the batch size inside a template; printed as ``bs``.
-HOLE = "\x00"
+_HOLE = "\x00"
 
 
 def abstract_bs(text: str, bs: Optional[int]) -> str:
-    """``text`` with every number equal to ``bs`` (not part of a longer number or name) as :data:`HOLE`."""
+    """``text`` with every number equal to ``bs`` (not part of a longer number or name) as :data:`_HOLE`."""
     if not bs:  # no size, or the unknown size 0: nothing stands for it
         return text
-    return re.sub(rf"(?<![\w.]){bs}(?![\w.])", HOLE, text)
+    return re.sub(rf"(?<![\w.]){bs}(?![\w.])", _HOLE, text)
 
 
 #: Characters each list of a failure line (the old or the new shapes of an op) may take.
@@ -389,7 +259,7 @@ def slot(index: int) -> str:
     return f"\x01{chr(ord('a') + index)}\x01"
 
 
-def fill_slots(text: str, lists: Sequence[Sequence[str]], budget: Optional[int]) -> str:
+def _fill_slots(text: str, lists: Sequence[Sequence[str]], budget: Optional[int]) -> str:
     """``text`` with each :func:`slot` replaced by its list, fitted to ``budget`` (whole when None)."""
     for index, items in enumerate(lists):
         text = text.replace(slot(index), fit_list(list(items), budget))
@@ -424,20 +294,16 @@ def shorten(name: str, width: Optional[int]) -> str:
 #: What separates the fields of a change line (entries, old → new); a cut never crosses one.
 _FIELD_SEPARATORS = re.compile(r"(, |; | → |: )")
 #: A field is never cut shorter than this: its start and end still tell which entry it is.
-MIN_FIELD_WIDTH = 24
+_MIN_FIELD_WIDTH = 24
 
 
-def fit_line(text: str, width: int) -> str:
-    """``text`` within about ``width`` characters, its longest fields shortened in their middle.
-
-    Every separator (``, ``, ``; ``, `` → ``, ``: ``) stays, so a cut line still reads
-    entry by entry, old → new; a line of many fields may stay longer than ``width``.
-    """
+def _fit_line(text: str, width: int) -> str:
+    """``text`` within about ``width`` characters, its longest fields shortened in their middle."""
     if len(text) <= width:
         return text
     parts = _FIELD_SEPARATORS.split(text)
     fields, fixed = parts[0::2], sum(map(len, parts[1::2]))
-    low, high = MIN_FIELD_WIDTH, max(map(len, fields))  # the widest cap on every field that fits
+    low, high = _MIN_FIELD_WIDTH, max(map(len, fields))  # the widest cap on every field that fits
     while low < high:
         mid = (low + high + 1) // 2
         if fixed + sum(min(len(f), mid) for f in fields) <= width:
@@ -471,8 +337,8 @@ class Change:
         return f"{marker} {shorten(self.subject, width)}{detail}"
 
     def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
-        text = fill_slots(self.head(width), self.lists, None if width is None else LIST_BUDGET)
-        return text if width is None else fit_line(text, MAX_LINE_WIDTH)
+        text = _fill_slots(self.head(width), self.lists, None if width is None else LIST_BUDGET)
+        return text if width is None else _fit_line(text, MAX_LINE_WIDTH)
 
     def to_dict(self) -> dict:
         return {
@@ -515,11 +381,7 @@ class KeyDiff:
     def render(
         self, width: Optional[int] = MAX_NAME_WIDTH, *, brief: bool = False, full_diff: Optional[str] = None
     ) -> list[str]:
-        """Human-readable lines: a heading per key, then per section, then notes.
-
-        ``brief`` (the failure message): view/metadata op lines become one line saying how many
-        there are and where ``full_diff`` (the diff file) has them, unless nothing else changed.
-        """
+        """Human-readable lines: a heading per key, then per section, then notes."""
         where = f" ({self.golden})" if self.golden else ""
         lines = [f"{key_label(self.key)}{where}:"]
         fold = brief and any(not self.is_view(c) for c in self.changes)
@@ -533,7 +395,7 @@ class KeyDiff:
             shown = [c for c in items if not (fold and self.is_view(c))]
             lines.extend(f"    {c.render(width)}" for c in shown)
             if len(shown) < len(items):
-                lines.append(f"    {folded_line([c.subject for c in items if self.is_view(c)], full_diff)}")
+                lines.append(f"    {_folded_line([c.subject for c in items if self.is_view(c)], full_diff)}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return lines
 
@@ -551,11 +413,8 @@ class KeyDiff:
         }
 
 
-def folded_line(subjects: Sequence[str], full_diff: Optional[str]) -> str:
-    """The one line standing for view/metadata op lines: how many, of which ops, and the file that has them.
-
-    Without ``full_diff`` (no diff file was written) it names no place: a pointer must lead to a file.
-    """
+def _folded_line(subjects: Sequence[str], full_diff: Optional[str]) -> str:
+    """The one line standing for view/metadata op lines: how many, of which ops, and the file that has them."""
     names = list(dict.fromkeys(s.split("::", 1)[1] if s.startswith("aten::") else s for s in subjects))
     which = fit_list(names, 48)
     where = f"; full diff in {full_diff}" if full_diff else ""
@@ -583,7 +442,7 @@ def _abstract(entry: Entry, bs: int) -> Entry:
 
 def _fill(template: Entry, bs: int) -> Entry:
     text, lists = template
-    put = lambda t: t.replace(HOLE, str(bs))  # noqa: E731
+    put = lambda t: t.replace(_HOLE, str(bs))  # noqa: E731
     return put(text), tuple(tuple(put(x) for x in items) for items in lists)
 
 
@@ -595,7 +454,7 @@ def _content(entry: Entry) -> Entry:
 
 def _holes(template: Entry) -> int:
     text, lists = template
-    return text.count(HOLE) + sum(x.count(HOLE) for items in lists for x in items)
+    return text.count(_HOLE) + sum(x.count(_HOLE) for items in lists for x in items)
 
 
 def _sizes(sizes: Iterable[int]) -> str:
@@ -651,21 +510,15 @@ def _grouped(
 
 def _render(sizes: list[int], template: Entry) -> str:
     text, lists = template
-    shown = [[x.replace(HOLE, "bs") for x in items] for items in lists]
-    line = fill_slots(text.replace(HOLE, "bs"), shown, LIST_BUDGET)
-    return f"{_sizes(sizes)}: {fit_line(line, MAX_LINE_WIDTH)}"
+    shown = [[x.replace(_HOLE, "bs") for x in items] for items in lists]
+    line = _fill_slots(text.replace(_HOLE, "bs"), shown, LIST_BUDGET)
+    return f"{_sizes(sizes)}: {_fit_line(line, MAX_LINE_WIDTH)}"
 
 
-def group_lines(
+def _group_lines(
     diffs: Sequence[tuple[CaptureKey, KeyDiff]], all_sizes: Sequence[int], full_diff: Optional[str] = None
 ) -> list[str]:
-    """Failure lines of the diffs of one runner/variant/rank across batch sizes, each change once.
-
-    ``all_sizes`` are every batch size checked for that runner/variant/rank, so the
-    heading can say where the kernel set first changes.  Op lines come compute ops
-    first; view/metadata op lines fold into one line pointing at ``full_diff`` unless
-    nothing else changed.
-    """
+    """Failure lines of the diffs of one runner/variant/rank across batch sizes, each change once."""
     by_bs = {key.batch_size: diff for key, diff in diffs}
     first = diffs[0][0]
     where = key_label(first).split(" ", 1)[1] + " " if " " in key_label(first) else ""
@@ -689,20 +542,14 @@ def group_lines(
         folded = [t for _, t in grouped if fold and section == "ops" and classes.rank(_subject(t[0]))[0] == VIEW]
         lines.extend(f"    {_render(sizes, t)}" for sizes, t in grouped if t not in folded)
         if folded:
-            lines.append(f"    {folded_line([_subject(t[0]) for t in folded], full_diff)}")
+            lines.append(f"    {_folded_line([_subject(t[0]) for t in folded], full_diff)}")
     notes = {bs: [(n, ()) for n in d.notes] for bs, d in by_bs.items() if d.notes}
     lines.extend(f"  note: {_render(sizes, template)}" for sizes, template in _grouped(notes))
     return lines
 
 
 def failure_body(failed: Sequence[Any], checked: Sequence[Any], full_diff: Optional[str] = None) -> list[str]:
-    """The failed keys' lines with each runner/variant/rank's diffs grouped across batch sizes.
-
-    ``failed`` and ``checked`` are key outcomes (``.key``, ``.lines``, ``.diff``): the
-    failed ones and every checked one.  A key's lines past its diff (a launch budget)
-    follow the group; keys without a diff (missing, unreadable) keep their own lines.
-    ``full_diff`` is where the per-batch-size diff is written (named by folded lines).
-    """
+    """The failed keys' lines with each runner/variant/rank's diffs grouped across batch sizes."""
     groups: dict[tuple, list] = {}
     for k in failed:
         if k.diff is not None and k.diff.changes:
@@ -719,6 +566,6 @@ def failure_body(failed: Sequence[Any], checked: Sequence[Any], full_diff: Optio
             continue
         if k is group[0]:
             sizes = [o.key.batch_size for o in checked if (o.key.runner, o.key.variant, o.key.rank) == where]
-            body.extend(group_lines([(o.key, o.diff) for o in group], sizes, full_diff))
+            body.extend(_group_lines([(o.key, o.diff) for o in group], sizes, full_diff))
         body.extend(k.lines[len(k.diff.render()) :])
     return body

@@ -33,19 +33,19 @@ from .change import (
 from .expect import DEFAULT_MEMORY_TOLERANCE, Expect, check_tolerance, expectations
 
 #: Name width of each side of a kernel swap (``old → new``), so the line stays short.
-SWAP_WIDTH = 72
+_SWAP_WIDTH = 72
 
 
 def _fit_pair(was: str, now: str, room: int) -> tuple[str, str]:
     """Two kernel names shortened (in the middle) to share ``room`` characters; a short one is kept whole."""
     if len(was) + len(now) <= room:
         return was, now
-    half = max(SWAP_WIDTH // 3, room // 2)
-    keep = room - max(SWAP_WIDTH // 3, room // 3)  # a name this short stays whole; the other gets the rest
+    half = max(_SWAP_WIDTH // 3, room // 2)
+    keep = room - max(_SWAP_WIDTH // 3, room // 3)  # a name this short stays whole; the other gets the rest
     if len(now) <= keep and len(now) <= len(was):
-        return shorten(was, max(SWAP_WIDTH // 3, room - len(now))), now
+        return shorten(was, max(_SWAP_WIDTH // 3, room - len(now))), now
     if len(was) <= keep:
-        return was, shorten(now, max(SWAP_WIDTH // 3, room - len(was)))
+        return was, shorten(now, max(_SWAP_WIDTH // 3, room - len(was)))
     return shorten(was, half), shorten(now, half)
 
 
@@ -75,13 +75,8 @@ def _launch_swap(was: str, now: str) -> Optional[tuple[str, str, str]]:
     return None
 
 
-def kernel_changes(expected: list, actual: list) -> list[Change]:
-    """Kernel changes, per launching op where both sides name ops (a swap reads as one line).
-
-    Launch shapes are compared only when both sides carry them: a golden written before
-    summaries held them (or a run whose kernels came from a profiler replay) compares
-    the kernels alone, exactly as it always did.
-    """
+def _kernel_changes(expected: list, actual: list) -> list[Change]:
+    """Kernel changes, per launching op where both sides name ops (a swap reads as one line)."""
     if not (_has_launch(expected) and _has_launch(actual)):
         expected, actual = _without_launch(expected), _without_launch(actual)
     if not (_attributed(expected) and _attributed(actual)):
@@ -109,7 +104,7 @@ def kernel_changes(expected: list, actual: list) -> list[Change]:
                 swap = _launch_swap(was, now)
                 if swap:  # the same kernel, launched with another shape: name it once
                     name, old_shape, new_shape = swap
-                    short.append(f"{shorten(name, SWAP_WIDTH)} {old_shape} → {new_shape} (×{count})")
+                    short.append(f"{shorten(name, _SWAP_WIDTH)} {old_shape} → {new_shape} (×{count})")
                     full.append(f"{name} {old_shape} → {new_shape} (×{count})")
                 else:
                     tail = f" (×{count})"
@@ -176,12 +171,8 @@ def _plain_kernel_changes(expected: list, actual: list) -> list[Change]:
     return sorted(changes, key=lambda c: (c.subject, c.kind))
 
 
-def topology_changes(expected: Optional[Mapping], actual: Optional[Mapping]) -> list[Change]:
-    """The graph's node counts by type and ``branches``, compared where both sides read a graph.
-
-    ``branches`` falling means work that ran side by side now runs one after another
-    (a communication kernel no longer overlapping): a regression like a changed kernel.
-    """
+def _topology_changes(expected: Optional[Mapping], actual: Optional[Mapping]) -> list[Change]:
+    """The graph's node counts by type and ``branches``, compared where both sides read a graph."""
     if not expected or not actual:
         return []
     changes = []
@@ -213,7 +204,7 @@ def _op_signature(item: Mapping[str, Any]) -> str:
     return compact([item.get("input_dims", []), item.get("input_types", [])])
 
 
-def op_view(ops: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+def _op_view(ops: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """``{op name: {signature: count}}`` where a signature is ``[input_dims, input_types]``."""
     view: dict[str, dict[str, int]] = {}
     for item in ops:
@@ -223,7 +214,7 @@ def op_view(ops: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     return view
 
 
-def launch_view(launches: Mapping[str, Any]) -> dict[str, Any]:
+def _launch_view(launches: Mapping[str, Any]) -> dict[str, Any]:
     """``{"total": n, "by_api": {api: n}}``."""
     return {"total": int(launches.get("total", 0)), "by_api": dict(launches.get("by_api", {}))}
 
@@ -253,11 +244,7 @@ def _expand(path: list, old: Any, new: Any, out: dict[str, list[tuple[list, Any,
 
 
 def _tree(expected: Any, actual: Any) -> dict[str, list[tuple[list, Any, Any]]]:
-    """DeepDiff tree view flattened to ``{report type: [(path list, old, new)]}``.
-
-    Paths always reach the changed leaf (or the added/removed key), whatever
-    threshold deepdiff uses to report a mostly-changed dict as one replacement.
-    """
+    """DeepDiff tree view flattened to ``{report type: [(path list, old, new)]}``."""
     out: dict[str, list[tuple[list, Any, Any]]] = {}
     for report_type, levels in _deepdiff(expected, actual).items():
         for level in levels:
@@ -290,15 +277,9 @@ def _listed(lists: list[tuple[str, ...]], texts: list[str]) -> str:
 
 
 def _op_changes(expected: list, actual: list, batch_size: Optional[int] = None) -> list[Change]:
-    """Op changes: one line per op added or removed per shape, one line per op whose shapes changed.
-
-    Shapes are listed in an order that does not depend on the batch size (``batch_size``
-    sorts as one symbol), so the same change at two sizes reads the same and the
-    batch-size axis merges it.  The short text lists what changed within a budget; the
-    full text (the diff file) lists every shape.
-    """
+    """Op changes: one line per op added or removed per shape, one line per op whose shapes changed."""
     order = lambda sig: abstract_bs(sig, batch_size)  # noqa: E731
-    exp, act = op_view(expected), op_view(actual)
+    exp, act = _op_view(expected), _op_view(actual)
     tree = _tree(exp, act)
     changes: list[Change] = []
     for path, _, new in tree.get("dictionary_item_added", []):
@@ -341,7 +322,7 @@ def _op_changes(expected: list, actual: list, batch_size: Optional[int] = None) 
 
 
 def _launch_changes(expected: Mapping, actual: Mapping) -> list[Change]:
-    tree = _tree(launch_view(expected), launch_view(actual))
+    tree = _tree(_launch_view(expected), _launch_view(actual))
     changes = []
     for path, old, new in tree.get("values_changed", []) + tree.get("type_changes", []):
         subject = "total launches" if path == ["total"] else str(path[-1])
@@ -353,7 +334,7 @@ def _launch_changes(expected: Mapping, actual: Mapping) -> list[Change]:
     return sorted(changes, key=lambda c: (c.subject != "total launches", c.subject))
 
 
-def check_sections(sections: Sequence[str]) -> tuple[str, ...]:
+def _check_sections(sections: Sequence[str]) -> tuple[str, ...]:
     """The sections a check compares, in canonical order; UsageError for an empty or unknown set."""
     if isinstance(sections, str):
         sections = (sections,)
@@ -384,15 +365,12 @@ def diff_dicts(
     sections: Sequence[str] = SECTIONS,
     batch_size: Optional[int] = None,
 ) -> list[Change]:
-    """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``.
-
-    ``batch_size`` (the key's) orders shape lists the same way at every size.
-    """
+    """Changes between two summary dicts (shaped like ``Summary.to_dict()``), in ``sections``."""
     changes: list[Change] = []
-    sections = check_sections(sections)
+    sections = _check_sections(sections)
     if "kernels" in sections:
-        changes += kernel_changes(expected.get("kernels", []), actual.get("kernels", []))
-        changes += topology_changes(expected.get("topology"), actual.get("topology"))
+        changes += _kernel_changes(expected.get("kernels", []), actual.get("kernels", []))
+        changes += _topology_changes(expected.get("topology"), actual.get("topology"))
     if "ops" in sections:
         changes += _op_changes(expected.get("ops", []), actual.get("ops", []), batch_size)
     if "launches" in sections:
@@ -417,13 +395,8 @@ def compare_dicts(
     golden: Optional[str] = None,
     classes: OpClasses = DEFAULT_CLASSES,
 ) -> KeyDiff:
-    """:class:`KeyDiff` of two already-normalized summary dicts; ``classes`` orders its op lines.
-
-    An incomplete actual summary (or golden) skips the kernel section: missing kernel
-    evidence is not a regression; ops and launches are still compared.  The
-    environment is only mentioned when there are differences.
-    """
-    sections = check_sections(sections)
+    """:class:`KeyDiff` of two already-normalized summary dicts; ``classes`` orders its op lines."""
+    sections = _check_sections(sections)
     result = KeyDiff(key=key, golden=golden, classes=classes)
     act_ok, act_reason = completeness(actual)
     exp_ok, exp_reason = completeness(expected)
@@ -462,12 +435,7 @@ def compare(
     rename: Optional[Callable[[str, str], Optional[str]]] = None,
     classes: OpClasses = DEFAULT_CLASSES,
 ) -> KeyDiff:
-    """Compare golden ``expected`` with ``actual`` (both Summary objects) at ``level``.
-
-    Both sides are normalized to ``level`` and stripped of kernels/ops matching the
-    ``ignore_*`` regexes first.  ``golden`` is the golden's display path, used in
-    error messages and in the rendered heading.
-    """
+    """Compare golden ``expected`` with ``actual`` (both Summary objects) at ``level``."""
     require_level(level, actual, "the captured summary", golden or "<actual>")
     require_level(level, expected, "the golden", golden or "<golden>")
     exp = expected.normalized(level, ignore_kernels=tuple(ignore_kernels), ignore_ops=tuple(ignore_ops), rename=rename)
@@ -476,12 +444,8 @@ def compare(
 
 
 @dataclass
-class GraphsDiff:
-    """The differences of a key of several graphs: a :class:`~.diff.KeyDiff` per differing graph, or the count.
-
-    ``changes`` stays empty, so the failure text never folds these keys into a table
-    across batch sizes (which would lose the graph); :attr:`ok` says whether they match.
-    """
+class _GraphsDiff:
+    """The differences of a key of several graphs: a :class:`~.diff.KeyDiff` per differing graph, or the count."""
 
     key: CaptureKey
     graphs: int
@@ -527,14 +491,14 @@ def _graphs(n: int) -> str:
 
 
 def compare_keys(expected: Any, actual: Any, options: CheckOptions, golden: Optional[str] = None) -> Any:
-    """:func:`compare` graph by graph: a :class:`KeyDiff` for keys of one graph, else a :class:`GraphsDiff`."""
+    """:func:`compare` graph by graph: a :class:`KeyDiff` for keys of one graph, else a :class:`_GraphsDiff`."""
     o = options
     kw = dict(level=o.level, ignore_kernels=o.ignore_kernels, ignore_ops=o.ignore_ops, sections=o.sections)
     kw.update(golden=golden, rename=o.rename, classes=o.op_classes)
     n, m = graph_count(actual), graph_count(expected)
     if n == 1 and m == 1:
         return compare(expected, actual, **kw)
-    result = GraphsDiff(actual.key, n, m, golden=golden)
+    result = _GraphsDiff(actual.key, n, m, golden=golden)
     if n != m:
         result.whole = compare(_alone(expected), _alone(actual), **kw)
         result.notes = list(result.whole.notes)
@@ -564,7 +528,7 @@ def _alone(summary: Any) -> Any:
 
 
 #: A project's own kernel-name normalization ``(name, level) -> name or None`` (the normalize hook).
-Rename = Optional[Callable[[str, str], Optional[str]]]
+_Rename = Optional[Callable[[str, str], Optional[str]]]
 
 
 @dataclass(frozen=True)
@@ -577,7 +541,7 @@ class CheckOptions:
     sections: tuple[str, ...] = SECTIONS
     max_launches: Union[int, Mapping[int, int], None] = None
     share_ranks: bool = False
-    rename: Rename = None
+    rename: _Rename = None
     max_graph_memory: Union[int, Mapping[int, int], None] = None
     memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE
     #: Which ops lead a failure and which fold as view/metadata ops (``golden_view_ops`` / ``golden_compute_ops``).
@@ -590,7 +554,7 @@ class CheckOptions:
         object.__setattr__(self, "expect", expectations(self.expect, "golden.check(expect=...)"))
         if self.level not in LEVELS:
             raise UsageError(f"golden.check(level={self.level!r}): expected one of {', '.join(LEVELS)}")
-        object.__setattr__(self, "sections", check_sections(self.sections))
+        object.__setattr__(self, "sections", _check_sections(self.sections))
         # A bad pattern is the caller's mistake, not a mismatch of every key: refuse it up front.
         for option, given in (("ignore_kernels", self.ignore_kernels), ("ignore_ops", self.ignore_ops)):
             patterns = (given,) if isinstance(given, str) else tuple(given)

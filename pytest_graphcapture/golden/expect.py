@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
+from operator import eq, ge, gt, le, lt, ne
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from .._io import format_bytes
@@ -22,11 +23,7 @@ DEFAULT_MEMORY_TOLERANCE = 0.1
 
 
 def budget_from_option(max_launches: Any, key: CaptureKey, *, argument: str = "max_launches") -> Optional[int]:
-    """The ``golden.check(max_launches=...)`` budget of ``key``: an int for every key, or ``{bs: int}``.
-
-    A mapping without the key's batch size sets no budget for it.  Bad values are a
-    UsageError naming the argument (``argument``: the same rules hold for ``max_graph_memory``).
-    """
+    """The ``golden.check(max_launches=...)`` budget of ``key``: an int for every key, or ``{bs: int}``."""
     if max_launches is None:
         return None
     if isinstance(max_launches, Mapping):
@@ -119,14 +116,7 @@ def budget_hints(over_launch: Sequence[str], over_memory: Sequence[str]) -> list
 EXPECT_FIELD = "expect"
 
 _FIELDS = ("kernel", "op", "count", "min", "max", "forbid", "bs", "level")
-_COMPARE = {
-    ">=": lambda a, b: a >= b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    "<": lambda a, b: a < b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
+_COMPARE = {">=": ge, "<=": le, ">": gt, "<": lt, "==": eq, "!=": ne}
 _TERM = re.compile(r"^(?:bs\s*)?(>=|<=|==|!=|>|<)\s*(\d+)$|^(\d+)\s*\.\.\s*(\d+)$|^(\d+(?:\s*,\s*\d+)*)$")
 
 
@@ -359,11 +349,7 @@ def unmet(
     level: str,
     rename: Optional[Callable[[str, str], Optional[str]]] = None,
 ) -> list[str]:
-    """One line per expectation that does not hold for ``key``: the expectation, the size, what was found.
-
-    ``given`` pairs expectations with where they come from (the option, a golden file).
-    Kernel expectations are left out where the capture has no kernel evidence.
-    """
+    """One line per expectation that does not hold for ``key``: the expectation, the size, what was found."""
     kernels_known = bool(summary.kernels) and summary.complete and summary.platform != "cpu"
     lines = []
     for items, source in given:

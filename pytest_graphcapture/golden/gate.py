@@ -14,13 +14,7 @@ from ..naming import golden_file_name
 from ..result import CaptureResult, KeyResult
 from ..summary.model import Summary
 from . import store
-from .change import (
-    KeyDiff,
-    failure_body,
-    keeping_environment_of,
-    toolchain_lead,
-    toolchain_lead_of_some,
-)
+from .change import KeyDiff, failure_body, keeping_environment_of, toolchain_lead, toolchain_lead_of_some
 from .diff import CheckOptions, compare_dicts, compare_keys, completeness, require_level
 from .expect import (
     BUDGET_FIELD,
@@ -37,13 +31,14 @@ from .expect import (
     unmet,
 )
 from .report import summarize_labels
+from .traces import split_single_capture
 
 #: Edits a summary dict in place (the post-processing hook); None when nobody does.
-Postprocess = Optional[Callable[[dict], None]]
+_Postprocess = Optional[Callable[[dict], None]]
 
 
 @dataclass
-class KeyOutcome:
+class _KeyOutcome:
     """One key's result: ``outcome`` is passed / failed / created / updated (what was written)."""
 
     key: CaptureKey
@@ -84,7 +79,7 @@ class CheckOutcome:
     folder: Path
     out_folder: Optional[Path]
     total: int
-    keys: list[KeyOutcome] = field(default_factory=list)
+    keys: list[_KeyOutcome] = field(default_factory=list)
     #: Problems that do not fail the check (an obtained summary that could not be written).
     warnings: list[str] = field(default_factory=list)
     #: The golden tree ``folder`` is in (the accept command names the harvest root and this).
@@ -93,30 +88,20 @@ class CheckOutcome:
     unchecked: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
-    def failed(self) -> list[KeyOutcome]:
+    def failed(self) -> list[_KeyOutcome]:
         return [k for k in self.keys if k.failed]
 
     def accept_command(self, display: Callable[[Path], str]) -> str:
-        """The command accepting this test's harvested goldens (:func:`accept_command`)."""
+        """The command accepting this test's harvested goldens (:func:`_accept_command`)."""
         assert self.out_folder is not None and self.golden_dir is not None
         rel = self.folder.relative_to(self.golden_dir)
         harvest = Path(*self.out_folder.parts[: len(self.out_folder.parts) - len(rel.parts)])
-        return accept_command(display(harvest), display(self.golden_dir), rel.as_posix())
+        return _accept_command(display(harvest), display(self.golden_dir), rel.as_posix())
 
     def failure_parts(
-        self,
-        *,
-        rerun: str,
-        display: Callable[[Path], str],
-        ci_var: Optional[str],
-        full_diff: Optional[str] = None,
+        self, *, rerun: str, display: Callable[[Path], str], ci_var: Optional[str], full_diff: Optional[str] = None
     ) -> tuple[str, list[str], list[str]]:
-        """The failure as (head line naming every failed key, each key's diff lines, how to accept).
-
-        ``rerun`` is the command that re-runs the test (``pytest 'x.py::test'``);
-        ``display`` shows a path to the user; ``ci_var`` names the CI variable when on CI;
-        ``full_diff`` is where the full per-batch-size diff (:meth:`per_key_lines`) is written.
-        """
+        """The failure as (head line naming every failed key, each key's diff lines, how to accept)."""
         failed = self.failed
         labels = [k.label for k in failed]
         missing = [k for k in failed if k.missing]
@@ -174,7 +159,7 @@ class CheckOutcome:
         return lines
 
 
-def _lead(failed: list[KeyOutcome]) -> Optional[str]:
+def _lead(failed: list[_KeyOutcome]) -> Optional[str]:
     """The toolchain line leading a failure: for every failed key, or naming the keys it holds for."""
     diffs = [k.diff for k in failed if k.diff is not None]
     toolchain = list(dict.fromkeys(t for d in diffs for t in d.toolchain))
@@ -190,13 +175,13 @@ def _lead(failed: list[KeyOutcome]) -> Optional[str]:
     return toolchain_lead_of_some(shown, named, len(failed), release)
 
 
-def accept_command(harvest: str, golden_dir: str, rel: str) -> str:
+def _accept_command(harvest: str, golden_dir: str, rel: str) -> str:
     """``graphcapture accept`` of the harvested goldens of one test folder ``rel`` (below both roots)."""
     quote = shlex.quote
     return f"graphcapture accept {quote(harvest)} --golden-dir {quote(golden_dir)} --only {quote(rel + '/*')}"
 
 
-def _postprocessed(summary: Summary, label: str, postprocess: Postprocess) -> Summary:
+def _postprocessed(summary: Summary, label: str, postprocess: _Postprocess) -> Summary:
     """Run the post-processing hook on the summary dict and validate what it left."""
     if postprocess is None:
         return summary  # nobody post-processes: skip the dict round trip
@@ -223,24 +208,19 @@ class _KeyCheck:
     exists: bool
 
 
+@dataclass
 class _Gate:
     """One check: the shared state of :func:`check_result` while it walks the keys."""
 
-    def __init__(
-        self,
-        golden_dir: Path,
-        folder: Path,
-        out_folder: Optional[Path],
-        update: Optional[str],
-        options: CheckOptions,
-        explicit_rank: bool,
-        postprocess: Postprocess,
-        display: Callable[[Path], str],
-    ) -> None:
-        self.golden_dir, self.folder, self.out_folder = golden_dir, folder, out_folder
-        self.update, self.options, self.explicit_rank = update, options, explicit_rank
-        self.postprocess, self.display = postprocess, display
-        self.warnings: list[str] = []
+    golden_dir: Path
+    folder: Path
+    out_folder: Optional[Path]
+    update: Optional[str]
+    options: CheckOptions
+    explicit_rank: bool
+    postprocess: _Postprocess
+    display: Callable[[Path], str]
+    warnings: list[str] = field(default_factory=list)
 
     def normalized(self, summary: Summary, key: CaptureKey) -> Summary:
         o = self.options
@@ -253,13 +233,13 @@ class _Gate:
 
     def check_key(
         self, item: KeyResult, option_budget: Optional[int], option_memory: Optional[int] = None
-    ) -> KeyOutcome:
+    ) -> _KeyOutcome:
         key = item.key
         path = self.folder / golden_file_name(key, explicit_rank=self.explicit_rank)
         if path.is_symlink():  # the folder is checked and the name is safe: only a link can lead elsewhere
             store.ensure_inside(self.golden_dir, path)
         shown = self.display(path)
-        out = KeyOutcome(key, key_label(key, explicit_rank=self.explicit_rank), path, "failed")
+        out = _KeyOutcome(key, key_label(key, explicit_rank=self.explicit_rank), path, "failed")
         if item.summary is None:
             out.lines = [
                 f"{out.label} ({shown}):",
@@ -350,7 +330,7 @@ class _Gate:
         lines = unmet(key, summary, given, level=self.options.level, rename=self.options.rename)
         return lines, unevaluated(key, summary, given)
 
-    def compare(self, out: KeyOutcome, check: _KeyCheck) -> None:
+    def compare(self, out: _KeyOutcome, check: _KeyCheck) -> None:
         """Set ``out``'s outcome and lines: pass, fail with the diff, or write in update mode."""
         path, shown, actual, data, old = check.path, check.shown, check.actual, check.data, check.old
         if not check.exists:
@@ -400,7 +380,7 @@ class _Gate:
         else:
             out.lines, out.diff = diff.render(), diff
 
-    def write(self, out: KeyOutcome, path: Path, data: dict, outcome: str) -> None:
+    def write(self, out: _KeyOutcome, path: Path, data: dict, outcome: str) -> None:
         if out.no_golden is not None:
             # A capture whose profiler another client silenced is never a golden, nor replaces one.
             out.lines = [f"{out.label}: not written: {out.no_golden}"]
@@ -412,13 +392,13 @@ class _Gate:
             return
         out.outcome = "passed" if done == "unchanged" else outcome
 
-    def share_ranks(self, items: list) -> tuple[list, list[KeyOutcome]]:
+    def share_ranks(self, items: list) -> tuple[list, list[_KeyOutcome]]:
         """``share_ranks=True``: rank 0's items where all ranks agree, a failed outcome per key where not."""
         groups: dict[tuple, list] = {}
         for item in items:
             groups.setdefault((item.key.runner, item.key.variant_name or "", item.key.batch_size), []).append(item)
         kept: list = []
-        failures: list[KeyOutcome] = []
+        failures: list[_KeyOutcome] = []
         for members in groups.values():
             members.sort(key=lambda kr: kr.key.rank)
             first = members[0]
@@ -454,7 +434,7 @@ class _Gate:
                 f"(use per-rank goldens: golden.check(result) without share_ranks):"
             )
             failures.append(
-                KeyOutcome(
+                _KeyOutcome(
                     first.key,
                     label,
                     self.folder / golden_file_name(first.key),
@@ -465,6 +445,10 @@ class _Gate:
         return kept, failures
 
 
+def _order(kr: KeyResult) -> tuple:
+    return (kr.key.runner, kr.key.variant_name or "", kr.key.rank, kr.key.batch_size)
+
+
 def check_result(
     result: CaptureResult,
     *,
@@ -473,50 +457,29 @@ def check_result(
     out_folder: Optional[Path] = None,
     update: Optional[str] = None,
     options: Optional[CheckOptions] = None,
-    postprocess: Postprocess = None,
+    postprocess: _Postprocess = None,
     display: Callable[[Path], str] = str,
     selected: Optional[tuple[Callable[[CaptureKey], bool], str]] = None,
 ) -> CheckOutcome:
-    """Compare every key of ``result`` with its golden in ``folder``; write goldens when ``update`` says so.
-
-    ``update`` is None (compare only), ``"new"`` (create missing goldens) or
-    ``"all"`` (also rewrite changed ones).  ``out_folder`` also receives every
-    obtained summary in the golden layout.  A golden in ``folder`` of a key the run
-    should have captured and did not fails (:func:`_not_captured`); ``selected``
-    ``(predicate, option)`` is the run's own narrowing of the keys.  Raises UsageError
-    for a result that cannot be checked at all (no keys, single-trace mode) and
-    GoldenError for a golden path that leads outside ``golden_dir``.
-    """
+    """Compare every key of ``result`` with its golden in ``folder``; write goldens when ``update`` says so."""
     options = options if options is not None else CheckOptions()
     budgets = {kr.key: budget_from_option(options.max_launches, kr.key) for kr in result}
     memory = {
         kr.key: budget_from_option(options.max_graph_memory, kr.key, argument="max_graph_memory") for kr in result
     }
-    items = sorted(result, key=lambda kr: (kr.key.runner, kr.key.variant_name or "", kr.key.rank, kr.key.batch_size))
+    items = sorted(result, key=_order)
     runner = result.runner_name or "capture"
     if not items:
         raise UsageError(f"golden.check: the capture result of {runner} has no captured keys, nothing to compare")
     if result.mode == "single" and all(kr.summary is None for kr in items):
-        from .traces import split_single_capture  # the windows of the one trace, mapped to the keys
-
         split = split_single_capture(result)
-        if split is not None:
-            return check_result(
-                split,
-                golden_dir=golden_dir,
-                folder=folder,
-                out_folder=out_folder,
-                update=update,
-                options=options,
-                postprocess=postprocess,
-                display=display,
-                selected=selected,
+        if split is None:
+            raise UsageError(
+                "golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
+                "for the whole capture phase and no per-batch-size summaries to compare; golden checks "
+                "need the per-bs mode (the default, or --graph-capture-trace=per-bs)"
             )
-        raise UsageError(
-            "golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
-            "for the whole capture phase and no per-batch-size summaries to compare; golden checks "
-            "need the per-bs mode (the default, or --graph-capture-trace=per-bs)"
-        )
+        result, items = split, sorted(split, key=_order)
     if all(kr.summary is None for kr in items):
         raise UsageError(
             f"golden.check: the capture result of {runner} holds no summaries (captured with "
@@ -525,7 +488,7 @@ def check_result(
         )
     explicit_rank = result.world_size > 1 and not options.share_ranks
     gate = _Gate(golden_dir, folder, out_folder, update, options, explicit_rank, postprocess, display)
-    share_failures: list[KeyOutcome] = []
+    share_failures: list[_KeyOutcome] = []
     if options.share_ranks:
         items, share_failures = gate.share_ranks(items)
     outcome = CheckOutcome(runner, str(result.platform), options.level, folder, out_folder, len(result))
@@ -548,15 +511,7 @@ def _not_captured(
     gate: _Gate,
     selected: Optional[tuple[Callable[[CaptureKey], bool], str]],
 ) -> None:
-    """Fail each golden in the folder whose key the run should have captured and did not.
-
-    A size that stopped being captured (fell back to eager) is the regression the gate
-    exists for.  Which keys a run should capture: every key of its runners, or those its
-    traces cover (:func:`_covers`).  A key
-    the run's selection left out, or its traces do not cover, is listed in
-    ``outcome.unchecked``; ``--update-golden`` leaves the failing ones to the pruning of
-    unused goldens, which names what it removes.
-    """
+    """Fail each golden in the folder whose key the run should have captured and did not."""
     used = {k.golden for k in outcome.keys}
     runners = {kr.key.runner for kr in result}
     for path in store.golden_files(gate.folder):
@@ -568,7 +523,7 @@ def _not_captured(
             if selected is not None or not result.whole:
                 outcome.unchecked.append((path, "their keys cannot be read, and this run was narrowed"))
             elif gate.update != "all":
-                outcome.keys.append(KeyOutcome(CaptureKey(path.name, 1), path.name, path, "failed", [str(exc)]))
+                outcome.keys.append(_KeyOutcome(CaptureKey(path.name, 1), path.name, path, "failed", [str(exc)]))
                 outcome.total += 1
             continue
         if not (_covers(result, key) if result.traces else key.runner in runners):  # a runner: all its keys
@@ -582,7 +537,7 @@ def _not_captured(
         elif gate.update != "all":
             label = key_label(key, explicit_rank=gate.explicit_rank)
             line = f"{label}: not captured, but {gate.display(path)} holds its golden (did it fall back to eager?)"
-            outcome.keys.append(KeyOutcome(key, label, path, "failed", [line], not_captured=True))
+            outcome.keys.append(_KeyOutcome(key, label, path, "failed", [line], not_captured=True))
             outcome.total += 1
 
 

@@ -1,7 +1,5 @@
 """Engine-written capture traces as a CaptureResult: each trace split into keys by the engine's markers.
-
-Nothing to check is an error, never a pass; so are a window of no key (unless ignored) and batch sizes no trace takes.
-"""
+Nothing to check is an error, never a pass; so are a window of no key (unless ignored) and sizes no trace takes."""
 
 from __future__ import annotations
 
@@ -18,9 +16,7 @@ from ..summary.platform import CPU
 from ..summary.split import TraceKeys, summarize_trace_keys
 
 #: How a user checks a trace without its windows in no range (the CLI option and the keyword).
-IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unkeyed_windows=True))"
-
-PathLike = Union[str, Path]
+_IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unkeyed_windows=True))"
 
 #: What to do when a folder holds no capture trace: vLLM's V2 model runner writes none.
 _EMPTY_HINT = (
@@ -30,12 +26,8 @@ _EMPTY_HINT = (
 )
 
 
-def _trace_files(paths: Sequence[PathLike]) -> list[Path]:
-    """The trace files ``paths`` name: files as given, folders searched (recursively) for ``*.json[.gz]``.
-
-    Dot-files (writes in progress) and merged multi-rank traces (their ranks are read
-    on their own) are skipped.  A missing path, or a folder without traces, is an error.
-    """
+def _trace_files(paths: Sequence[Union[str, Path]]) -> list[Path]:
+    """The trace files ``paths`` name: files as given, folders searched (recursively) for ``*.json[.gz]``."""
     if not paths:
         raise UsageError("no trace given: name the trace files or the folder the engine wrote them to")
     found: list[Path] = []
@@ -60,7 +52,7 @@ def _trace_files(paths: Sequence[PathLike]) -> list[Path]:
 
 
 def collect_traces(
-    paths: Sequence[PathLike],
+    paths: Sequence[Union[str, Path]],
     *,
     batch_sizes: Optional[Sequence[int]] = None,
     runner: Optional[str] = None,
@@ -68,12 +60,7 @@ def collect_traces(
     max_bytes: Optional[int] = None,
     ignore_unkeyed_windows: bool = False,
 ) -> CaptureResult:
-    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result.
-
-    ``batch_sizes`` (capture order) maps the windows of a single-capture trace; with
-    several such traces each gets the same list.  ``runner`` names every key's runner.
-    ``ignore_unkeyed_windows`` checks a trace without its windows in no capture range.
-    """
+    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result."""
     files = _trace_files(paths)
     read = [
         summarize_trace_keys(p, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes) for p in files
@@ -96,7 +83,7 @@ def collect_traces(
         if trace.unkeyed and not ignore_unkeyed_windows:
             them = "it" if len(trace.unkeyed) == 1 else "them"
             raise TraceFormatError(
-                trace.path, f"{unkeyed_windows(trace)}; to check the trace without {them}, pass {IGNORE_UNKEYED}"
+                trace.path, f"{unkeyed_windows(trace)}; to check the trace without {them}, pass {_IGNORE_UNKEYED}"
             )
         for summary in trace.summaries:
             if seen.get(summary.key) == trace.path:
@@ -166,10 +153,7 @@ def describe(result: CaptureResult) -> list[str]:
 
 
 def split_single_capture(result: CaptureResult) -> Optional[CaptureResult]:
-    """The keys of a run with one trace for the whole capture: its windows, in capture order, are its keys.
-
-    None when there is no single trace or it has no window to split (an eager CPU capture records none).
-    """
+    """The keys of a run with one trace for the whole capture: its windows, in capture order, are its keys."""
     path = result.single_trace_path
     items = list(result)
     if path is None or not items or not Path(path).is_file():
