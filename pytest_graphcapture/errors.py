@@ -47,7 +47,7 @@ class CaptureError(GraphCaptureError):
 
     ``key`` is the failing :class:`~pytest_graphcapture.keys.CaptureKey`, ``stage``
     where it failed (``warmup 1``, ``warmup 2``, ``capture``, ``trace export``,
-    ``replay``) and ``partial`` the :class:`~pytest_graphcapture.engine.result.CaptureResult`
+    ``replay``) and ``partial`` the :class:`~pytest_graphcapture.result.CaptureResult`
     of the keys that completed.
     """
 

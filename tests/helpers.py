@@ -136,7 +136,7 @@ FAKE_CONFTEST = """
 import os
 import pytest
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.engine.result import CaptureResult, KeyResult
+from pytest_graphcapture.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary
 
 PLATFORM = "cpu"

@@ -26,11 +26,11 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 import torch
 
 from ..keys import CaptureKey
+from ..result import KeyMetrics
 from ..summary.graph import CapturedGraph
 from .graph_data import GraphDataUnusable, read_graph_data
 from .graph_readout import GraphReadoutError, GraphReadoutWarning, load_bindings, read_captured_graph
 from .memory import MemoryHistory, TorchMemoryHistory
-from .result import KeyMetrics
 
 Forward = Callable[[], Any]
 

@@ -2,7 +2,7 @@
 
 It ties the stages together — runner (forward per key) → backend (warmups and
 capture) → profiler schedule (one cycle per key) → summary — and returns a
-:class:`~pytest_graphcapture.engine.result.CaptureResult`.  It is what the
+:class:`~pytest_graphcapture.result.CaptureResult`.  It is what the
 ``graph_capture`` fixture calls, and what a user's own start-up code can call.
 """
 
@@ -18,6 +18,7 @@ import torch
 from ..errors import CaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import memory_snapshot_path
+from ..result import CaptureResult, KeyMetrics, KeyResult
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.model import of_graphs
 from ..summary.replay import with_graph, with_replay
@@ -33,7 +34,6 @@ from .guard import (
 )
 from .memory import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
-from .result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
 
 TRACE_MODES = ("off", "per-bs", "single")

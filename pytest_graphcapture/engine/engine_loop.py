@@ -33,6 +33,7 @@ import torch
 
 from ..errors import CaptureError, GraphCaptureError, UsageError
 from ..keys import key_label
+from ..result import CaptureResult
 from .backend import make_backend
 from .capture import (
     CaptureSettings,
@@ -47,7 +48,6 @@ from .capture import (
 from .capture_observer import observe_captures
 from .loop_observer import LoopObserver, Stepper
 from .profiling import SingleTraceProfiler
-from .result import CaptureResult
 from .stand_ins import (
     EagerCUDAGraph,
     bound_too_early,

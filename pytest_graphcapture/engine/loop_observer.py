@@ -26,6 +26,7 @@ from typing import Any, Callable, NoReturn, Optional
 
 from ..errors import UsageError
 from ..keys import CaptureKey, key_label
+from ..result import CaptureResult, KeyMetrics, KeyResult
 from .backend import CaptureProgress
 from .capture import CaptureSettings, _label
 from .capture_observer import CaptureObserver, still_capturing
@@ -41,7 +42,6 @@ from .loop_failures import (
     other_thread_reason,
 )
 from .profiling import PerBatchSizeProfiler
-from .result import CaptureResult, KeyMetrics, KeyResult
 from .stand_ins import EagerCUDAGraph
 from .step_contract import (
     FORWARD,

@@ -1,43 +1,253 @@
-"""A difference as a reviewer reads it: one :class:`Change` per item, one :class:`KeyDiff` per key.
-
-The records the comparison (:mod:`.diff`) produces and how they render as failure
-lines: markers, shortened kernel names, the per-key heading and sections, and the
-cut of a long failure with a pointer to the full diff file.
-"""
+"""One change and one key's diff, rendered: op classes, the batch-size axis of the failure text, the environment."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ..keys import CaptureKey, key_label
-from .op_classes import DEFAULT_CLASSES, VIEW, OpClasses
+from ..summary.platform import version_text
+from .report import LIST_LIMIT
+
+#: Compute ops by class, in the order a failure lists them.
+_COMPUTE_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (name, tuple(ops.split()))
+    for name, ops in (
+        ("gemm", "mm addmm bmm baddbmm matmul linear addmv mv dot einsum _scaled_mm _int_mm *gemm* conv* _convolution"),
+        ("attention", "*attention* *attn* _flash_* _efficient_* *sdpa*"),
+        ("norm", "*norm*"),
+        ("activation", "silu silu_ gelu gelu_ relu relu_ *softmax* sigmoid tanh *glu* mish hardswish"),
+        ("embedding", "embedding* *rotary* rope* *_rope*"),
+        (
+            "collective",
+            "c10d::* _c10d_functional::* *all_reduce* *allreduce* *all_gather* *allgather* *reduce_scatter* *all_to_all* *alltoall* broadcast*",
+        ),
+        ("fused", "triton_* *fused* *moe*"),
+    )
+)
+
+#: View and metadata ops: they change how a tensor is seen or allocate it, and launch no work.
+VIEW_OPS: tuple[str, ...] = tuple(
+    "as_strided as_strided_ view view_as _unsafe_view _reshape_alias reshape reshape_as flatten unflatten "
+    "t t_ transpose transpose_ swapaxes movedim permute expand expand_as slice select narrow split "
+    "split_with_sizes unsafe_split chunk unbind unsqueeze unsqueeze_ squeeze squeeze_ diagonal alias "
+    "lift_fresh resolve_conj resolve_neg _conj _neg_view detach detach_ empty empty_like empty_strided "
+    "new_empty new_empty_strided resize_ result_type size stride sym_* ".split()
+)
+
+COMPUTE, OTHER, VIEW = 0, 1, 2
+
+
+def _compile(patterns: Iterable[str]) -> re.Pattern:
+    parts = [fnmatch.translate(p) for p in patterns if p]
+    return re.compile("|".join(parts) if parts else r"(?!)")
+
+
+def parse_globs(text: str) -> tuple[str, ...]:
+    """Globs from a setting's text: separated by commas, spaces or newlines."""
+    return tuple(p for p in re.split(r"[,\s]+", text or "") if p)
+
+
+@dataclass(frozen=True)
+class OpClasses:
+    """The built-in op classes plus a project's own compute and view/metadata globs."""
+
+    extra_view: tuple[str, ...] = ()
+    extra_compute: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        compute = [(name, _compile(globs)) for name, globs in _COMPUTE_CLASSES]
+        # A project's own compute ops rank with the GEMMs: it named them because they matter.
+        compute.insert(0, ("project", _compile(self.extra_compute)))
+        object.__setattr__(self, "_compute", tuple(compute))
+        object.__setattr__(self, "_project_view", _compile(self.extra_view))
+        object.__setattr__(self, "_view", _compile(VIEW_OPS))
+
+    def rank(self, name: str) -> tuple[int, int]:
+        """``(tier, class)``: tier :data:`COMPUTE`, :data:`OTHER` or :data:`VIEW`; ``class`` orders compute ops."""
+        names = (name, name.rsplit("::", 1)[-1])
+        compute = self._compute  # type: ignore[attr-defined]
+        if any(compute[0][1].fullmatch(n) for n in names):
+            return COMPUTE, 0
+        if any(self._project_view.fullmatch(n) for n in names):  # type: ignore[attr-defined]
+            return VIEW, 0
+        for index, (_, pattern) in enumerate(compute[1:], 1):
+            if any(pattern.fullmatch(n) for n in names):
+                return COMPUTE, index
+        if any(self._view.fullmatch(n) for n in names):  # type: ignore[attr-defined]
+            return VIEW, 0
+        return OTHER, 0
+
+    def is_view(self, name: str) -> bool:
+        """A view/metadata op: its lines fold into one in a failure."""
+        return self.rank(name)[0] == VIEW
+
+    def kind(self, name: str) -> str:
+        """The class an op is of: ``gemm``, ``attention``, … ``project`` (the settings), ``other`` or ``view``."""
+        tier, index = self.rank(name)
+        return self._compute[index][0] if tier == COMPUTE else ("view" if tier == VIEW else "other")  # type: ignore[attr-defined]
+
+
+DEFAULT_CLASSES = OpClasses()
+
+
+def op_classes(view: Sequence[str] = (), compute: Sequence[str] = ()) -> OpClasses:
+    """The classes with a project's extra globs (the built-in :data:`DEFAULT_CLASSES` without any)."""
+    if not view and not compute:
+        return DEFAULT_CLASSES
+    return OpClasses(tuple(view), tuple(compute))
+
+
+#: Environment fields that decide which kernels run, and how a failure names them.
+_TOOLCHAIN_FIELDS: tuple[tuple[str, str], ...] = (
+    ("torch_version", "torch"),
+    ("cuda_runtime_version", "CUDA runtime"),
+    ("hip_runtime_version", "HIP runtime"),
+    ("driver_version", "driver"),
+    ("cuda_driver_version", "CUDA driver"),
+    ("hip_driver_version", "HIP driver"),
+    ("device_name", "device"),
+)
+
+
+def _flatten(env: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in env.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+def _differs(name: str, old: Any, new: Any) -> bool:
+    """Whether two values of one field differ once runtime versions are spelled alike."""
+    return version_text(name, old) != version_text(name, new)
+
+
+def _environment_differences(
+    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
+) -> list[str]:
+    """``["torch_version 2.11.0 → 2.12.0", ...]``: each field that differs, at most ``limit`` then a count."""
+    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
+    names = sorted(n for n in set(old) | set(new) if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
+    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
+    if len(names) > limit:
+        items.append(f"… {len(names) - limit} more")
+    return items
+
+
+def environment_note(
+    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
+) -> Optional[str]:
+    """One line saying how the golden's environment differs from the current one, or None."""
+    items = _environment_differences(expected_env, actual_env, limit=limit)
+    if not items:
+        return None
+    return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
+
+
+#: Fields a golden records but no check compares (how the capture was read, what ran it): a difference in
+#: them alone is no change of what the golden gates, so no update rewrites a golden for it.
+_INFORMATIONAL_FIELDS = ("environment", "kernel_source")
+
+
+def gated_content(data: Mapping[str, Any]) -> dict:
+    """What a golden dict gates: all but :data:`_INFORMATIONAL_FIELDS` and the wording of an incompleteness reason."""
+    out = {k: v for k, v in data.items() if k not in _INFORMATIONAL_FIELDS}
+    if isinstance(out.get("complete"), Mapping) and not out["complete"].get("value", True):
+        out["complete"] = {**out["complete"], "reason": None}  # incomplete either way: the check treats them alike
+    return out
+
+
+def keeping_environment_of(golden: Mapping[str, Any], current: dict) -> dict:
+    """``current`` (a golden dict with the same content) carrying ``golden``'s environment."""
+    out = {k: v for k, v in current.items() if k not in _INFORMATIONAL_FIELDS}
+    out.update((k, golden[k]) for k in _INFORMATIONAL_FIELDS if k in golden)
+    if "complete" in golden and "complete" in out:
+        if gated_content({"complete": golden["complete"]}) == gated_content({"complete": out["complete"]}):
+            out["complete"] = golden["complete"]
+    return out
+
+
+def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> list[str]:
+    """``["torch 2.11.0 → 2.12.0", ...]`` for each toolchain field (:data:`_TOOLCHAIN_FIELDS`) that differs."""
+    changes = []
+    for name, label in _TOOLCHAIN_FIELDS:
+        old, new = (expected_env or {}).get(name), (actual_env or {}).get(name)
+        if old is not None and new is not None and _differs(name, old, new):
+            changes.append(f"{label} {old} → {new}")
+    return changes
+
+
+def _torch_release(version: Any) -> str:
+    """The release part of a torch version: ``"2.13.0+cpu"`` → ``"2.13.0"``."""
+    return str(version).split("+", 1)[0]
+
+
+def torch_release_changed(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> bool:
+    """Whether the golden was written under another torch release than the capture ran on."""
+    old, new = (expected_env or {}).get("torch_version"), (actual_env or {}).get("torch_version")
+    return old is not None and new is not None and _torch_release(old) != _torch_release(new)
+
+
+def toolchain_lead(changes: Sequence[str], release_changed: bool) -> Optional[str]:
+    """The first line of a failure whose goldens were written under another toolchain, or None."""
+    if not changes:
+        return None
+    listed = "; ".join(changes)
+    if release_changed:
+        return (
+            f"torch release changed: {listed} since the goldens were written (a new torch release can "
+            "decompose ops and pick kernels differently, which may explain the diff)"
+        )
+    return f"{listed} since the goldens were written (may explain the diff)"
+
+
+def toolchain_lead_of_some(
+    groups: Sequence[tuple[str, Sequence[str]]], named: int, failed: int, release_changed: bool
+) -> str:
+    """The first line when only some failed keys' goldens were written under another toolchain."""
+    if len(groups) == 1:
+        labels, changes = groups[0]
+        listed = "; ".join(changes)
+    else:
+        labels = ", ".join(group for group, _ in groups)
+        listed = "; ".join(f"{'; '.join(changes)} ({group})" for group, changes in groups)
+    some = f"{labels} ({named} of {failed} failed keys)"
+    others = "the other failed keys show no toolchain change"
+    if release_changed:
+        return (
+            f"torch release changed for {some}: {listed} since their goldens were written (a new torch release "
+            f"can decompose ops and pick kernels differently, which may explain their diff; {others})"
+        )
+    return f"{listed} since the goldens of {some} were written (may explain their diff; {others})"
+
 
 SECTIONS: tuple[str, ...] = ("kernels", "ops", "launches")
-
 
 #: Failure messages are cut after this many lines; the full diff goes to a file.
 MAX_DIFF_LINES = 60
 
-
 #: Kernel names longer than this are shortened (in the middle) in failure messages.
 MAX_NAME_WIDTH = 120
-
 
 #: A failure line longer than this is cut (the diff file keeps it whole).
 MAX_LINE_WIDTH = 170
 
 #: Stands for the batch size inside a template; printed as ``bs``.
-HOLE = "\x00"
+_HOLE = "\x00"
 
 
 def abstract_bs(text: str, bs: Optional[int]) -> str:
-    """``text`` with every number equal to ``bs`` (not part of a longer number or name) as :data:`HOLE`."""
+    """``text`` with every number equal to ``bs`` (not part of a longer number or name) as :data:`_HOLE`."""
     if not bs:  # no size, or the unknown size 0: nothing stands for it
         return text
-    return re.sub(rf"(?<![\w.]){bs}(?![\w.])", HOLE, text)
+    return re.sub(rf"(?<![\w.]){bs}(?![\w.])", _HOLE, text)
 
 
 #: Characters each list of a failure line (the old or the new shapes of an op) may take.
@@ -49,7 +259,7 @@ def slot(index: int) -> str:
     return f"\x01{chr(ord('a') + index)}\x01"
 
 
-def fill_slots(text: str, lists: Sequence[Sequence[str]], budget: Optional[int]) -> str:
+def _fill_slots(text: str, lists: Sequence[Sequence[str]], budget: Optional[int]) -> str:
     """``text`` with each :func:`slot` replaced by its list, fitted to ``budget`` (whole when None)."""
     for index, items in enumerate(lists):
         text = text.replace(slot(index), fit_list(list(items), budget))
@@ -84,20 +294,16 @@ def shorten(name: str, width: Optional[int]) -> str:
 #: What separates the fields of a change line (entries, old → new); a cut never crosses one.
 _FIELD_SEPARATORS = re.compile(r"(, |; | → |: )")
 #: A field is never cut shorter than this: its start and end still tell which entry it is.
-MIN_FIELD_WIDTH = 24
+_MIN_FIELD_WIDTH = 24
 
 
-def fit_line(text: str, width: int) -> str:
-    """``text`` within about ``width`` characters, its longest fields shortened in their middle.
-
-    Every separator (``, ``, ``; ``, `` → ``, ``: ``) stays, so a cut line still reads
-    entry by entry, old → new; a line of many fields may stay longer than ``width``.
-    """
+def _fit_line(text: str, width: int) -> str:
+    """``text`` within about ``width`` characters, its longest fields shortened in their middle."""
     if len(text) <= width:
         return text
     parts = _FIELD_SEPARATORS.split(text)
     fields, fixed = parts[0::2], sum(map(len, parts[1::2]))
-    low, high = MIN_FIELD_WIDTH, max(map(len, fields))  # the widest cap on every field that fits
+    low, high = _MIN_FIELD_WIDTH, max(map(len, fields))  # the widest cap on every field that fits
     while low < high:
         mid = (low + high + 1) // 2
         if fixed + sum(min(len(f), mid) for f in fields) <= width:
@@ -131,8 +337,8 @@ class Change:
         return f"{marker} {shorten(self.subject, width)}{detail}"
 
     def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
-        text = fill_slots(self.head(width), self.lists, None if width is None else LIST_BUDGET)
-        return text if width is None else fit_line(text, MAX_LINE_WIDTH)
+        text = _fill_slots(self.head(width), self.lists, None if width is None else LIST_BUDGET)
+        return text if width is None else _fit_line(text, MAX_LINE_WIDTH)
 
     def to_dict(self) -> dict:
         return {
@@ -175,11 +381,7 @@ class KeyDiff:
     def render(
         self, width: Optional[int] = MAX_NAME_WIDTH, *, brief: bool = False, full_diff: Optional[str] = None
     ) -> list[str]:
-        """Human-readable lines: a heading per key, then per section, then notes.
-
-        ``brief`` (the failure message): view/metadata op lines become one line saying how many
-        there are and where ``full_diff`` (the diff file) has them, unless nothing else changed.
-        """
+        """Human-readable lines: a heading per key, then per section, then notes."""
         where = f" ({self.golden})" if self.golden else ""
         lines = [f"{key_label(self.key)}{where}:"]
         fold = brief and any(not self.is_view(c) for c in self.changes)
@@ -193,7 +395,7 @@ class KeyDiff:
             shown = [c for c in items if not (fold and self.is_view(c))]
             lines.extend(f"    {c.render(width)}" for c in shown)
             if len(shown) < len(items):
-                lines.append(f"    {folded_line([c.subject for c in items if self.is_view(c)], full_diff)}")
+                lines.append(f"    {_folded_line([c.subject for c in items if self.is_view(c)], full_diff)}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return lines
 
@@ -211,11 +413,8 @@ class KeyDiff:
         }
 
 
-def folded_line(subjects: Sequence[str], full_diff: Optional[str]) -> str:
-    """The one line standing for view/metadata op lines: how many, of which ops, and the file that has them.
-
-    Without ``full_diff`` (no diff file was written) it names no place: a pointer must lead to a file.
-    """
+def _folded_line(subjects: Sequence[str], full_diff: Optional[str]) -> str:
+    """The one line standing for view/metadata op lines: how many, of which ops, and the file that has them."""
     names = list(dict.fromkeys(s.split("::", 1)[1] if s.startswith("aten::") else s for s in subjects))
     which = fit_list(names, 48)
     where = f"; full diff in {full_diff}" if full_diff else ""
@@ -230,3 +429,143 @@ def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MA
     hidden = len(lines) - (max_lines - 1)
     where = f"; full diff in {full_path}" if full_path else ""
     return lines[: max_lines - 1] + [f"… {hidden} more lines{where}"]
+
+
+#: A line as ``(text, lists)``: the text with :func:`~.change.slot` markers where its lists go.
+Entry = tuple[str, tuple[tuple[str, ...], ...]]
+
+
+def _abstract(entry: Entry, bs: int) -> Entry:
+    text, lists = entry
+    return abstract_bs(text, bs), tuple(tuple(abstract_bs(x, bs) for x in items) for items in lists)
+
+
+def _fill(template: Entry, bs: int) -> Entry:
+    text, lists = template
+    put = lambda t: t.replace(_HOLE, str(bs))  # noqa: E731
+    return put(text), tuple(tuple(put(x) for x in items) for items in lists)
+
+
+def _content(entry: Entry) -> Entry:
+    """What a line says, whatever order its lists are in: two sizes' lines merge by this."""
+    text, lists = entry
+    return text, tuple(tuple(sorted(items)) for items in lists)
+
+
+def _holes(template: Entry) -> int:
+    text, lists = template
+    return text.count(_HOLE) + sum(x.count(_HOLE) for items in lists for x in items)
+
+
+def _sizes(sizes: Iterable[int]) -> str:
+    """``bs=1,2,4,8``; past :data:`~.report.LIST_LIMIT` sizes ``bs=1…256 (256 sizes)``, so a line stays short."""
+    ordered = sorted(sizes)
+    if len(ordered) > LIST_LIMIT:
+        return f"bs={ordered[0]}…{ordered[-1]} ({len(ordered)} sizes)"
+    return "bs=" + ",".join(str(bs) for bs in ordered)
+
+
+def _subject(template: str) -> str:
+    """The op or kernel a change line is about: its second word (``~ aten::mm …``)."""
+    return template.split(" ", 2)[1] if template.count(" ") >= 2 else ""
+
+
+def _grouped(
+    items: dict[int, list[Entry]], by_subject: bool = True, classes: Optional[OpClasses] = None
+) -> list[tuple[list[int], Entry]]:
+    """``[(sizes, template)]`` covering every ``(size, line)`` of ``items`` once."""
+    left = {bs: Counter(_content(e) for e in entries) for bs, entries in items.items()}
+    own = {bs: {_content(e): e for e in entries} for bs, entries in items.items()}
+    out: list[tuple[list[int], Entry]] = []
+    while any(+lines for lines in left.values()):
+        best: Optional[tuple] = None
+        for bs, lines in left.items():
+            for content in +lines:
+                template = _abstract(own[bs][content], bs)
+                covered = [other for other, theirs in left.items() if theirs[_content(_fill(template, other))] > 0]
+                # Most sizes first; then the template with the fewest holes (the least guessed).
+                score = (len(covered), -_holes(template))
+                if best is None or score > best[0]:
+                    best = (score, template, covered)
+        assert best is not None
+        _, template, covered = best
+        for bs in covered:
+            left[bs][_content(_fill(template, bs))] -= 1
+        if len(covered) == 1 and _holes(template):
+            template = _fill(template, covered[0])  # one size: print it as it is
+        out.append((covered, template))
+
+    # By op class (``classes``: compute ops first), then by op or kernel name (unless
+    # ``by_subject`` is False), then in the order the per-size diffs list them
+    # (removed before added; total launches first).
+    def position(item: tuple[list[int], Entry]) -> tuple:
+        sizes, template = item
+        subject = _subject(template[0]) if by_subject else ""
+        rank = classes.rank(subject) if classes is not None else (0, 0)
+        where = min([_content(e) for e in items[bs]].index(_content(_fill(template, bs))) for bs in sizes)
+        return (rank, subject, where, sizes)
+
+    return sorted(out, key=position)
+
+
+def _render(sizes: list[int], template: Entry) -> str:
+    text, lists = template
+    shown = [[x.replace(_HOLE, "bs") for x in items] for items in lists]
+    line = _fill_slots(text.replace(_HOLE, "bs"), shown, LIST_BUDGET)
+    return f"{_sizes(sizes)}: {_fit_line(line, MAX_LINE_WIDTH)}"
+
+
+def _group_lines(
+    diffs: Sequence[tuple[CaptureKey, KeyDiff]], all_sizes: Sequence[int], full_diff: Optional[str] = None
+) -> list[str]:
+    """Failure lines of the diffs of one runner/variant/rank across batch sizes, each change once."""
+    by_bs = {key.batch_size: diff for key, diff in diffs}
+    first = diffs[0][0]
+    where = key_label(first).split(" ", 1)[1] + " " if " " in key_label(first) else ""
+    kernel_sizes = sorted(bs for bs, d in by_bs.items() if any(c.section == "kernels" for c in d.changes))
+    heading = f"{where}{_sizes(by_bs)} differ from their goldens"
+    if kernel_sizes:
+        smaller = [bs for bs in all_sizes if bs < kernel_sizes[0]]
+        heading += f"; the kernel set first changes at bs={kernel_sizes[0]}"
+        if smaller:
+            heading += f" ({_sizes(smaller)} keep theirs)"
+    lines = [heading + ":"]
+    classes = diffs[0][1].classes
+    fold = any(not d.is_view(c) for d in by_bs.values() for c in d.changes)
+    for section in SECTIONS:
+        items = {bs: [(c.head(), c.lists) for c in d.ordered(section)] for bs, d in by_bs.items()}
+        items = {bs: found for bs, found in items.items() if found}
+        if not items:
+            continue
+        lines.append(f"  {section}:")
+        grouped = _grouped(items, by_subject=section != "launches", classes=classes if section == "ops" else None)
+        folded = [t for _, t in grouped if fold and section == "ops" and classes.rank(_subject(t[0]))[0] == VIEW]
+        lines.extend(f"    {_render(sizes, t)}" for sizes, t in grouped if t not in folded)
+        if folded:
+            lines.append(f"    {_folded_line([_subject(t[0]) for t in folded], full_diff)}")
+    notes = {bs: [(n, ()) for n in d.notes] for bs, d in by_bs.items() if d.notes}
+    lines.extend(f"  note: {_render(sizes, template)}" for sizes, template in _grouped(notes))
+    return lines
+
+
+def failure_body(failed: Sequence[Any], checked: Sequence[Any], full_diff: Optional[str] = None) -> list[str]:
+    """The failed keys' lines with each runner/variant/rank's diffs grouped across batch sizes."""
+    groups: dict[tuple, list] = {}
+    for k in failed:
+        if k.diff is not None and k.diff.changes:
+            groups.setdefault((k.key.runner, k.key.variant, k.key.rank), []).append(k)
+    body: list[str] = []
+    for k in failed:
+        where = (k.key.runner, k.key.variant, k.key.rank)
+        group = groups.get(where, [])
+        if k not in group:
+            body.extend(k.lines)
+            continue
+        if len(group) < 2:
+            body.extend(k.diff.render(brief=True, full_diff=full_diff) + k.lines[len(k.diff.render()) :])
+            continue
+        if k is group[0]:
+            sizes = [o.key.batch_size for o in checked if (o.key.runner, o.key.variant, o.key.rank) == where]
+            body.extend(_group_lines([(o.key, o.diff) for o in group], sizes, full_diff))
+        body.extend(k.lines[len(k.diff.render()) :])
+    return body

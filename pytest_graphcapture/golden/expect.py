@@ -1,49 +1,122 @@
-"""Kernel expectations: what must hold per batch size, independent of the goldens.
-
-An engine PR claims "this fuses four kernels into two" or "no elementwise copy is
-left at bs ≥ 16"; an :class:`Expect` writes that claim down as a check::
-
-    Expect.kernel("*fused_moe*", count=2)                  # present, exactly twice, at every size
-    Expect.kernel("*elementwise_kernel*", forbid=True, bs=">= 16")
-    Expect.kernel("*rmsnorm*", max=2)                      # at most 2 launches
-    Expect.op("aten::silu", min=1)                         # on CPU the same over ops
-
-A kernel expectation is a glob (fnmatch) over kernel names normalized at a level
-(the check's by default), counting launches in the graph; an op expectation is a
-glob over op names (with or without the ``aten::`` namespace), counting calls.
-``count`` is exact, ``min`` / ``max`` bound, ``forbid`` means none, and no bound
-means present (at least one).  ``bs`` restricts it to sizes: ``">= 16"``,
-``"bs < 8"``, ``"4..16"``, ``"1,2,4"`` or a combination with ``and``.
-
-They are given to ``golden.check(result, expect=[...])`` or kept in a golden file's
-``expect`` field (a list of the same dicts, carried over by ``--update-golden``).
-Kernel expectations are not checked on captures without kernel evidence (CPU, or
-an incomplete capture); op expectations are checked everywhere.
-"""
+"""Expectations and budgets a key must meet beside its golden: kernel expectations, launch and memory budgets."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
 from dataclasses import dataclass
+from operator import eq, ge, gt, le, lt, ne
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
+from .._io import format_bytes
 from ..errors import GoldenError, UsageError
-from ..keys import CaptureKey, key_label
+from ..keys import CaptureKey, is_int, key_label
 from ..summary.normalize import LEVELS, is_coarser_or_equal, normalize_kernel_name
+
+#: Optional golden field: the most launches this key's capture may record (see :func:`launch_budget_violations`).
+#: It is not part of the summary, so it is never diffed; ``--update-golden`` carries it over.
+BUDGET_FIELD = "launch_budget"
+#: Optional golden field: the most bytes this key's capture may add to the allocator's reserved memory.
+MEMORY_BUDGET_FIELD = "graph_memory_budget"
+#: How far over a graph-memory budget a capture may go (0.1: 10 %): allocator rounding varies a little.
+DEFAULT_MEMORY_TOLERANCE = 0.1
+
+
+def budget_from_option(max_launches: Any, key: CaptureKey, *, argument: str = "max_launches") -> Optional[int]:
+    """The ``golden.check(max_launches=...)`` budget of ``key``: an int for every key, or ``{bs: int}``."""
+    if max_launches is None:
+        return None
+    if isinstance(max_launches, Mapping):
+        for bs, limit in max_launches.items():
+            if not is_int(bs) or bs < 1:
+                raise UsageError(f"golden.check({argument}=...): key {bs!r} is not a batch size (positive int)")
+            if not is_int(limit) or limit < 0:
+                raise UsageError(
+                    f"golden.check({argument}=...): budget of bs={bs} must be a non-negative integer, got {limit!r}"
+                )
+        return max_launches.get(key.batch_size)
+    if not is_int(max_launches) or max_launches < 0:
+        raise UsageError(
+            f"golden.check({argument}={max_launches!r}): expected a non-negative integer or "
+            f"a {{batch_size: integer}} mapping"
+        )
+    return int(max_launches)
+
+
+def launch_budget_of(
+    data: Optional[Mapping[str, Any]], path: Any = "<golden>", *, field: str = BUDGET_FIELD
+) -> Optional[int]:
+    """The ``launch_budget`` (or another budget ``field``) of a golden dict, or None; GoldenError if malformed."""
+    if data is None or field not in data:
+        return None
+    budget = data[field]
+    if not is_int(budget) or budget < 0:
+        what = "maximum launches" if field == BUDGET_FIELD else "maximum bytes of graph memory"
+        raise GoldenError(path, f"'{field}' must be a non-negative integer ({what} of this batch size), got {budget!r}")
+    return int(budget)
+
+
+def check_tolerance(tolerance: Any) -> float:
+    """The ``golden.check(memory_tolerance=...)`` fraction, or a UsageError naming the argument."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 10:
+        raise UsageError(
+            f"golden.check(memory_tolerance={tolerance!r}): expected a fraction such as 0.1 (10 %), from 0 up to 10"
+        )
+    return float(tolerance)
+
+
+def memory_budget_violations(
+    key: CaptureKey, reserved: Optional[int], budgets: Sequence[tuple[Optional[int], str]], tolerance: float
+) -> list[str]:
+    """One line per exceeded graph-memory budget; nothing when the capture measured no memory (CPU)."""
+    if reserved is None:
+        return []
+    return [
+        f"{key_label(key)}: the capture reserved {format_bytes(reserved)} of graph memory > budget "
+        f"{format_bytes(limit)} + {tolerance:.0%} ({source})"
+        for limit, source in budgets
+        if limit is not None and reserved > limit * (1 + tolerance)
+    ]
+
+
+def launch_budget_violations(key: CaptureKey, launches: int, budgets: Sequence[tuple[Optional[int], str]]) -> list[str]:
+    """One line per exceeded budget: ``bs=8: 212 kernel launches > budget 200 (source)``."""
+    return [
+        f"{key_label(key)}: {launches} kernel launches > budget {limit} ({source})"
+        for limit, source in budgets
+        if limit is not None and launches > limit
+    ]
+
+
+def over_budget_tag(launch: bool, memory: bool) -> str:
+    """How a failure's head line tags a key over budget."""
+    if launch and memory:
+        return "over launch and graph-memory budgets"
+    return "over graph-memory budget" if memory else "over launch budget"
+
+
+def budget_hints(over_launch: Sequence[str], over_memory: Sequence[str]) -> list[str]:
+    """The lines that tell how to fix a key over budget (``--update-golden`` cannot)."""
+    hints = []
+    if over_launch:
+        hints.append(
+            f"launch budget exceeded for {', '.join(over_launch)}: cut the launches, or raise the budget "
+            f"({BUDGET_FIELD} in the golden file, kept by --update-golden, or golden.check(max_launches=...))"
+        )
+    if over_memory:
+        hints.append(
+            f"graph-memory budget exceeded for {', '.join(over_memory)}: shrink the graph pool, or raise the "
+            f"budget ({MEMORY_BUDGET_FIELD} in the golden file, kept by --update-golden, or "
+            f"golden.check(max_graph_memory=...))"
+        )
+    return hints
+
 
 #: Optional golden field: a list of expectation dicts (:meth:`Expect.to_dict`), kept by ``--update-golden``.
 EXPECT_FIELD = "expect"
 
 _FIELDS = ("kernel", "op", "count", "min", "max", "forbid", "bs", "level")
-_COMPARE = {
-    ">=": lambda a, b: a >= b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    "<": lambda a, b: a < b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
+_COMPARE = {">=": ge, "<=": le, ">": gt, "<": lt, "==": eq, "!=": ne}
 _TERM = re.compile(r"^(?:bs\s*)?(>=|<=|==|!=|>|<)\s*(\d+)$|^(\d+)\s*\.\.\s*(\d+)$|^(\d+(?:\s*,\s*\d+)*)$")
 
 
@@ -276,11 +349,7 @@ def unmet(
     level: str,
     rename: Optional[Callable[[str, str], Optional[str]]] = None,
 ) -> list[str]:
-    """One line per expectation that does not hold for ``key``: the expectation, the size, what was found.
-
-    ``given`` pairs expectations with where they come from (the option, a golden file).
-    Kernel expectations are left out where the capture has no kernel evidence.
-    """
+    """One line per expectation that does not hold for ``key``: the expectation, the size, what was found."""
     kernels_known = bool(summary.kernels) and summary.complete and summary.platform != "cpu"
     lines = []
     for items, source in given:

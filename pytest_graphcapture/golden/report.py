@@ -1,25 +1,4 @@
-"""The golden gate's session report: per platform counts, failures and unused goldens.
-
-A :class:`SessionReport` is filled by ``golden.check`` calls (one :class:`KeyRecord`
-per checked capture key), serialized to plain dicts so pytest-xdist workers can
-send theirs to the controller (:meth:`SessionReport.merge`), and rendered as the
-terminal summary section, as Markdown for CI job summaries and as JSON.
-
-Counting rules (per platform):
-
-* ``checked`` — capture keys compared; each has exactly one outcome:
-  ``passed`` (matched its golden), ``failed`` (differs, golden missing or
-  unreadable, not profiled), ``created`` or ``updated`` (golden written by
-  ``--update-golden``); so ``checked = passed + failed + created + updated``;
-* ``incomplete`` — checked keys whose capture had incomplete kernel evidence
-  (kernels were not compared);
-* ``deleted`` / ``unused`` — golden files in the folders of tests that ran a
-  check but that no check used, and (after a run of the whole suite) golden
-  files of no collected test; ``--update-golden`` deletes them, otherwise they
-  are listed as unused.
-
-No pytest imports here: the plugin feeds it and prints what it renders.
-"""
+"""The golden gate's session report: per platform counts, failures and unused goldens."""
 
 from __future__ import annotations
 
@@ -34,9 +13,9 @@ from .._io import encode_utf8, format_bytes, write_atomic
 from ..errors import FileError
 from ..naming import HARVEST_PICTURE_NAME
 
-OUTCOMES = ("passed", "failed", "created", "updated")
+_OUTCOMES = ("passed", "failed", "created", "updated")
 COUNT_NAMES = ("checked", "passed", "failed", "created", "updated", "deleted", "unused", "incomplete")
-REPORT_FORMAT = 1
+_REPORT_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -53,12 +32,12 @@ class KeyRecord:
     metrics: Optional[dict] = None
 
     def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+        if self.outcome not in _OUTCOMES:
+            raise ValueError(f"outcome must be one of {_OUTCOMES}, got {self.outcome!r}")
 
 
 @dataclass(frozen=True)
-class FailureRecord:
+class _FailureRecord:
     """The full rendered failure text of one failed check (for Markdown and JSON)."""
 
     nodeid: str
@@ -77,7 +56,7 @@ class FileRecord:
 
 
 @dataclass(frozen=True)
-class FolderRecord:
+class _FolderRecord:
     """The golden folder (relative to the golden dir) a test checks on a platform."""
 
     platform: str
@@ -91,11 +70,7 @@ _LABEL = re.compile(r"^bs=(?P<bs>\d+)(?P<rest>[^(]*?)(?: \((?P<tag>[^)]*)\))?$")
 
 
 def summarize_labels(labels: Iterable[str], limit: int = LIST_LIMIT) -> str:
-    """Key labels for one line: listed when few, else ``bs=1…256 (256 sizes)`` per variant/rank/tag.
-
-    A head line naming 256 failing sizes one by one runs to thousands of
-    characters; the per-key details follow it anyway.
-    """
+    """Key labels for one line: listed when few, else ``bs=1…256 (256 sizes)`` per variant/rank/tag."""
     labels = list(labels)
     if len(labels) <= limit:
         return ", ".join(labels)
@@ -130,9 +105,9 @@ class SessionReport:
 
     golden_dir: str = ""
     records: list[KeyRecord] = field(default_factory=list)
-    failures: list[FailureRecord] = field(default_factory=list)
+    failures: list[_FailureRecord] = field(default_factory=list)
     #: Folders (relative to the golden dir) of tests that ran a check, per platform and test.
-    folders: set[FolderRecord] = field(default_factory=set)
+    folders: set[_FolderRecord] = field(default_factory=set)
     #: Golden files (relative) a check looked at, whatever its outcome.
     used: set[FileRecord] = field(default_factory=set)
     deleted: list[FileRecord] = field(default_factory=list)
@@ -148,22 +123,18 @@ class SessionReport:
     #: What a narrowed run left unchecked (goldens its selection or named traces left out), told, never failing.
     notes: list[str] = field(default_factory=list)
 
-    # ----------------------------------------------------------------- filling
-
     def add_record(self, record: KeyRecord) -> None:
         self.records.append(record)
         self.used.add(FileRecord(record.platform, record.golden))
 
     def add_failure(self, nodeid: str, platform: str, text: str) -> None:
-        self.failures.append(FailureRecord(nodeid, platform, text))
+        self.failures.append(_FailureRecord(nodeid, platform, text))
 
     def add_folder(self, platform: str, folder: str, nodeid: str) -> None:
-        self.folders.add(FolderRecord(platform, folder, nodeid))
+        self.folders.add(_FolderRecord(platform, folder, nodeid))
 
     def mark_used(self, platform: str, path: str) -> None:
         self.used.add(FileRecord(platform, path))
-
-    # ----------------------------------------------------------------- xdist
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (what a worker sends through ``workeroutput``)."""
@@ -176,7 +147,7 @@ class SessionReport:
             ]
 
         return {
-            "format": REPORT_FORMAT,
+            "format": _REPORT_FORMAT,
             "golden_dir": self.golden_dir,
             "update_mode": self.update_mode,
             "obtained_dir": self.obtained_dir,
@@ -195,15 +166,15 @@ class SessionReport:
     @classmethod
     def from_dict(cls, data: dict) -> "SessionReport":
         """Inverse of :meth:`to_dict`."""
-        if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
-            raise ValueError(f"not a graph capture session report (format {REPORT_FORMAT}): {str(data)[:80]!r}")
+        if not isinstance(data, dict) or data.get("format") != _REPORT_FORMAT:
+            raise ValueError(f"not a graph capture session report (format {_REPORT_FORMAT}): {str(data)[:80]!r}")
         return cls(
             golden_dir=data.get("golden_dir", ""),
             update_mode=data.get("update_mode"),
             obtained_dir=data.get("obtained_dir"),
             records=[KeyRecord(**r) for r in data.get("records", [])],
-            failures=[FailureRecord(**f) for f in data.get("failures", [])],
-            folders={FolderRecord(**f) for f in data.get("folders", [])},
+            failures=[_FailureRecord(**f) for f in data.get("failures", [])],
+            folders={_FolderRecord(**f) for f in data.get("folders", [])},
             used={FileRecord(**f) for f in data.get("used", [])},
             deleted=[FileRecord(**f) for f in data.get("deleted", [])],
             unused=[FileRecord(**f) for f in data.get("unused", [])],
@@ -230,8 +201,6 @@ class SessionReport:
         self.unused.extend(f for f in other.unused if f not in self.unused)
         self.errors.extend(e for e in other.errors if e not in self.errors)
         self.notes.extend(n for n in other.notes if n not in self.notes)
-
-    # ----------------------------------------------------------------- counting
 
     def _sorted_records(self) -> list[KeyRecord]:
         # Natural order, so bs=2 comes before bs=12 in every listing.
@@ -269,8 +238,6 @@ class SessionReport:
     @property
     def empty(self) -> bool:
         return not self.records and not self.unused and not self.deleted and not self.errors and not self.notes
-
-    # ----------------------------------------------------------------- rendering
 
     @staticmethod
     def _count_line(row: dict[str, int]) -> str:
@@ -382,29 +349,22 @@ class SessionReport:
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def is_step_summary(path: Path) -> bool:
+def _is_step_summary(path: Path) -> bool:
     """Whether ``path`` is the GitHub job's step summary: shown on the run's page, where no file link leads."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     return bool(summary) and Path(summary).resolve() == Path(path).resolve()
 
 
 def picture_place(report_md: Path, harvest: Path) -> tuple[Path, Optional[str]]:
-    """Where the picture of a report goes and the link the report gives it (None: named, not linked).
-
-    Beside the report, linked, as a folder uploaded with it; into the harvest for a step
-    summary, whose folder is the runner's own and whose page opens no relative link.
-    """
-    if is_step_summary(report_md):
+    """Where the picture of a report goes and the link the report gives it (None: named, not linked)."""
+    if _is_step_summary(report_md):
         return harvest / HARVEST_PICTURE_NAME, None
     target = report_md.with_suffix(".html")
     return target, os.path.relpath(target, report_md.parent).replace(os.sep, "/")
 
 
 def write_markdown(path: Path, text: str) -> None:
-    """Write the Markdown report to ``path``, after what it already holds (a step summary's earlier steps).
-
-    A new or empty file is written atomically; FileError naming ``path`` when it cannot be written.
-    """
+    """Write the Markdown report to ``path``, after what it already holds (a step summary's earlier steps)."""
     path = Path(path)
     try:
         earlier = path.is_file() and path.stat().st_size > 0

@@ -1,48 +1,178 @@
-"""Golden files on disk: where they live, how they are written, read and migrated.
-
-Layout (:func:`golden_folder`, names from :mod:`pytest_graphcapture.naming`)::
-
-    <golden dir>/<platform>/<test module path>/<class>.../<test name>/<runner>_bs_<bs>[_<variant>][_rank<r>].json
-
-Every component that comes from users goes through :func:`keys.safe_name`, and
-the final path is checked to resolve inside the golden dir.  Files are JSON made for
-review: a short header, then one line per kernel, op and launch entry (a one-op
-change is a one-line diff), written atomically; a file is only rewritten when its
-bytes change, so re-running on unchanged code leaves goldens byte-identical.  Older
-goldens (indented JSON) read the same; ``--update-golden`` rewrites them.  Older schema versions are brought up to date by
-:data:`MIGRATIONS` when read.
-"""
+"""Golden files on disk: reading, checked writing, the write lock, the harvest folder and orphaned goldens."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from .._io import (
-    JSONProblem,
-    dumps_entries,
-    encode_utf8,
-    loads_unique,
-    require_regular,
-    unpack_graphs,
-    write_atomic,
-)
-from ..errors import GoldenError
+from .._io import JSONProblem, dumps_entries, encode_utf8, loads_unique, require_regular, unpack_graphs, write_atomic
+from ..errors import GoldenError, UsageError
 from ..keys import CaptureKey, is_int, safe_name
-from ..naming import GOLDEN_SUFFIX, golden_file_name, nodeid_components
+from ..naming import GOLDEN_SUFFIX, golden_file_name, is_hidden, nodeid_components
 from ..summary.model import SCHEMA_VERSION, Summary
 from ..summary.model import summary_from_dict as model_summary_from_dict
-from .budget import MEMORY_BUDGET_FIELD, launch_budget_of
-from .environment import gated_content
+from .change import gated_content
+from .expect import MEMORY_BUDGET_FIELD, launch_budget_of
+
+LOCK_NAME = ".graphcapture-write.lock"
+#: What the refusal says about each kind of writer (the second line of the lock file); ``{pid}`` is `` (pid N)``.
+_WRITERS = {
+    "pytest": "another pytest run{pid} is writing goldens here (--update-golden)",
+    "accept": "a graphcapture accept{pid} is writing goldens here",
+    "check": "a graphcapture check --update{pid} is writing goldens here",
+}
+
+
+def _try_lock(fd: int) -> bool:
+    if os.name == "nt":  # pragma: no cover - exercised on Windows only
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+class GoldenLock:
+    """The write lock of the golden tree at ``golden_dir``; :meth:`acquire` raises GoldenError when held."""
+
+    def __init__(self, golden_dir: Path, writer: str = "pytest") -> None:
+        if writer not in _WRITERS:
+            raise ValueError(f"unknown golden writer {writer!r}; one of {', '.join(_WRITERS)}")
+        self.golden_dir = Path(golden_dir)
+        self.writer = writer
+        self.path = self.golden_dir / LOCK_NAME
+        self._fd: Optional[int] = None
+        self._created_dir = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise GoldenError naming the run that holds it."""
+        if self._fd is not None:
+            return
+        self._created_dir = not self.golden_dir.exists()
+        try:
+            self.golden_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GoldenError(self.golden_dir, f"cannot create the golden dir: {exc.strerror or exc}") from None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise GoldenError(self.path, f"cannot create the write lock: {exc.strerror or exc}") from None
+            if not _try_lock(fd):
+                pid, writer = _read_holder(fd)
+                os.close(fd)
+                who = _WRITERS.get(writer, _WRITERS["pytest"]).format(pid=f" (pid {pid})" if pid else "")
+                raise GoldenError(self.golden_dir, f"{who}; one writer at a time: run again when it has finished")
+            # The holder before us may have removed the file between our open and our lock: lock the live one.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n{self.writer}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock and remove its file, and the golden dir when the lock made it and nothing was written."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        if os.name != "nt":  # an open file cannot be removed on Windows; it stays, empty of meaning
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        os.close(fd)
+        if self._created_dir:
+            with contextlib.suppress(OSError):
+                self.golden_dir.rmdir()  # only when empty
+
+
+def _read_holder(fd: int) -> tuple[Optional[int], str]:
+    """The holder's pid (None when unknown) and kind of writer (a lock file with only a pid: pytest)."""
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace") if hasattr(os, "pread") else ""
+    except OSError:
+        return None, "pytest"
+    lines = text.split()
+    pid = int(lines[0]) if lines and lines[0].isdigit() else None
+    return pid, lines[1] if len(lines) > 1 and lines[1] in _WRITERS else "pytest"
+
+
+#: Environment variables by which CI services announce themselves (the tests' isolation uses this list too).
+CI_VARIABLES = tuple(
+    "CI GITHUB_ACTIONS GITLAB_CI BUILDKITE JENKINS_URL TF_BUILD CIRCLECI TRAVIS TEAMCITY_VERSION "
+    "BITBUCKET_BUILD_NUMBER DRONE".split()
+)
+
+#: Values of a CI variable that mean "not on CI" (compared lowercased; an empty value too).
+CI_OFF_VALUES = ("0", "false", "no")
+
+
+def ci_environment(environ: Optional[dict] = None) -> Optional[str]:
+    """Name of the CI environment variable that is set, or None when not on CI."""
+    environ = os.environ if environ is None else environ
+    for name in CI_VARIABLES:
+        value = environ.get(name, "")
+        if value and value.lower() not in CI_OFF_VALUES:
+            return name
+    return None
+
+
+#: The file that marks a --golden-out folder as a harvest this plugin wrote (and may empty).
+HARVEST_MARK = ".graphcapture-harvest"
+_HARVEST_MARK_TEXT = "Obtained summaries written by pytest-graphcapture (--golden-out); emptied by each session.\n"
+
+
+def reset_folder(folder: Path) -> None:
+    """Make ``folder`` an empty folder (created when missing)."""
+    if folder.is_dir() and not folder.is_symlink():
+        for entry in folder.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def reset_harvest(folder: Path, where: str) -> None:
+    """Empty ``folder`` and mark it as a harvest; UsageError (``where`` names the option and path) when it is not ours."""
+    try:
+        entries = list(folder.iterdir()) if folder.is_dir() else []
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if entries and not (folder / HARVEST_MARK).is_file():
+        raise UsageError(
+            f"{where}: the folder holds files pytest-graphcapture did not write; "
+            f"each session starts from an empty harvest folder: give a new or empty folder"
+        )
+    try:
+        reset_folder(folder)
+        (folder / HARVEST_MARK).write_text(_HARVEST_MARK_TEXT, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
 
 
 def _v1_to_v2(data: dict) -> dict:
-    """Schema 2 names each kernel's launching op; a schema 1 golden names none.
-
-    Its kernels stay unattributed, which the diff compares without ops (so the golden
-    still passes); ``--update-golden`` rewrites it with the ops.
-    """
+    """Schema 2 names each kernel's launching op; a schema 1 golden names none."""
     data.setdefault("unattributed", None)
     return data
 
@@ -56,7 +186,7 @@ def current_schema_version() -> int:
     return SCHEMA_VERSION
 
 
-def resolved_path(path: Path) -> Path:
+def _resolved_path(path: Path) -> Path:
     """``path`` with every symlink followed; a symlink loop is a GoldenError naming it."""
     try:
         return Path(path).resolve()
@@ -65,13 +195,9 @@ def resolved_path(path: Path) -> Path:
 
 
 def ensure_inside(root: Path, path: Path) -> Path:
-    """Return ``path`` if it resolves inside ``root``; GoldenError otherwise.
-
-    Resolving follows symlinks, so a link inside the golden dir that points elsewhere
-    is refused as well.
-    """
-    root_resolved = resolved_path(root)
-    resolved = resolved_path(path)
+    """Return ``path`` if it resolves inside ``root``; GoldenError otherwise."""
+    root_resolved = _resolved_path(root)
+    resolved = _resolved_path(path)
     if resolved != root_resolved and root_resolved not in resolved.parents:
         raise GoldenError(path, f"refusing to use a path outside the golden dir {root_resolved}")
     return Path(path)
@@ -109,8 +235,8 @@ def remove_golden(path: Path, root: Path) -> None:
         return
     except OSError as exc:
         raise GoldenError(path, f"cannot delete: {exc.strerror or exc}") from None
-    root_resolved = resolved_path(root)
-    parent = resolved_path(path).parent
+    root_resolved = _resolved_path(root)
+    parent = _resolved_path(path).parent
     while parent != root_resolved and root_resolved in parent.parents:
         try:
             parent.rmdir()
@@ -128,11 +254,7 @@ def dumps(data: Mapping[str, Any]) -> str:
 
 
 def encode_golden(data: Mapping[str, Any], path: Any) -> bytes:
-    """The bytes of golden ``data`` as :func:`write_golden` writes them; GoldenError naming ``path`` if it cannot.
-
-    JSON cannot hold every value and UTF-8 no lone surrogate: a writer that must
-    not stop half-way encodes everything with this before it writes anything.
-    """
+    """The bytes of golden ``data`` as :func:`write_golden` writes them; GoldenError naming ``path`` if it cannot."""
     try:
         text = dumps(data)
     except GoldenError as exc:
@@ -141,10 +263,7 @@ def encode_golden(data: Mapping[str, Any], path: Any) -> bytes:
 
 
 def write_golden(path: Path, data: Mapping[str, Any]) -> str:
-    """Write summary dict ``data`` to ``path`` unless the bytes are already there.
-
-    Returns ``"created"``, ``"updated"`` or ``"unchanged"``.
-    """
+    """Write summary dict ``data`` to ``path`` unless the bytes are already there."""
     path = Path(path)
     raw = encode_golden(data, path)
     require_regular(path, error=GoldenError, missing_ok=True)
@@ -166,12 +285,7 @@ _OP = methodcaller("get", "op")
 
 
 def _covers(data: Any, colons: int) -> bool:
-    """Whether ``colons`` is at most the keys plus the string colons of a parsed golden (see :func:`_io.loads_unique`).
-
-    Exact for the golden layout, counted at C speed over the kernel and op entries
-    (their keys, names, the ops' input types and the kernels' launching ops); what
-    it does not know counts nothing, so a golden of another shape takes the strict parse.
-    """
+    """Whether ``colons`` is at most the keys plus the string colons of a parsed golden (see :func:`_io.loads_unique`)."""
     if type(data) is not dict:
         return False
     weight = 0
@@ -238,10 +352,7 @@ def migrate(data: dict, path: Any) -> dict:
 
 
 def parse_golden_file(path: Path) -> dict:
-    """Read and parse the golden at ``path``: a JSON object, no duplicate keys (GoldenError naming it).
-
-    Not yet migrated or type-checked: see :func:`checked_golden_dict`.
-    """
+    """Read and parse the golden at ``path``: a JSON object, no duplicate keys (GoldenError naming it)."""
     path = Path(path)
     require_regular(path, error=GoldenError)
     try:
@@ -258,10 +369,7 @@ def parse_golden_file(path: Path) -> dict:
 
 
 def checked_golden_dict(data: dict, path: Any) -> dict:
-    """Migrate a parsed golden to the current schema and check its budget fields (GoldenError naming ``path``).
-
-    The summary fields are checked where the golden becomes a Summary (:func:`summary_from_dict`).
-    """
+    """Migrate a parsed golden to the current schema and check its budget fields (GoldenError naming ``path``)."""
     data = migrate(data, path)
     launch_budget_of(data, path)
     launch_budget_of(data, path, field=MEMORY_BUDGET_FIELD)
@@ -284,10 +392,7 @@ def read_golden(path: Path) -> Summary:
 
 
 def same_content(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """True when two golden dicts gate the same: they differ at most in what no check compares.
-
-    See :func:`~.environment.gated_content`; an update rewrites a golden only when this is False.
-    """
+    """True when two golden dicts gate the same: they differ at most in what no check compares."""
     return gated_content(old) == gated_content(new)
 
 
@@ -297,22 +402,13 @@ def unused_goldens(
     used: set[tuple[str, str]],
     selected: Optional[Callable[[CaptureKey], bool]] = None,
 ) -> list[tuple[str, Path]]:
-    """``(platform, path)`` of golden files no check used, in folders whose every test passed.
-
-    ``folders`` holds ``(platform, folder relative to golden_dir, test passed)``
-    per test that checked the folder.  A test that failed, errored or never
-    finished may not have checked all of its keys, so its folder is left alone.
-    ``selected`` tells whether the run's selection options (``--graph-capture-batch-sizes``)
-    let a key be captured at all: a golden of a key they left out was not checked
-    because it was not asked for, so it is not unused (nor is one whose key cannot be
-    read, when a selection applies).
-    """
+    """``(platform, path)`` of golden files no check used, in folders whose every test passed."""
     settled: dict[tuple[str, str], bool] = {}
     for platform, folder, passed in folders:
         settled[(platform, folder)] = settled.get((platform, folder), True) and passed
     found = []
     for (platform, folder), passed in sorted(settled.items()):
-        if not passed:
+        if not passed:  # a failed test may not have checked every key: its folder is left alone
             continue
         for path in golden_files(Path(golden_dir) / folder):
             if (platform, path.relative_to(golden_dir).as_posix()) not in used and _selected(path, selected):
@@ -329,3 +425,23 @@ def _selected(path: Path, selected: Optional[Callable[[CaptureKey], bool]]) -> b
     except GoldenError:
         return False  # which key it holds is unknown: it may be one the selection left out
     return selected(key)
+
+
+def orphaned_goldens(
+    golden_dir: Path, collected: Iterable[str], protected: Iterable[str] = ()
+) -> list[tuple[str, Path]]:
+    """``(platform, path)`` of every golden file whose folder belongs to no test in ``collected``."""
+    root = Path(golden_dir)
+    if not root.is_dir():
+        return []
+    known = {tuple(nodeid_components(nodeid)) for nodeid in collected}
+    shielded = [tuple(nodeid_components(nodeid)) for nodeid in protected if nodeid]
+    found: list[tuple[str, Path]] = []
+    for platform_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not is_hidden(p)):
+        for folder, dirs, _files in os.walk(platform_dir):  # links are not followed: a loop cannot hang the scan
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            parts = Path(folder).relative_to(platform_dir).parts
+            if parts in known or parts[:-1] in known or any(parts[: len(s)] == s for s in shielded):
+                continue
+            found.extend((platform_dir.name, path) for path in golden_files(Path(folder)))
+    return found

@@ -1,105 +1,33 @@
-"""The golden gate over capture traces an engine wrote: the same gate as ``golden.check``, fed from files.
-
-sglang and vLLM profile their own CUDA-graph capture and write the traces in their
-own layouts; :func:`collect_traces` reads every trace given (files, or folders
-searched for ``*.json``/``*.json.gz``), splits each into its capture keys by the
-engine's markers (:mod:`~..summary.split`) and returns a result that
-:func:`~.gate.check_result` checks exactly like a capture result: the same golden
-layout, diff, failure text and update rules.  ``graphcapture check`` and
-``golden.check_traces`` both go through here.
-
-Nothing to check is an error, never a pass (:class:`~..errors.UsageError`, one line):
-a folder without traces (vLLM's V2 model runner ignores ``capture_torch_profiler``
-and leaves ``capture_traces/`` empty), a trace without a capture window on a GPU
-platform, a key whose range holds no capture window or that launched nothing on a
-GPU platform, a capture cut off by the profiler window, and two traces (or one twice)
-giving one key.  A capture window in no ``capture_{bs}_{mode}`` range is a graph of no
-key: refused unless ``ignore_unkeyed_windows``, and then still reported.  Batch sizes
-that no trace takes (every trace names its keys) are refused, never dropped.
-"""
+"""Engine-written capture traces as a CaptureResult: each trace split into keys by the engine's markers.
+Nothing to check is an error, never a pass; so are a window of no key (unless ignored) and sizes no trace takes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from .._io import require_regular
 from ..errors import TraceFormatError, UsageError
-from ..keys import CaptureKey, key_label
+from ..keys import key_label
 from ..naming import is_hidden, is_merged_trace, is_trace_path
+from ..result import CaptureResult, KeyMetrics, KeyResult
 from ..summary.files import TraceKeys, summarize_trace_keys
-from ..summary.model import Summary, graph_count
+from ..summary.model import graph_count
 from ..summary.platform import CPU
 
 #: How a user checks a trace without its windows in no range (the CLI option and the keyword).
-IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unkeyed_windows=True))"
-
-PathLike = Union[str, Path]
-
-#: How a trace of a whole capture is split (:class:`~..summary.split.TraceKeys` ``split_by``): it holds all its keys.
-WHOLE_CAPTURE = ("annotations", "windows")
+_IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unkeyed_windows=True))"
 
 #: What to do when a folder holds no capture trace: vLLM's V2 model runner writes none.
-EMPTY_HINT = (
+_EMPTY_HINT = (
     "an engine that profiled its capture writes them there (sglang: graph_capture_profile/, vLLM: "
     "capture_traces/; vLLM's V2 model runner ignores capture_torch_profiler and writes none: "
     "start vLLM with VLLM_USE_V2_MODEL_RUNNER=0)"
 )
 
 
-@dataclass
-class TraceKey:
-    """One key read from a trace: what :func:`~.gate.check_result` reads of a capture result's key."""
-
-    key: CaptureKey
-    summary: Summary
-    path: Path
-    metrics: Any = None
-
-
-@dataclass
-class TraceResult:
-    """The keys of a set of traces, shaped like a capture result (iterable over keys, ``platform``, ``runner_name``)."""
-
-    platform: str
-    runner_name: str
-    keys: list = field(default_factory=list)
-    traces: list = field(default_factory=list)
-    mode: str = "per-bs"
-    world_size: int = 1
-    #: A folder was named: every golden in the check's folder is one of these traces' keys.
-    whole: bool = True
-
-    def covers(self, key: CaptureKey) -> bool:
-        """Whether these traces should hold ``key``: a named folder holds every key, a named trace its own.
-
-        A trace of a whole capture (split by ``capture_{bs}_{mode}`` ranges or by windows)
-        holds every key of its runner and rank; a per-size trace only the key its name gives.
-        """
-        if self.whole:
-            return True
-        for trace in self.traces:
-            keys = [s.key for s in trace.summaries]
-            if key in keys:
-                return True
-            if trace.split_by in WHOLE_CAPTURE and any((k.runner, k.rank) == (key.runner, key.rank) for k in keys):
-                return True
-        return False
-
-    def __iter__(self) -> Iterator[TraceKey]:
-        return iter(self.keys)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
-def trace_files(paths: Sequence[PathLike]) -> list[Path]:
-    """The trace files ``paths`` name: files as given, folders searched (recursively) for ``*.json[.gz]``.
-
-    Dot-files (writes in progress) and merged multi-rank traces (their ranks are read
-    on their own) are skipped.  A missing path, or a folder without traces, is an error.
-    """
+def _trace_files(paths: Sequence[Union[str, Path]]) -> list[Path]:
+    """The trace files ``paths`` name: files as given, folders searched (recursively) for ``*.json[.gz]``."""
     if not paths:
         raise UsageError("no trace given: name the trace files or the folder the engine wrote them to")
     found: list[Path] = []
@@ -112,7 +40,7 @@ def trace_files(paths: Sequence[PathLike]) -> list[Path]:
                 if not any(is_hidden(part) for part in p.relative_to(given).parts)
             )
             if not inside:
-                raise UsageError(f"{given}: no capture traces (*.json, *.json.gz) in this folder; {EMPTY_HINT}")
+                raise UsageError(f"{given}: no capture traces (*.json, *.json.gz) in this folder; {_EMPTY_HINT}")
             found += inside
         elif given.is_file():
             found.append(given)
@@ -124,21 +52,16 @@ def trace_files(paths: Sequence[PathLike]) -> list[Path]:
 
 
 def collect_traces(
-    paths: Sequence[PathLike],
+    paths: Sequence[Union[str, Path]],
     *,
     batch_sizes: Optional[Sequence[int]] = None,
     runner: Optional[str] = None,
     level: str = "name",
     max_bytes: Optional[int] = None,
     ignore_unkeyed_windows: bool = False,
-) -> TraceResult:
-    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result.
-
-    ``batch_sizes`` (capture order) maps the windows of a single-capture trace; with
-    several such traces each gets the same list.  ``runner`` names every key's runner.
-    ``ignore_unkeyed_windows`` checks a trace without its windows in no capture range.
-    """
-    files = trace_files(paths)
+) -> CaptureResult:
+    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result."""
+    files = _trace_files(paths)
     read = [
         summarize_trace_keys(p, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes) for p in files
     ]
@@ -153,14 +76,14 @@ def collect_traces(
         where = "; ".join(f"{t.path}: {t.platform}" for t in read)
         raise UsageError(f"the traces come from {len(platforms)} platforms ({where}); check each platform's on its own")
     whole = any(Path(p).is_dir() for p in paths)
-    result = TraceResult(platforms[0], _runner_name(read), traces=read, whole=whole)
+    result = CaptureResult(_runner_name(read), platforms[0], traces=read, whole=whole)
     seen: dict = {}
     for trace in read:
         _refuse_empty(trace)
         if trace.unkeyed and not ignore_unkeyed_windows:
             them = "it" if len(trace.unkeyed) == 1 else "them"
             raise TraceFormatError(
-                trace.path, f"{unkeyed_windows(trace)}; to check the trace without {them}, pass {IGNORE_UNKEYED}"
+                trace.path, f"{unkeyed_windows(trace)}; to check the trace without {them}, pass {_IGNORE_UNKEYED}"
             )
         for summary in trace.summaries:
             if seen.get(summary.key) == trace.path:
@@ -175,7 +98,7 @@ def collect_traces(
                     f"({seen[summary.key]} and {trace.path}); give each trace once"
                 )
             seen[summary.key] = trace.path
-            result.keys.append(TraceKey(summary.key, summary, trace.path))
+            result.keys[summary.key] = KeyResult(summary.key, trace.path, summary)
     return result
 
 
@@ -217,7 +140,7 @@ def _refuse_empty(trace: TraceKeys) -> None:
         raise TraceFormatError(trace.path, f"incomplete capture: {'; '.join(trace.problems)}")
 
 
-def describe(result: TraceResult) -> list[str]:
+def describe(result: CaptureResult) -> list[str]:
     """One line per trace: how its keys were found, and how many graphs each key holds where more than one."""
     lines = []
     for trace in result.traces:
@@ -229,18 +152,13 @@ def describe(result: TraceResult) -> list[str]:
     return lines
 
 
-def split_single_capture(result: Any) -> Optional[TraceResult]:
-    """The keys of a capture run with one trace for the whole capture (``--graph-capture-trace=single``).
-
-    Its capture windows, in capture order, are the result's keys in the order they were
-    captured; None when the result has no single trace, or the trace has no capture
-    window to split (an eager CPU capture records none).
-    """
-    path = getattr(result, "single_trace_path", None)
+def split_single_capture(result: CaptureResult) -> Optional[CaptureResult]:
+    """The keys of a run with one trace for the whole capture: its windows, in capture order, are its keys."""
+    path = result.single_trace_path
     items = list(result)
     if path is None or not items or not Path(path).is_file():
         return None
-    runner = str(getattr(result, "runner_name", "") or "capture")
+    runner = str(result.runner_name or "capture")
     try:
         # One window per key, in the order they were captured: the keys' own sizes may repeat (variants).
         read = summarize_trace_keys(path, batch_sizes=list(range(1, len(items) + 1)), runner=runner, check_order=False)
@@ -250,16 +168,10 @@ def split_single_capture(result: Any) -> Optional[TraceResult]:
         raise UsageError(
             f"golden.check: the capture's single trace {exc}; the keys captured were {len(items)}"
         ) from None
-    out = TraceResult(
-        str(result.platform),
-        runner,
-        traces=[read],
-        world_size=int(getattr(result, "world_size", 1) or 1),
-        whole=False,
-    )
+    out = CaptureResult(runner, str(result.platform), traces=[read], world_size=result.world_size, whole=False)
     for item, summary in zip(items, read.summaries):
         summary.key = item.key
         for graph in summary.graphs or ():
             graph.key = item.key
-        out.keys.append(TraceKey(item.key, summary, Path(path), getattr(item, "metrics", None)))
+        out.keys[item.key] = KeyResult(item.key, Path(path), summary, metrics=item.metrics or KeyMetrics())
     return out

@@ -283,7 +283,7 @@ class GraphCapture:
 def graph_capture(request: pytest.FixtureRequest) -> GraphCapture:
     """Capture a runner's graphs per batch size: ``result = graph_capture(runner)``.
 
-    Returns a :class:`~pytest_graphcapture.engine.result.CaptureResult` holding, per
+    Returns a :class:`~pytest_graphcapture.result.CaptureResult` holding, per
     capture key, its summary and — with ``--graph-capture-trace`` — its trace path.
     """
     return GraphCapture(request)

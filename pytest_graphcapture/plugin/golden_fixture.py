@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import pytest
 
 from ..errors import GraphCaptureError, UsageError
-from ..golden.diff import SECTIONS
+from ..golden.change import SECTIONS
 from ..golden.gate import CheckOptions, CheckOutcome, check_result
 from ..golden.store import golden_folder
 from .capture_fixture import GraphCapture
@@ -209,8 +209,8 @@ def _check_is_result(result: Any) -> None:
     The likely slips are the ``graph_capture`` fixture itself (not called) and the runner
     (not captured); anything else that is not a CaptureResult is named by its type.
     """
-    from ..engine.result import CaptureResult
-    from ..golden.traces import TraceResult
+    from ..result import CaptureResult
+    from ..result import CaptureResult as TraceResult
 
     if isinstance(result, (CaptureResult, TraceResult)):  # a TraceResult: golden.check_traces's keys
         return

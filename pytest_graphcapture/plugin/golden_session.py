@@ -21,11 +21,9 @@ import pytest
 from .._io import write_atomic
 from ..errors import FileError, GoldenError, GraphCaptureError, UsageError
 from ..golden import store
-from ..golden.harvest import HARVEST_MARK, HARVEST_MARK_TEXT, reset_folder, reset_harvest  # noqa: F401
-from ..golden.lock import GoldenLock
-from ..golden.op_classes import op_classes, parse_globs
+from ..golden.change import op_classes, parse_globs
 from ..golden.report import FileRecord, SessionReport, picture_place, write_markdown
-from ..golden.store import unused_goldens
+from ..golden.store import GoldenLock, reset_folder, reset_harvest, unused_goldens
 from ..keys import CaptureKey
 from . import settings as s
 
@@ -238,7 +236,7 @@ class GoldenSession:
 
     def _orphans(self, *, delete: bool) -> None:
         """Report (or, deleting, remove) the goldens of no collected test."""
-        from ..golden.orphans import orphaned_goldens
+        from ..golden.store import orphaned_goldens
 
         listed = {(f.platform, f.path) for f in self.report.unused + self.report.deleted}
         for platform, path in orphaned_goldens(self.golden_dir, self.collected, self.protected):

@@ -15,7 +15,7 @@ import pytest
 
 from .._io import write_atomic
 from ..errors import FileError
-from ..golden.diff import cut_lines
+from ..golden.change import cut_lines
 from ..golden.gate import CheckOutcome
 from ..golden.report import KeyRecord
 from ..keys import safe_name

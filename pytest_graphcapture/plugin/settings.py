@@ -20,7 +20,7 @@ from typing import Any, Optional
 import pytest
 
 from ..errors import UsageError
-from ..golden.lock import CI_OFF_VALUES, CI_VARIABLES, ci_environment  # noqa: F401  (the plugin reads them here)
+from ..golden.store import CI_OFF_VALUES, CI_VARIABLES, ci_environment  # noqa: F401  (the plugin reads them here)
 from ..naming import GOLDEN_DIR_DEFAULT, GOLDEN_DIR_ENV, GOLDEN_DIR_OPTION, setting_path
 
 

@@ -1,7 +1,7 @@
 """``graphcapture accept HARVEST_DIR``: bring goldens written by ``--golden-out`` into the golden tree.
 
 Accepting writes the golden tree, so it takes the tree's write lock
-(:class:`~pytest_graphcapture.golden.lock.GoldenLock`) and is refused, with the
+(:class:`~pytest_graphcapture.golden.store.GoldenLock`) and is refused, with the
 same line, while a ``pytest --update-golden`` run holds it (``--dry-run`` writes
 nothing and takes no lock).
 
@@ -28,7 +28,7 @@ from typing import Optional
 from .._io import require_regular, write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
-from ..golden.lock import GoldenLock
+from ..golden.store import GoldenLock
 from ..keys import UNKNOWN_BATCH_SIZE, safe_name
 from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, HARVEST_PICTURE_NAME, golden_file_name, is_hidden
 from .dirdiff import describe_differences

@@ -26,9 +26,8 @@ from .._io import write_atomic
 from ..errors import GoldenError, GraphCaptureError, UsageError
 from ..golden import store
 from ..golden.gate import CheckOptions, check_result
-from ..golden.harvest import reset_harvest
-from ..golden.lock import GoldenLock, ci_environment
 from ..golden.report import KeyRecord, SessionReport, picture_place, write_markdown
+from ..golden.store import GoldenLock, ci_environment, reset_harvest
 from ..golden.traces import collect_traces, describe
 from ..keys import safe_name
 from ..naming import HARVEST_DIFF_NAME

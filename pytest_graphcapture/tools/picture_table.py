@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from ..golden.op_classes import DEFAULT_CLASSES
+from ..golden.change import DEFAULT_CLASSES
 from .matrix import at_level, coarsest, kernel_matrix
 
 #: Cell / row states against the goldens.

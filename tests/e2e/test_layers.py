@@ -20,17 +20,19 @@ SHARED = {"errors", "keys", "naming", "_io"}
 ALLOWED = {
     "shared": {"shared"},
     "summary": {"shared", "summary"},
-    "golden": {"shared", "summary", "golden"},
-    "engine": {"shared", "summary", "engine"},
-    "tools": {"shared", "summary", "golden", "engine", "tools"},
-    "plugin": {"shared", "summary", "golden", "engine", "tools", "plugin", "testing", "contract"},
-    "testing": {"shared", "summary", "engine", "testing"},
-    "contract": {"shared", "summary", "engine", "testing", "contract"},
-    "top": {"shared", "summary", "golden", "engine", "tools", "plugin", "testing", "contract", "top"},
+    "result": {"shared", "summary", "result"},  # the one result type: summaries inside, read by golden and engine
+    "golden": {"shared", "summary", "result", "golden"},
+    "engine": {"shared", "summary", "result", "engine"},
+    "tools": {"shared", "summary", "result", "golden", "engine", "tools"},
+    "plugin": {"shared", "summary", "result", "golden", "engine", "tools", "plugin", "testing", "contract"},
+    "testing": {"shared", "summary", "result", "engine", "testing"},
+    "contract": {"shared", "summary", "result", "engine", "testing", "contract"},
+    "top": {"shared", "summary", "result", "golden", "engine", "tools", "plugin", "testing", "contract", "top"},
 }
 FORBIDDEN_EXTERNAL = {
     "shared": {"torch", "pytest"},
     "summary": {"torch", "pytest"},
+    "result": {"torch", "pytest"},
     "golden": {"torch", "pytest"},
     "engine": {"pytest"},
 }

@@ -14,10 +14,10 @@ import pytest_graphcapture.engine.capture as capture_module
 from pytest_graphcapture.engine.backend import EagerBackend
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
 from pytest_graphcapture.engine.guard import EmptyCaptureError
-from pytest_graphcapture.engine.result import CaptureResult, KeyMetrics
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.naming import memory_snapshot_path
+from pytest_graphcapture.result import CaptureResult, KeyMetrics
 from pytest_graphcapture.summary.replay import KernelEvidenceWarning, with_replay
 from pytest_graphcapture.testing import FakeBackend, FakeRunner
 

@@ -19,9 +19,9 @@ from pytest_graphcapture.engine.cupti_clients import (
     suspected_clients,
 )
 from pytest_graphcapture.engine.guard import silent_replay_reason
-from pytest_graphcapture.engine.result import CaptureResult, KeyResult
 from pytest_graphcapture.golden.gate import check_result
 from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary
 from pytest_graphcapture.testing import FakeBackend, FakeRunner
 

@@ -143,7 +143,7 @@ def test_expect_round_trips_through_its_golden_form() -> None:
 REAL_CONFTEST = """
 import copy
 import pytest
-from pytest_graphcapture.engine.result import CaptureResult, KeyResult
+from pytest_graphcapture.result import CaptureResult, KeyResult
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.files import summarize_trace_file
 

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_graphcapture.errors import GoldenError, UsageError
 from pytest_graphcapture.golden import diff as golden
-from pytest_graphcapture.golden.change import MAX_LINE_WIDTH
+from pytest_graphcapture.golden.change import MAX_LINE_WIDTH, cut_lines
 from pytest_graphcapture.keys import CaptureKey, key_label
 from pytest_graphcapture.summary.model import Summary
 
@@ -245,10 +245,10 @@ def test_long_kernel_names_are_shortened_in_messages_only() -> None:
 
 def test_cut_lines_points_to_the_full_diff() -> None:
     lines = [f"line {i}" for i in range(100)]
-    cut = golden.cut_lines(lines, "/tmp/full.txt", max_lines=60)
+    cut = cut_lines(lines, "/tmp/full.txt", max_lines=60)
     assert len(cut) == 60 and cut[:59] == lines[:59]
     assert cut[-1] == "… 41 more lines; full diff in /tmp/full.txt"
-    assert golden.cut_lines(lines[:60], "/tmp/full.txt", max_lines=60) == lines[:60]
+    assert cut_lines(lines[:60], "/tmp/full.txt", max_lines=60) == lines[:60]
 
 
 def test_to_dict_is_json_ready() -> None:

@@ -24,7 +24,7 @@ import pytest
 from helpers import FAKE_CONFTEST, REPO_ROOT, TEST_DECODE, isolated_checkout, run
 from warm_python import warm_python
 
-from pytest_graphcapture.golden.lock import LOCK_NAME, GoldenLock
+from pytest_graphcapture.golden.store import LOCK_NAME, GoldenLock
 
 FOLDER = "cpu/test_model.py/test_decode"
 XDIST = pytest.param(("-n", "2"), id="xdist")

@@ -15,7 +15,7 @@ import pytest
 from helpers import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, run, use_this_checkout
 
 from pytest_graphcapture.golden import store
-from pytest_graphcapture.golden.diff import MAX_DIFF_LINES
+from pytest_graphcapture.golden.change import MAX_DIFF_LINES
 from pytest_graphcapture.plugin.settings import CI_VARIABLES, ci_environment
 from pytest_graphcapture.plugin.xdist import pin_worker_gpu
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import FAKE_CONFTEST, fake_project, run
 
 from pytest_graphcapture.errors import GoldenError, UsageError
-from pytest_graphcapture.golden import budget as store
+from pytest_graphcapture.golden import expect as store
 from pytest_graphcapture.golden.store import checked_golden_dict
 from pytest_graphcapture.keys import CaptureKey
 

@@ -21,7 +21,7 @@ MIB = 1 << 20
 CONFTEST = (
     FAKE_CONFTEST
     + """
-from pytest_graphcapture.engine.result import KeyMetrics
+from pytest_graphcapture.result import KeyMetrics
 
 PLATFORM = "cuda-sm90"
 BATCH_SIZES = "1,4"

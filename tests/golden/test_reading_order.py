@@ -19,7 +19,7 @@ import pytest
 from helpers import REPO_ROOT, fake_project, run
 from warm_python import warm_python
 
-from pytest_graphcapture.golden.op_classes import COMPUTE, DEFAULT_CLASSES, VIEW
+from pytest_graphcapture.golden.change import COMPUTE, DEFAULT_CLASSES, VIEW
 
 TEST = "test_decode_graphs.py::test_decode_graphs_match_goldens"
 

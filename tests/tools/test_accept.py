@@ -12,7 +12,7 @@ from helpers import fake_project, run
 from pytest_graphcapture import _io
 from pytest_graphcapture.errors import GoldenError
 from pytest_graphcapture.golden import store
-from pytest_graphcapture.golden.lock import LOCK_NAME, GoldenLock
+from pytest_graphcapture.golden.store import LOCK_NAME, GoldenLock
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.model import Summary
 from pytest_graphcapture.tools.cli import main

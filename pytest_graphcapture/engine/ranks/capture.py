@@ -19,10 +19,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...errors import UsageError
 from ...keys import capture_order
+from ...result import CaptureResult
 from ..backend import make_backend
 from ..capture import CaptureSettings, capture_runner
 from ..decode_model import TinyDecodeRunner
-from ..result import CaptureResult
 from .rank_process import progress_to_parent, report_stage
 from .supervisor import DEFAULT_TIMEOUT, run_on_ranks
 from .target import RankContext, Target, check_picklable, default_backend, resolve_target

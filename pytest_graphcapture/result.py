@@ -1,8 +1,6 @@
-"""What a capture run returns: per capture key, its trace path, summary and graph.
+"""What a capture run or a set of engine traces gives the gate: per key, its summary, trace and graph.
 
-:meth:`CaptureResult.to_dict` / :meth:`CaptureResult.from_dict` carry a result
-across a process boundary as plain data (a rank process sends its result to the
-parent this way); graphs stay in the process that captured them.
+``to_dict``/``from_dict`` carry a result across a process boundary as plain data; graphs stay behind.
 """
 
 from __future__ import annotations
@@ -11,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from .._io import format_bytes
-from ..keys import CaptureKey
-from ..summary.model import summary_from_dict
+from ._io import format_bytes
+from .keys import CaptureKey
+from .summary.model import summary_from_dict
 
 #: The memory figures of a capture, in bytes: what the capture added to the allocator's counters.
 MEMORY_FIELDS = ("memory_allocated", "memory_reserved")
@@ -21,14 +19,9 @@ MEMORY_FIELDS = ("memory_allocated", "memory_reserved")
 
 @dataclass
 class KeyMetrics:
-    """What one key's graph cost: warmup, capture and replay wall time, graph-pool memory.
+    """What one key's graph cost: warmup, capture and replay wall time, and the graph pool's growth in bytes.
 
-    ``memory_allocated`` / ``memory_reserved`` are the bytes the capture added to the
-    CUDA allocator's counters (``torch.cuda.memory_allocated`` / ``memory_reserved``
-    just before and after the graph context): the graph pool it grew.  They are None
-    where there is no CUDA allocator (CPU).  ``replay_seconds`` is one unprofiled
-    replay, None when the graph was not replayed.  Timings vary from run to run, so
-    they are reported and budgeted, never stored in goldens.
+    Memory is None without a CUDA allocator, replay None when not replayed; never stored in goldens.
     """
 
     warmup_seconds: float = 0.0
@@ -61,14 +54,7 @@ class KeyMetrics:
 
 @dataclass
 class KeyResult:
-    """The outcome of capturing one key.
-
-    ``trace_path`` is set when a per-bs trace was exported, ``summary`` when the
-    capture was profiled (a :class:`~pytest_graphcapture.summary.model.Summary`),
-    ``graph`` is the backend's captured graph (replayable on GPU), and
-    ``seconds`` the wall time of the whole key (set-up, warmups, capture, trace export)
-    and ``metrics`` its :class:`KeyMetrics`.
-    """
+    """One key: its trace (per-bs or the engine's), its Summary when profiled, the backend's graph, its costs."""
 
     key: CaptureKey
     trace_path: Optional[Path] = None
@@ -113,7 +99,7 @@ class KeyResult:
 
 @dataclass
 class CaptureResult:
-    """All keys captured for one runner, in capture order (largest batch size first)."""
+    """All keys of one runner, in capture order (largest batch size first), or of a set of engine traces."""
 
     runner_name: str
     platform: str
@@ -123,6 +109,11 @@ class CaptureResult:
     mode: str = "per-bs"
     #: The allocator history of the capture (``--graph-capture-memory-snapshot`` on a GPU).
     memory_snapshot_path: Optional[Path] = None
+    world_size: int = 1
+    #: The engine traces read (``summary.split.TraceKeys``); empty for a capture run.
+    traces: list = field(default_factory=list)
+    #: False when only named traces were read: a golden of a key they do not hold is not checked.
+    whole: bool = True
 
     def __iter__(self) -> Iterator[KeyResult]:
         return iter(self.keys.values())
