@@ -17,13 +17,20 @@ import contextlib
 import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
-
 import torch
-
 from .engine.backend import Backend, CaptureProgress, Forward, Steppable
 from .engine.runner import GraphRunner
-from .engine.step_contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP
+from .engine.contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP
 from .keys import CaptureKey
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+from .engine.capture import CaptureSettings, capture_runner
+from .engine.result import CaptureResult
+from .engine.observe import eager_cuda_calls, patched
+from .engine.contract import KeyLike, as_key, user_key_sequence, warmup_count
+from .keys import capture_order
+from .naming import trace_dir, trace_file_name
+
 
 # The step contract's calls (forward, step, graph enter/exit) are named where the engine-loop gate checks them.
 SYNCHRONIZE, BARRIER, HOOK, REPLAY = "synchronize", "barrier", "hook", "replay"
@@ -273,3 +280,112 @@ def assert_call_sequence(actual: Sequence[Any], expected: Sequence[Any], *, what
         return
     diff = "\n".join(difflib.unified_diff(expected_lines, actual_lines, "expected", "actual", lineterm=""))
     raise AssertionError(f"{what} differs from what was expected:\n{diff}")
+
+
+#: What the contract of user capture code looks at: forwards, graph enter/exit and profiler steps.
+CONTRACT_CALLS = (FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT)
+
+
+class RecordingCUDAGraph:
+    """Stand-in for ``torch.cuda.CUDAGraph``: nothing is captured, replays are counted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+
+    def reset(self) -> None:
+        pass
+
+    def pool(self) -> object:
+        return object()
+
+
+class CaptureContract:
+    """Checks the capture step contract (see the module docstring) with a shared :class:`CallLog`."""
+
+    def __init__(self, backend: FakeBackend, profiler: RecordingProfiler, trace_dir: Path) -> None:
+        self.backend = backend
+        self.profiler = profiler
+        self.log: CallLog = backend.log
+        self.trace_dir = Path(trace_dir)
+
+    # ------------------------------------------------------------------ runners
+
+    def check_runner(self, runner: GraphRunner) -> CaptureResult:
+        """Capture ``runner`` as the plugin does (fake backend, real per-bs profiler) and check the contract.
+
+        Returns the capture result; its traces are under :attr:`trace_dir`.
+        """
+        settings = CaptureSettings(trace="per-bs", summarize=False, out_dir=self.trace_dir, profiler_flags=frozenset())
+        result = capture_runner(runner, self.backend, settings)
+        keys = runner.capture_keys(result.rank)
+        expected = [Call(name, key) for key in keys for name in expected_key_sequence(profiling=True)]
+        actual = [call for call in self.log.calls if call.name in expected_key_sequence(profiling=True)]
+        assert_call_sequence(actual, expected, what=f"capture calls of {runner.name}")
+        folder = trace_dir(self.trace_dir)
+        traces = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json.gz")) if folder.is_dir() else []
+        assert_call_sequence(traces, sorted(trace_file_name(k) for k in keys), what="trace files (one per key)")
+        return result
+
+    # ------------------------------------------------------------------ your own capture code
+
+    def check_capture(
+        self,
+        capture: Callable[[RecordingProfiler], Any],
+        *,
+        forward: tuple[Any, str],
+        key: Callable[..., KeyLike],
+        runner: Optional[str] = None,
+        warmups: int = 2,
+    ) -> CallLog:
+        """Run ``capture(profiler)`` with CUDA graphs faked; check the contract; return the call log.
+
+        ``forward`` is ``(object, method name)`` of the body your code captures: it is
+        wrapped to record each call under the key ``key(*args, **kwargs)`` returns (a
+        :class:`CaptureKey`, a batch size, or ``(batch size, variant)`` of runner
+        ``runner``; failures name the runner).  Step the
+        ``profiler`` passed in where your code steps its profiler.
+        """
+        warmups = warmup_count(warmups, "capture_contract.check_capture")
+        owner, name = forward
+        original = getattr(owner, name)
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.log.current_key = as_key(key(*args, **kwargs), runner or "capture")
+            self.log.record(FORWARD)
+            return original(*args, **kwargs)
+
+        with self._fake_cuda_graphs(), patched(owner, name, recorded):
+            capture(self.profiler)
+        actual = [call for call in self.log.calls if call.name in CONTRACT_CALLS]
+        keys = capture_order(dict.fromkeys(c.key for c in actual if c.key is not None))
+        expected = [Call(name, k) for k in keys for name in user_key_sequence(warmups)]
+        label = runner or ", ".join(sorted({k.runner for k in keys})) or "the capture function"
+        assert_call_sequence(actual, expected, what=f"capture calls of {label} (largest batch size first)")
+        return self.log
+
+    @contextlib.contextmanager
+    def _fake_cuda_graphs(self) -> Iterator[None]:
+        log = self.log
+
+        @contextlib.contextmanager
+        def graph(cuda_graph: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            log.record(GRAPH_ENTER)
+            try:
+                yield cuda_graph
+            finally:
+                log.record(GRAPH_EXIT)
+
+        fakes = {
+            **eager_cuda_calls(synchronize=lambda *args, **kwargs: log.record(SYNCHRONIZE)),
+            "CUDAGraph": RecordingCUDAGraph,
+            "graph": graph,
+        }
+        with contextlib.ExitStack() as stack:
+            for attr, fake in fakes.items():
+                stack.enter_context(patched(torch.cuda, attr, fake))
+            yield
+
+

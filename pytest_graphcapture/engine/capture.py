@@ -12,9 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
-
 import torch
-
 from ..errors import CaptureError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import memory_snapshot_path
@@ -22,19 +20,20 @@ from ..summary.graphs import of_graphs
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.replay import with_graph, with_replay
 from .backend import Backend, CaptureProgress
-from .cupti_clients import refuse_other_clients, suspected_clients
-from .guard import (
-    EmptyCaptureError,
-    check_capture_evidence,
-    check_forward_seen,
-    check_replay_evidence,
-    mark_silent,
-    silent_replay_reason,
-)
-from .memory import Recording
+from .backend import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
+import warnings
+from typing import Any, Optional, Sequence
+from ..errors import GraphCaptureError
+from ..keys import CaptureKey
+from ..summary.replay import KernelEvidenceWarning
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
 
 TRACE_MODES = ("off", "per-bs", "single")
 
@@ -157,14 +156,14 @@ def capture_runner(
     ``KeyboardInterrupt`` cleans up the same way and propagates unchanged.
 
     A key whose recorded capture holds no op, no kernel and no launch fails with an
-    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming it once every key
+    :class:`~pytest_graphcapture.engine.capture.EmptyCaptureError` naming it once every key
     ran (so a forward that raises is reported as itself); no result comes back.
 
     On a GPU (``backend.kernel_evidence_required``) a key whose capture recorded
     no launch events, or whose replay recorded no kernels, fails the same way with an
-    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming the likely causes;
+    :class:`~pytest_graphcapture.engine.capture.EmptyCaptureError` naming the likely causes;
     on CUDA another CUPTI client active before the capture refuses it at once
-    (:class:`~pytest_graphcapture.engine.cupti_clients.CuptiConflictError`, one line naming it).
+    (:class:`~pytest_graphcapture.engine.capture.CuptiConflictError`, one line naming it).
     """
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
@@ -374,3 +373,199 @@ def _attach_one_replay(key: CaptureKey, key_result: KeyResult, backend: Backend,
             key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
     else:
         key_result.summary = with_replay(key_result.summary, kernels)
+
+
+ISOLATE_HINT = (
+    "run the capture in a fresh process: mark the test @pytest.mark.graph_capture_isolated "
+    "or pass --graph-capture-isolate=on (the runner then comes from a module-level factory, "
+    "as with graph_capture_ranks)"
+)
+
+_PROCESS_CAUSES = (
+    "the profiler was first initialised before CUDA was (e.g. a CPU-only profiler session ran earlier in "
+    "this process), so it records no GPU activity",
+    "an empty warm-up profiler session ran before graph capture (torch.profiler._utils._init_for_cuda_graphs "
+    "does this), which leaves kernel collection dead for the life of the process",
+    "another test in this pytest session started the profiler first",
+)
+_OUT_OF_RANGE = (
+    "kernel records at the start of a profiler session were dropped as out of range (more the longer the "
+    "GPU idled before it)"
+)
+
+
+class EmptyCaptureError(GraphCaptureError):
+    """A GPU capture or replay recorded no kernel evidence; no golden may come from it."""
+
+
+def _message(key: CaptureKey, what: str, causes: tuple[str, ...]) -> str:
+    listed = "; ".join(f"({n}) {cause}" for n, cause in enumerate(causes, 1))
+    return (
+        f"graph capture {key}: {what}, so the profiler saw nothing of this graph and no golden is written. "
+        f"Likely causes: {listed}. To rule out the first ones, {ISOLATE_HINT}."
+    )
+
+
+def check_capture_evidence(key: CaptureKey, summary: Optional[Any]) -> None:
+    """EmptyCaptureError when a GPU capture's summary counts no kernel launch events."""
+    if summary is not None and not int(summary.launches.get("total", 0)):
+        raise EmptyCaptureError(_message(key, "the capture recorded no kernel launch events", _PROCESS_CAUSES))
+
+
+def check_forward_seen(key: CaptureKey, summary: Optional[Any], where: str) -> None:
+    """EmptyCaptureError when a key's recorded capture holds no op, no kernel and no launch (on any device).
+
+    The gate saw the forward run, so a profile without anything of it is a capture the
+    profiler did not see (work skipped at the capture, or run where it does not record):
+    an empty golden would pass any later forward.  ``where`` begins the line.
+    """
+    if summary is None or summary.ops or summary.kernels or int(summary.launches.get("total", 0)):
+        return
+    raise EmptyCaptureError(
+        f"{where}capture: the profile holds nothing of the capture forward (no op, no kernel, no launch) although "
+        f"the forward ran, so no golden is written: the forward did no work the profiler could see (it returned "
+        f"a cached result, or ran its work on another thread); make the capture forward run, on this thread, the "
+        f"work its graph replays"
+    )
+
+
+def _cupti_causes(suspects: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"another CUPTI client holds CUPTI, so the profiler records no GPU activity: {s}" for s in suspects)
+
+
+def check_replay_evidence(key: CaptureKey, replay_kernels: list, suspects: Sequence[str] = ()) -> None:
+    """EmptyCaptureError when the replay of a GPU graph recorded no kernels; ``suspects``: CUPTI clients, named first."""
+    if not replay_kernels:
+        raise EmptyCaptureError(
+            _message(
+                key,
+                "the replay of its graph recorded no kernels",
+                _cupti_causes(suspects) + _PROCESS_CAUSES + (_OUT_OF_RANGE,),
+            )
+        )
+
+
+def silent_replay_reason(suspects: Sequence[str]) -> str:
+    """Why a key is incomplete whose profiled replay recorded no kernels while its graph's nodes hold kernels.
+
+    Names the CUPTI clients found (``suspects``) first; without one, the process causes of
+    a dead profiler.  The key gets no golden: a profiler that saw nothing proves nothing.
+    """
+    if suspects:
+        why = f"another CUPTI client holds CUPTI ({'; '.join(suspects)}), so the profiler records no GPU activity"
+    else:
+        why = f"the profiler recorded no GPU activity (likely: {'; '.join(_PROCESS_CAUSES)})"
+    return f"its profiled replay recorded no kernels although the graph launches kernels: {why}; no golden is written"
+
+
+def mark_silent(summary: Any, reason: str) -> str:
+    """Mark ``summary`` incomplete with ``reason`` (said as a KernelEvidenceWarning naming its key); return the reason."""
+    summary.complete = False
+    summary.incomplete_reason = reason
+    warnings.warn(
+        f"graph capture {summary.key}: kernel evidence incomplete: {reason}", KernelEvidenceWarning, stacklevel=3
+    )
+    return reason
+
+
+#: The environment variable through which CUDA loads a CUPTI injection library into the process.
+INJECTION = "CUDA_INJECTION64_PATH"
+
+
+@dataclass(frozen=True)
+class CuptiClient:
+    """Another CUPTI client in the process: what it is, and what to do about it."""
+
+    name: str
+    fix: str
+
+
+class CuptiConflictError(GraphCaptureError):
+    """Another CUPTI client is active where the gate's profiler must record GPU kernels; nothing is captured."""
+
+
+def _proton_active(modules: Mapping[str, Any]) -> bool:
+    flags_module = modules.get("triton.profiler.flags")
+    if flags_module is None:
+        return False
+    flags = getattr(flags_module, "flags", flags_module)  # a flags object (newer Proton) or module globals
+    return bool(getattr(flags, "profiling_on", False) or getattr(flags, "command_line", False))
+
+
+def _cuspy_subscribed(modules: Mapping[str, Any]) -> bool:
+    probe = getattr(modules.get("torch.profiler._cuspy.core"), "has_live_subscription", None)
+    try:
+        return bool(probe()) if callable(probe) else False
+    except Exception:  # a probe that cannot answer names nothing
+        return False
+
+
+def _annotation_callbacks(modules: Mapping[str, Any]) -> bool:
+    return getattr(modules.get("torch.cuda._graph_node_callbacks"), "_HANDLER", None) is not None
+
+
+def active_clients(
+    environ: Optional[Mapping[str, str]] = None, modules: Optional[Mapping[str, Any]] = None
+) -> list[CuptiClient]:
+    """The other CUPTI clients active in this process now (``environ`` and ``modules`` default to the process's)."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    found = []
+    if environ.get(INJECTION):
+        found.append(
+            CuptiClient(
+                f"a CUPTI injection library ({INJECTION}={environ[INJECTION]})",
+                f"run the gate's tests without {INJECTION} (unset it for them; a kernel recorder loaded this way "
+                f"is another CUPTI client)",
+            )
+        )
+    if _proton_active(modules):
+        found.append(
+            CuptiClient(
+                "Triton's Proton profiler (a triton.profiler session is active)",
+                "call triton.profiler.finalize() before the capture, or run the gate without Proton",
+            )
+        )
+    if _annotation_callbacks(modules):
+        found.append(
+            CuptiClient(
+                "the cupti annotation backend of torch.cuda.graph(enable_annotations=True, "
+                "annotation_config={'backend': 'cupti'})",
+                "capture with annotation_config={'backend': 'edge_walk'} (or without annotations) under the gate",
+            )
+        )
+    elif _cuspy_subscribed(modules):
+        found.append(
+            CuptiClient(
+                "torch's CUPTI-Python profiler backend (torch.profiler._cuspy holds a CUPTI subscription; "
+                "torch.cuda.graph(enable_annotations=True, annotation_config={'backend': 'cupti'}) and "
+                "record_py_stacks=True bring it up)",
+                "it keeps its subscription for the life of the process: capture in a process in which nothing "
+                "brings it up (for a runner, @pytest.mark.graph_capture_isolated), with annotation_config="
+                "{'backend': 'edge_walk'} where annotations are wanted",
+            )
+        )
+    return found
+
+
+def refuse_other_clients(what: str, environ: Optional[Mapping[str, str]] = None, modules: Any = None) -> None:
+    """:class:`CuptiConflictError` naming the first other CUPTI client active, before ``what`` profiles GPU kernels."""
+    clients = active_clients(environ, modules)
+    if clients:
+        client = clients[0]
+        raise CuptiConflictError(
+            f"{what}: another CUPTI client is active in this process: {client.name}; only one can subscribe per "
+            f"process, so the torch profiler would record no GPU kernels and no golden could be trusted; "
+            f"{client.fix}"
+        )
+
+
+def suspected_clients(environ: Optional[Mapping[str, str]] = None, modules: Any = None) -> list[str]:
+    """What may have silenced the profiler: the active clients, and a cupti-python import (which cannot be asked)."""
+    modules = sys.modules if modules is None else modules
+    names = [client.name for client in active_clients(environ, modules)]
+    if modules.get("cupti.cupti") is not None or modules.get("cupti") is not None:
+        names.append("cupti-python is imported in this process (a subscriber it made holds CUPTI)")
+    return names
+
+

@@ -100,7 +100,7 @@ class CaptureSession:
     def platform(self) -> str:
         """Platform key: the option, else the platform hook, else the detected device."""
         if self._platform is None:
-            from ..engine.device import detect_platform
+            from ..engine.backend import detect_platform
 
             key = self.platform_override
             if not key:
@@ -122,7 +122,7 @@ class CaptureSession:
         with them; any other captures only those of its sizes).
         """
         from ..engine.capture import CaptureSettings
-        from ..engine.device import environment_from_device
+        from ..engine.backend import environment_from_device
 
         trace = trace or self.trace
         environment = dict(environment_from_device(self.device))

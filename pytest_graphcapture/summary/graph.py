@@ -5,7 +5,7 @@ with which grid, block and shared memory, and which nodes may run at the same
 time.  Two readers fill this one model — a graph dump written by
 ``cudaGraphDebugDotPrint`` / ``CUDAGraph.debug_dump`` / ``hipGraphDebugDotPrint``
 (:mod:`.dot`) and the in-process readout of a live graph
-(:mod:`pytest_graphcapture.engine.graph_readout`) — so everything after them
+(:mod:`pytest_graphcapture.engine.readout`) — so everything after them
 (kernel list, node counts, ``branches``) is computed once, here.
 
 ``branches`` is the size of a maximum antichain of the dependency DAG: the most

@@ -18,7 +18,7 @@ That mapping is lossy where AMD reuses a capability (gfx908 and gfx90a both repo
 9.0; gfx1100/1101/1102 all report 11.0): the table picks the datacenter / first
 part, and a ``gcnArchName`` present in the trace always wins.  The override of a
 detected key (option and hook) lives in the plugin, and the key of a live torch
-device in :mod:`pytest_graphcapture.engine.device`: this module imports no torch.
+device in :mod:`pytest_graphcapture.engine.backend`: this module imports no torch.
 """
 
 from __future__ import annotations

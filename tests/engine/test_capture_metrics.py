@@ -13,7 +13,7 @@ from helpers import load_trace
 import pytest_graphcapture.engine.capture as capture_module
 from pytest_graphcapture.engine.backend import EagerBackend
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
-from pytest_graphcapture.engine.guard import EmptyCaptureError
+from pytest_graphcapture.engine.capture import EmptyCaptureError
 from pytest_graphcapture.engine.result import CaptureResult, KeyMetrics
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey

@@ -11,14 +11,8 @@ import torch
 
 import pytest_graphcapture.engine.capture as capture_module
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
-from pytest_graphcapture.engine.cupti_clients import (
-    INJECTION,
-    CuptiConflictError,
-    active_clients,
-    refuse_other_clients,
-    suspected_clients,
-)
-from pytest_graphcapture.engine.guard import silent_replay_reason
+from pytest_graphcapture.engine.capture import INJECTION, CuptiConflictError, active_clients, refuse_other_clients, suspected_clients
+from pytest_graphcapture.engine.capture import silent_replay_reason
 from pytest_graphcapture.engine.result import CaptureResult, KeyResult
 from pytest_graphcapture.golden.gate import check_result
 from pytest_graphcapture.keys import CaptureKey
@@ -153,7 +147,7 @@ def test_a_replay_silenced_by_a_named_client_names_it_and_no_golden_is_written_o
 
 
 def test_an_empty_replay_without_a_readout_fails_naming_the_cupti_suspects_first() -> None:
-    from pytest_graphcapture.engine.guard import EmptyCaptureError, check_replay_evidence
+    from pytest_graphcapture.engine.capture import EmptyCaptureError, check_replay_evidence
 
     suspect = "cupti-python is imported in this process (a subscriber it made holds CUPTI)"
     with pytest.raises(EmptyCaptureError) as info:

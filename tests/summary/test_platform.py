@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pytest_graphcapture.engine.device import detect_platform, environment_from_device
+from pytest_graphcapture.engine.backend import detect_platform, environment_from_device
 from pytest_graphcapture.golden.environment import environment_note, toolchain_changes
 from pytest_graphcapture.summary import platform as plat
 from pytest_graphcapture.summary.platform import (

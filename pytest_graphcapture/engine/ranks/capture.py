@@ -23,9 +23,9 @@ from ..backend import make_backend
 from ..capture import CaptureSettings, capture_runner
 from ..decode_model import TinyDecodeRunner
 from ..result import CaptureResult
-from .rank_process import progress_to_parent, report_stage
+from .supervisor import progress_to_parent, report_stage
 from .supervisor import DEFAULT_TIMEOUT, run_on_ranks
-from .target import RankContext, Target, check_picklable, default_backend, resolve_target
+from .supervisor import RankContext, Target, check_picklable, default_backend, resolve_target
 
 DEFAULT_FACTORY = "pytest_graphcapture.engine.ranks.capture:tensor_parallel_decode_runner"
 

@@ -5,15 +5,20 @@ its capture forward — wrapped by one graph, or holding the key's graphs (piece
 inside it) — then one more step; keys largest batch size first.  A capture forward
 holding graphs is fed as the same three calls (graph start, forward, graph end).  :class:`StepContract` checks the observed calls against that sequence
 as they happen; :func:`user_key_sequence` is the sequence itself, which
-:mod:`pytest_graphcapture.contract` also checks on recording fakes.
+:mod:`pytest_graphcapture.testing` also checks on recording fakes.
 """
 
 from __future__ import annotations
 
 from typing import NoReturn, Optional, Union
-
 from ..errors import GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
+import contextlib
+import dataclasses
+import sys
+from typing import Iterator, Optional
+from ..errors import GraphCaptureError
+
 
 #: The events of the step contract (also the call names of :class:`~pytest_graphcapture.testing.CallLog`).
 FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT = "forward", "profiler.step", "graph.enter", "graph.exit"
@@ -171,17 +176,112 @@ class StepContract:
         raise CaptureContractError(f"graph_capture.engine: {where}{problem}")
 
 
-__all__ = [
-    "FORWARD",
-    "GRAPH_ENTER",
-    "GRAPH_EXIT",
-    "STEP",
-    "MAX_WARMUPS",
-    "WARMUPS",
-    "CaptureContractError",
-    "KeyLike",
-    "StepContract",
-    "as_key",
-    "user_key_sequence",
-    "warmup_count",
-]
+
+
+class AlreadyFailed(GraphCaptureError):
+    """Raised into an engine's loop that goes on after the gate saw a failure; the first failure is reported."""
+
+
+@dataclasses.dataclass
+class Failure:
+    """The first failure the observer saw: the error, and the key and stage it happened at."""
+
+    error: BaseException
+    key: Optional[CaptureKey]
+    stage: str
+
+
+def ended_with_error(what: str) -> RuntimeError:
+    """The failure of a capture torch ended with an error on its hooks: no end hook ran, the engine caught the error.
+
+    ``what``: ``"this graph's capture"`` or ``"the capture of piece 2 (a graph begun inside the forward)"``.
+    """
+    return RuntimeError(
+        f"torch ended {what} with an error (its capture-end hook never ran); the error itself was caught by the "
+        f"capture function, so the gate cannot show it"
+    )
+
+
+def cudagraph_skips() -> int:
+    """How many compiled graphs inductor has kept out of CUDA graphs in this process (0 before torch.compile ran).
+
+    inductor counts each in ``torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]`` —
+    silently for a graph on CPU, with a "skipping cudagraphs due to …" warning on a GPU.
+    """
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    try:
+        return int(counters["inductor"]["cudagraph_skips"]) if counters is not None else 0
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def no_graph_reason(warmup_graph: Optional[str], skips: int, warmups: int) -> str:
+    """What the gate saw of why a capture forward held no graph (``""``: nothing), as its one-line refusal.
+
+    ``warmup_graph``: the last warmup of the key whose forward began a graph (``"warmup 2"``);
+    ``skips``: the compiled graphs inductor kept out of CUDA graphs while the loop ran.
+    """
+    problem = "capture: the capture forward ran with no graph around it and began none inside it"
+    if warmup_graph is not None:
+        n = int(warmup_graph.split()[-1]) - 1
+        return (
+            f"{problem}, but the forward of {warmup_graph} began one: this loop records its graph after "
+            f"{n} warmup forward{'' if n == 1 else 's'}, not {warmups}; pass warmups={n} to graph_capture.engine "
+            f'(torch.compile(mode="reduce-overhead") records a compiled function\'s graph on its second call: '
+            f"warmups=1)"
+        )
+    if skips:
+        return (
+            f"{problem}; inductor kept {skips} compiled graph{'' if skips == 1 else 's'} out of CUDA graphs while the "
+            f'loop ran (torch.compile(mode="reduce-overhead") captures no graph on CPU, and on a GPU it logs '
+            f"'skipping cudagraphs due to …' with the reason)"
+        )
+    return ""
+
+
+def other_thread_reason(what: str, thread: str, gate_thread: str) -> str:
+    """Why a call of the engine's loop on a thread other than the gate's is refused: its profile would be empty."""
+    return (
+        f"{what} ran on thread {thread!r}, not on the thread that called graph_capture.engine ({gate_thread}): "
+        f"torch's profiler records only the ops of the thread it was started on, so the key's golden would hold "
+        f"nothing of its forward; run the engine's capture loop on the calling thread (call its capture function "
+        f"directly, not in a worker thread or pool)"
+    )
+
+
+class FailureKeeper:
+    """Keeps the first failure of an observed loop (:attr:`failure`) and refuses every call after it."""
+
+    def __init__(self) -> None:
+        self.failure: Optional[Failure] = None
+
+    def current_place(self) -> tuple[Optional[CaptureKey], str]:
+        """The key and stage the loop is at now (a failure without its own is kept there)."""
+        raise NotImplementedError
+
+    def _record(self, error: BaseException, key: Optional[CaptureKey] = None, stage: Optional[str] = None) -> None:
+        """Keep ``error`` as the capture's failure unless an earlier one is kept already."""
+        if self.failure is None:
+            at_key, at_stage = self.current_place()
+            self.failure = Failure(error, key or at_key, stage or at_stage)
+
+    @contextlib.contextmanager
+    def _recorded(self) -> Iterator[None]:
+        """The gate's own errors raised in the block are kept as the failure, then raised on."""
+        try:
+            yield
+        except GraphCaptureError as exc:
+            self._record(exc)
+            raise
+
+    def _raise_kept(self) -> None:
+        """The capture failed already: every later call of the loop raises :class:`AlreadyFailed`."""
+        if self.failure is not None:
+            where = f"{self.failure.key.runner} {key_label(self.failure.key)}" if self.failure.key else "a key"
+            raise AlreadyFailed(
+                f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
+                f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
+            )
+
+

@@ -32,9 +32,12 @@ from __future__ import annotations
 import warnings
 from types import ModuleType
 from typing import Any, Callable, Optional
-
 from ..errors import GraphCaptureError
 from ..summary.graph import CapturedGraph, GraphNode, Launch, copy_direction
+from typing import Any
+from ..summary.graph import CapturedGraph, GraphNode, Launch
+from ..summary.torch_caps import graph_data_has_launches
+
 
 #: The runtime's node type names (``cudaGraphNodeType<Name>``) → the model's node types.
 NODE_TYPES = {
@@ -258,3 +261,85 @@ def condition_kind(kind: Any) -> str:
 
 def _text(name: Any) -> str:
     return name.decode("utf-8", "replace") if isinstance(name, (bytes, bytearray)) else str(name)
+
+
+#: ``get_graph_data()``'s ``node_type`` names (torch/cuda/graphs.py) → the model's node types.
+_DATA_NODE_TYPES = {
+    "kernel": "kernel",
+    "memset": "memset",
+    "host": "host",
+    "empty": "empty",
+    "wait_event": "event_wait",
+    "event_record": "event_record",
+    "mem_alloc": "mem_alloc",
+    "mem_free": "mem_free",
+    "batch_mem_op": "batch_mem_op",
+}
+#: Node types whose content the answer lacks: torch does not descend into bodies, nor say a copy's direction.
+UNREADABLE = {
+    "child_graph": "a child-graph node, whose body torch's walk does not descend into",
+    "conditional": "a conditional node, whose bodies torch's walk does not descend into",
+    "memcpy": "a memcpy node, whose direction the answer does not give",
+}
+
+
+class GraphDataUnusable(GraphCaptureError):
+    """``get_graph_data()`` gave no answer, or one that lacks what the summary needs; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"CUDAGraph.get_graph_data(): {reason}")
+
+
+def graph_from_data(payload: Any) -> CapturedGraph:
+    """The :class:`CapturedGraph` of a ``get_graph_data()`` answer; :class:`GraphDataUnusable` where it is not whole."""
+    if not graph_data_has_launches(payload):
+        raise GraphDataUnusable("the answer has no launch shapes or no edges (torch before 2.15)")
+    graph = CapturedGraph(ident="graph")
+    nodes = payload["nodes"]
+    for position, entry in enumerate(nodes):
+        kind = entry["node_type"]
+        if entry["index"] != position:
+            raise GraphDataUnusable(f"node {position} says it is node {entry['index']!r}")
+        if kind in UNREADABLE:
+            raise GraphDataUnusable(f"node {position} is {UNREADABLE[kind]}")
+        node = GraphNode(f"graph.{position}", _DATA_NODE_TYPES.get(kind, str(kind)))
+        if node.type == "kernel":
+            name, grid, block, shared = (entry[f] for f in ("kernel_name", "grid_dim", "block_dim", "shared_mem_bytes"))
+            if not name or grid is None or block is None or shared is None:
+                raise GraphDataUnusable(f"kernel node {position} has no name or no launch shape")
+            node.name = str(name)
+            node.launch = Launch(_dims(grid), _dims(block), int(shared))
+        graph.nodes.append(node)
+    for edge in payload["edges"]:
+        source, target = edge.get("from"), edge.get("to")
+        if not all(isinstance(i, int) and 0 <= i < len(nodes) for i in (source, target)):
+            raise GraphDataUnusable(f"an edge names a node that is not listed ({source!r} -> {target!r})")
+        graph.edges.append((source, target))
+    return graph
+
+
+def _dims(value: Any) -> tuple[int, int, int]:
+    x, y, z = (int(v) for v in value)
+    return (x, y, z)
+
+
+def read_graph_data(cuda_graph: Any) -> CapturedGraph:
+    """``cuda_graph.get_graph_data()`` as a :class:`CapturedGraph`; :class:`GraphDataUnusable` saying why not.
+
+    torch raises RuntimeError without cuda-bindings or a driver below 13.1, and warns
+    (rather than fails) for child-graph and conditional nodes — both mean the answer
+    cannot be used, so both become :class:`GraphDataUnusable`.
+    """
+    method = getattr(cuda_graph, "get_graph_data", None)
+    if not callable(method):
+        raise GraphDataUnusable("this torch has no CUDAGraph.get_graph_data")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's warning on nested graphs: the nodes say it too
+        try:
+            payload = method()
+        except (RuntimeError, AttributeError, TypeError) as exc:
+            raise GraphDataUnusable(f"{type(exc).__name__}: {exc}") from None
+    return graph_from_data(payload)
+
+
