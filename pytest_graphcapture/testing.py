@@ -1,36 +1,23 @@
-"""Public fakes for contract-testing capture code on a CPU-only machine.
-
-* :class:`FakeBackend` runs the real per-key sequence but records every call —
-  synchronize, barrier, forward, profiler step, post-warmup hook, graph
-  enter/exit — in a :class:`CallLog`, with a :class:`FakeGraph` as the graph;
-  it can inject a fault at any stage of one key;
-* :class:`RecordingProfiler` is a profiler stand-in whose ``step()`` is recorded;
-* :class:`FakeRunner` is a tiny runner over static buffers (any batch sizes and
-  variants) whose forward runs real torch ops, so a real profiler sees them;
-* :func:`assert_call_sequence` and :func:`expected_key_sequence` fail with a
-  readable expected-vs-actual listing.
-"""
+"""Public fakes for contract-testing capture code on a CPU-only machine."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
-import torch
-from .engine.backend import Backend, CaptureProgress, Forward, Steppable
-from .engine.runner import GraphRunner
-from .engine.contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP
-from .keys import CaptureKey
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
-from .engine.capture import CaptureSettings, capture_runner
-from .engine.result import CaptureResult
-from .engine.observe import eager_cuda_calls, patched
-from .engine.contract import KeyLike, as_key, user_key_sequence, warmup_count
-from .keys import capture_order
-from .naming import trace_dir, trace_file_name
+from typing import Any, Callable, Iterator, Optional, Sequence
 
+import torch
+
+from .engine.backend import Backend, CaptureProgress, Forward, Steppable
+from .engine.capture import CaptureSettings, capture_runner
+from .engine.contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP, KeyLike, as_key, user_key_sequence, warmup_count
+from .engine.observe import eager_cuda_calls, patched
+from .engine.result import CaptureResult
+from .engine.runner import GraphRunner
+from .keys import CaptureKey, capture_order
+from .naming import trace_dir, trace_file_name
 
 # The step contract's calls (forward, step, graph enter/exit) are named where the engine-loop gate checks them.
 SYNCHRONIZE, BARRIER, HOOK, REPLAY = "synchronize", "barrier", "hook", "replay"
@@ -125,16 +112,7 @@ class _LoggingStepper:
 
 
 class FakeBackend(Backend):
-    """Records the per-key call sequence; can fail at one stage of one key.
-
-    ``fail_stage`` is one of ``warmup 1``, ``warmup 2``, ``capture``, ``step``
-    (the profiler step after the capture, where traces are exported) or
-    ``replay``; ``fail_key`` the key to fail on (any key when ``None``);
-    ``fault`` builds the exception (default :class:`InjectedFault`; pass
-    ``KeyboardInterrupt`` to simulate Ctrl-C); ``replay_shows_kernels`` replays
-    each graph as on a GPU, ``kernel_evidence_required`` applies the GPU's
-    empty-capture guard.
-    """
+    """Records the per-key call sequence; can fail at one stage of one key."""
 
     name = "fake"
 
@@ -219,11 +197,7 @@ class FakeBackend(Backend):
 
 
 class FakeRunner(GraphRunner):
-    """A tiny runner over static buffers: ``out[:bs] = x[:bs] @ w`` (+ a variant op).
-
-    ``hidden`` sets the matrix size, so a test can "change the model" and see
-    the op shapes change; ``extra_op`` adds one more op to every forward.
-    """
+    """A tiny runner over static buffers: ``out[:bs] = x[:bs] @ w`` (+ a variant op)."""
 
     def __init__(
         self,
@@ -314,10 +288,7 @@ class CaptureContract:
     # ------------------------------------------------------------------ runners
 
     def check_runner(self, runner: GraphRunner) -> CaptureResult:
-        """Capture ``runner`` as the plugin does (fake backend, real per-bs profiler) and check the contract.
-
-        Returns the capture result; its traces are under :attr:`trace_dir`.
-        """
+        """Capture ``runner`` as the plugin does (fake backend, real per-bs profiler) and check the contract."""
         settings = CaptureSettings(trace="per-bs", summarize=False, out_dir=self.trace_dir, profiler_flags=frozenset())
         result = capture_runner(runner, self.backend, settings)
         keys = runner.capture_keys(result.rank)
@@ -340,14 +311,7 @@ class CaptureContract:
         runner: Optional[str] = None,
         warmups: int = 2,
     ) -> CallLog:
-        """Run ``capture(profiler)`` with CUDA graphs faked; check the contract; return the call log.
-
-        ``forward`` is ``(object, method name)`` of the body your code captures: it is
-        wrapped to record each call under the key ``key(*args, **kwargs)`` returns (a
-        :class:`CaptureKey`, a batch size, or ``(batch size, variant)`` of runner
-        ``runner``; failures name the runner).  Step the
-        ``profiler`` passed in where your code steps its profiler.
-        """
+        """Run ``capture(profiler)`` with CUDA graphs faked; check the contract; return the call log."""
         warmups = warmup_count(warmups, "capture_contract.check_capture")
         owner, name = forward
         original = getattr(owner, name)
@@ -387,5 +351,3 @@ class CaptureContract:
             for attr, fake in fakes.items():
                 stack.enter_context(patched(torch.cuda, attr, fake))
             yield
-
-

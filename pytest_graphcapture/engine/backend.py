@@ -1,17 +1,4 @@
-"""Backends: how one capture key is warmed up and captured.
-
-Every backend runs the same per-key sequence (:meth:`Backend.capture_one`); they
-differ only in the primitives — what "synchronize", "barrier" and "the graph
-context" mean:
-
-* :class:`CudaGraphBackend` — real ``torch.cuda.CUDAGraph`` capture with one shared
-  memory pool and a dedicated capture stream (also what runs on ROCm builds,
-  where ``torch.cuda`` maps to HIP);
-* :class:`EagerBackend` — CPU (or a GPU without graphs): the "capture" is a plain
-  forward and replay re-runs it on the same static buffers;
-* :class:`~pytest_graphcapture.testing.FakeBackend` — records the call sequence
-  for contract tests.
-"""
+"""Backends: how one capture key is warmed up and captured."""
 
 from __future__ import annotations
 
@@ -22,17 +9,22 @@ import warnings
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Iterator, Optional, Protocol
+
 import torch
+
 from ..keys import CaptureKey
 from ..summary.graph import CapturedGraph
-from .readout import GraphDataUnusable, read_graph_data
-from .readout import GraphReadoutError, GraphReadoutWarning, load_bindings, read_captured_graph
-from .backend import MemoryHistory, TorchMemoryHistory
-from .result import KeyMetrics
-from typing import Any, Optional
 from ..summary.platform import CPU, PROFILER_FLAGS, cuda_key, gfx_key, rocm_gfx_from_compute
 from ..summary.torch_caps import has_driver_version
-
+from .readout import (
+    GraphDataUnusable,
+    GraphReadoutError,
+    GraphReadoutWarning,
+    load_bindings,
+    read_captured_graph,
+    read_graph_data,
+)
+from .result import KeyMetrics
 
 Forward = Callable[[], Any]
 
@@ -45,11 +37,7 @@ class Steppable(Protocol):
 
 @dataclass
 class CaptureProgress:
-    """Where :meth:`Backend.capture_one` is, so a failure can name its stage.
-
-    ``on_stage(key, stage)`` is told of every stage change (a rank process forwards
-    them to its parent, which names the stage of a rank that hangs).
-    """
+    """Where :meth:`Backend.capture_one` is, so a failure can name its stage."""
 
     key: Optional[CaptureKey] = None
     stage: str = "not started"
@@ -79,11 +67,7 @@ class EagerGraph:
 
 
 class Backend:
-    """The per-key capture sequence, shared by every backend.
-
-    Subclasses override :meth:`synchronize`, :meth:`barrier`, :meth:`run_forward`
-    and :meth:`graph_context`; they never reorder the sequence.
-    """
+    """The per-key capture sequence, shared by every backend."""
 
     name = "base"
     #: Whether replaying a graph under the profiler shows its kernels (real GPU graphs only).
@@ -123,10 +107,6 @@ class Backend:
         """``(allocated, reserved)`` bytes of the device allocator now; None where there is none (CPU)."""
         return None
 
-    def memory_history(self) -> Optional[MemoryHistory]:
-        """The recorder of the allocator's history (``--graph-capture-memory-snapshot``); None on CPU."""
-        return None
-
     def capture_one(
         self,
         key: CaptureKey,
@@ -138,21 +118,7 @@ class Backend:
         progress: Optional[CaptureProgress] = None,
         metrics: Optional[KeyMetrics] = None,
     ) -> Any:
-        """Warm up ``key`` twice, capture it once, and return the graph.
-
-        Each warmup is synchronize → barrier → forward → ``post_warmup(key)`` →
-        ``profiler.step()`` (when profiling and a profiler is given), so nothing the
-        hook does is recorded: the recorded step holds the capture forward alone.  The capture
-        forward runs inside the graph context; the profiler steps once more only
-        **after** the context has exited, because stepping (or stopping) a
-        profiler synchronizes the device, which stream capture forbids.
-
-        ``metrics`` (when given) receives the warmups' and the capture's host wall time
-        (``torch.cuda.graph`` synchronizes the device on entry, so the last warmup's
-        device work counts towards the capture) and the allocator growth across the
-        graph context; a profiler that takes metadata (``add_metadata``) gets them while
-        the key's cycle still records, so they land in its exported trace.
-        """
+        """Warm up ``key`` twice, capture it once, and return the graph."""
         progress = progress if progress is not None else CaptureProgress()
         progress.key = key
         metrics = metrics if metrics is not None else KeyMetrics()
@@ -228,9 +194,6 @@ class CudaGraphBackend(Backend):
     def memory_stats(self) -> Optional[tuple[int, int]]:
         return int(torch.cuda.memory_allocated(self.device)), int(torch.cuda.memory_reserved(self.device))
 
-    def memory_history(self) -> Optional[MemoryHistory]:
-        return TorchMemoryHistory()
-
     def run_forward(self, forward: Forward) -> Any:
         # Warmups run on the capture stream too, as engines do, so lazy
         # initialisation (cuBLAS handles, workspaces) happens on that stream.
@@ -259,15 +222,7 @@ class CudaGraphBackend(Backend):
         self.readout_seconds[key] = time.perf_counter() - started
 
     def read_instantiated(self, key: CaptureKey, graph: Any) -> None:
-        """Read an instantiated graph whose template is live into :attr:`graph_readouts`.
-
-        torch's ``get_graph_data()`` first, where its answer is whole (:mod:`.graph_data`);
-        else the cuda-bindings walk of the ``cudaGraph_t``.  A failed walk is said (a
-        :class:`GraphReadoutWarning` naming the key and the call) and the key's kernels
-        come from the profiler replay, as without a readout.  The engine-loop gate calls
-        this from torch's instantiate hook, where the template is live in both
-        ``keep_graph`` modes.
-        """
+        """Read an instantiated graph whose template is live into :attr:`graph_readouts`."""
         started = time.perf_counter()
         try:
             found = read_any(graph, self.bindings)
@@ -312,13 +267,7 @@ def keeps_graphs() -> bool:
 
 
 def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
-    """cuda-bindings' ``(runtime, driver)`` when captured graphs can be read in process; None otherwise.
-
-    ROCm builds (``torch.version.hip``) are not read this way: their capture window
-    already names every kernel.  Without the torch API or without cuda-bindings, that
-    is said once per process (a :class:`GraphReadoutWarning`) and kernels come from
-    the profiler replay, as before.
-    """
+    """cuda-bindings' ``(runtime, driver)`` when captured graphs can be read in process; None otherwise."""
     global _said_no_keep_graph
     if getattr(torch.version, "hip", None):
         return None
@@ -331,11 +280,7 @@ def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
 
 
 def read_any(graph: Any, bindings: Optional[tuple[ModuleType, ModuleType]]) -> Optional[tuple[CapturedGraph, str]]:
-    """An instantiated graph's nodes and their source: ``get_graph_data()`` where whole, else the walk, else None.
-
-    Raises what the walk raises (:class:`GraphReadoutError`, or RuntimeError for a call the
-    driver lacks); None when neither can be read (no whole answer and no cuda-bindings).
-    """
+    """An instantiated graph's nodes and their source: ``get_graph_data()`` where whole, else the walk, else None."""
     try:
         return read_graph_data(graph), "graph-data"
     except GraphDataUnusable:
@@ -387,10 +332,7 @@ def detect_platform(device: Any = None) -> str:
 
 
 def environment_from_device(device: Any = None, *, profiler: Any = None) -> dict:
-    """Informational environment of a live device: name, torch/CUDA/HIP versions, driver.
-
-    ``profiler`` (a ``torch.profiler.profile``) adds its flags (record_shapes, with_stack, ...).
-    """
+    """Informational environment of a live device: name, torch/CUDA/HIP versions, driver."""
     env: dict[str, Any] = {"torch_version": str(torch.__version__)}
     index = _device_index(device)
     if index is None:

@@ -1,57 +1,33 @@
-"""The capture engine: every key of a runner, largest batch size first, under the profiler.
-
-It ties the stages together — runner (forward per key) → backend (warmups and
-capture) → profiler schedule (one cycle per key) → summary — and returns a
-:class:`~pytest_graphcapture.engine.result.CaptureResult`.  It is what the
-``graph_capture`` fixture calls, and what a user's own start-up code can call.
-"""
+"""The capture engine: every key of a runner, largest batch size first, under the profiler."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
+
 import torch
-from ..errors import CaptureError, UsageError
+
+from ..errors import CaptureError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
-from ..naming import memory_snapshot_path
 from ..summary.graphs import of_graphs
 from ..summary.live import replay_kernels_from_profile, summarize_profile
-from ..summary.replay import with_graph, with_replay
+from ..summary.replay import KernelEvidenceWarning, with_graph, with_replay
 from .backend import Backend, CaptureProgress
-from .backend import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
-import warnings
-from typing import Any, Optional, Sequence
-from ..errors import GraphCaptureError
-from ..keys import CaptureKey
-from ..summary.replay import KernelEvidenceWarning
-import os
-import sys
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional
-
 
 TRACE_MODES = ("off", "per-bs", "single")
 
 
 @dataclass
 class CaptureSettings:
-    """How to capture: what to export, whether to summarize, where files go.
-
-    * ``trace``: ``off`` (no trace files), ``per-bs`` (one trace per key) or
-      ``single`` (one trace for the whole capture phase);
-    * ``summarize``: profile each key (per-bs schedule) to build its summary —
-      the input of golden checks — even when no trace is exported;
-    * ``replay``: replay each captured graph once under the profiler to read its
-      kernels (``None`` = when the backend's graphs show kernels, i.e. on GPU);
-    * ``profiler_flags``: stack / flops / memory recording for exported traces;
-    * ``memory_snapshot``: record the CUDA allocator's history during capture and
-      write one snapshot per runner and rank into the trace directory (GPU only).
-    """
+    """How to capture: what to export, whether to summarize, where files go."""
 
     trace: str = "off"
     summarize: bool = True
@@ -61,7 +37,6 @@ class CaptureSettings:
     replay: Optional[bool] = None
     profiler_flags: frozenset = frozenset({"stack", "flops", "memory"})
     environment: dict = field(default_factory=dict)
-    memory_snapshot: bool = False
     progress: Optional[Callable[[str], None]] = None
     #: Told of every stage change of every key (see :class:`~.backend.CaptureProgress`).
     on_stage: Optional[Callable[[Optional[CaptureKey], str], None]] = None
@@ -86,7 +61,8 @@ def current_rank() -> int:
     return 0
 
 
-def _label(key: CaptureKey) -> str:
+def capture_label(key: CaptureKey) -> str:
+    """The prefix of a key's progress lines and messages."""
     return f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)}"
 
 
@@ -117,12 +93,7 @@ def make_profiler(
     held_graphs: Optional[Callable[[CaptureKey], bool]] = None,
     warmups: int = 2,
 ) -> Any:
-    """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None.
-
-    Summaries need per-batch-size profiling unless the run asked for one single trace.
-    ``held_graphs(key)``: whether a key's capture forward held its graphs (summarized one per graph);
-    ``warmups``: the warmup forwards (each followed by a step) before each key's recorded capture.
-    """
+    """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None."""
     if settings.trace == "per-bs" or (settings.summarize and settings.trace != "single"):
         return PerBatchSizeProfiler(
             device,
@@ -147,24 +118,7 @@ def refuse_cupti_conflict(backend: Backend, settings: CaptureSettings, what: str
 def capture_runner(
     runner: GraphRunner, backend: Backend, settings: Optional[CaptureSettings] = None, *, rank: Optional[int] = None
 ) -> CaptureResult:
-    """Capture every key of ``runner`` on ``backend``; return the per-key results.
-
-    If a key fails, the keys captured before it keep their results and files,
-    the failing key's partial profile is discarded (no file, no summary), the
-    profiler is stopped, and :class:`~pytest_graphcapture.errors.CaptureError`
-    names the key and stage (its ``partial`` holds the result so far).  A
-    ``KeyboardInterrupt`` cleans up the same way and propagates unchanged.
-
-    A key whose recorded capture holds no op, no kernel and no launch fails with an
-    :class:`~pytest_graphcapture.engine.capture.EmptyCaptureError` naming it once every key
-    ran (so a forward that raises is reported as itself); no result comes back.
-
-    On a GPU (``backend.kernel_evidence_required``) a key whose capture recorded
-    no launch events, or whose replay recorded no kernels, fails the same way with an
-    :class:`~pytest_graphcapture.engine.capture.EmptyCaptureError` naming the likely causes;
-    on CUDA another CUPTI client active before the capture refuses it at once
-    (:class:`~pytest_graphcapture.engine.capture.CuptiConflictError`, one line naming it).
-    """
+    """Capture every key of ``runner`` on ``backend``; return the per-key results."""
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
     keys = selected_keys(runner, rank, settings)
@@ -177,8 +131,6 @@ def capture_runner(
     # The first key whose recorded capture holds nothing of its forward, and why: no golden may come from it.
     unseen: Optional[EmptyCaptureError] = None
     unseen_key: Optional[CaptureKey] = None
-    history = backend.memory_history() if settings.memory_snapshot else None
-    snapshot = Recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank, settings.trace_group))
     try:
         if profiler is not None:
             profiler.__enter__()
@@ -202,7 +154,7 @@ def capture_runner(
             done = profiler.results.get(key) if per_bs else None
             if done is not None:
                 try:
-                    check_forward_seen(key, done.summary, f"{_label(key)}: ")
+                    check_forward_seen(key, done.summary, f"{capture_label(key)}: ")
                 except EmptyCaptureError as exc:
                     # Raised once every key ran: a forward that raises at a later key is reported as itself.
                     if unseen is None:
@@ -220,30 +172,19 @@ def capture_runner(
                 metrics=metrics,
             )
             if settings.progress is not None:
-                settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+                settings.progress(f"{capture_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
         if unseen is not None:
             progress.key = unseen_key
             progress.enter("capture")
             raise unseen
-        result.memory_snapshot_path = snapshot.finish()
-        if profiler is not None:
-            progress.key = None
-            progress.enter("trace export")
-            profiler.__exit__(None, None, None)
-            if isinstance(profiler, SingleTraceProfiler):
-                result.single_trace_path = profiler.trace_path
-            profiler = None
-        if _replay_enabled(settings, backend) and settings.summarize:
-            _attach_replay_kernels(result, backend, progress, settings.progress)
-        elif settings.summarize:
-            _attach_graph_readouts(result, backend)
+        export_trace(profiler, result, progress)
+        profiler = None
+        finish_capture(result, backend, settings, progress)
     except KeyboardInterrupt:
-        _stop_quietly(profiler)
-        snapshot.abandon()
+        stop_quietly(profiler)
         raise
     except Exception as exc:
-        _stop_quietly(profiler)
-        snapshot.abandon()
+        stop_quietly(profiler)
         if exc is unseen:  # already one line naming the runner, the key and what to do
             raise
         if progress.stage == "replay":
@@ -254,11 +195,7 @@ def capture_runner(
 
 
 def selected_keys(runner: GraphRunner, rank: int, settings: CaptureSettings) -> list[CaptureKey]:
-    """The runner's keys in capture order, cut to ``settings.batch_sizes``; UsageError for a bad list.
-
-    The batch-size setting applies to every runner: a size the runner does not
-    list is an error naming the setting, never silently skipped.
-    """
+    """The runner's keys in capture order, cut to ``settings.batch_sizes``; UsageError for a bad list."""
     try:
         keys = runner.capture_keys(rank)
     except ValueError as exc:
@@ -287,7 +224,7 @@ def _forward(runner: GraphRunner, key: CaptureKey) -> Callable[[], Any]:
     return forward
 
 
-def _stop_quietly(profiler: Any) -> None:
+def stop_quietly(profiler: Any) -> None:
     """Stop a profiler after a failure, discarding its open cycle."""
     if profiler is None:
         return
@@ -298,6 +235,27 @@ def _stop_quietly(profiler: Any) -> None:
             profiler.__exit__(RuntimeError, RuntimeError("capture failed"), None)
     except Exception:  # the original failure is the one to report
         pass
+
+
+def export_trace(profiler: Any, result: CaptureResult, progress: CaptureProgress) -> None:
+    """Close the profiler of a capture that succeeded, writing its trace; a single trace's path joins the result."""
+    if profiler is None:
+        return
+    progress.key = None
+    progress.enter("trace export")
+    profiler.__exit__(None, None, None)
+    if isinstance(profiler, SingleTraceProfiler):
+        result.single_trace_path = profiler.trace_path
+
+
+def finish_capture(
+    result: CaptureResult, backend: Backend, settings: CaptureSettings, progress: CaptureProgress
+) -> None:
+    """The last step of both capture routes: each key's kernels from a replay of its graphs, else their readouts."""
+    if _replay_enabled(settings, backend) and settings.summarize:
+        _attach_replay_kernels(result, backend, progress, settings.progress)
+    elif settings.summarize:
+        _attach_graph_readouts(result, backend)
 
 
 def _replay_enabled(settings: CaptureSettings, backend: Backend) -> bool:
@@ -317,11 +275,7 @@ def _attach_graph_readouts(result: CaptureResult, backend: Backend) -> None:
 def _attach_replay_kernels(
     result: CaptureResult, backend: Backend, progress: CaptureProgress, report: Optional[Callable[[str], None]]
 ) -> None:
-    """Replay each graph once timed, then once under a short profiler; its kernels join the summary.
-
-    The timed replay also keeps the device busy right before the profiler starts:
-    kernel records at the start of a session after the device idled can be dropped.
-    """
+    """Replay each graph once timed, then once under a short profiler; its kernels join the summary."""
     from torch.profiler import profile
 
     from .profiling import profiler_activities, quiet_kineto
@@ -354,7 +308,7 @@ def _attach_replay_kernels(
         else:
             _attach_one_replay(key, key_result, backend, kernels)
         if report is not None:
-            report(f"{_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
+            report(f"{capture_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
     progress.enter("done")
 
 
@@ -413,12 +367,7 @@ def check_capture_evidence(key: CaptureKey, summary: Optional[Any]) -> None:
 
 
 def check_forward_seen(key: CaptureKey, summary: Optional[Any], where: str) -> None:
-    """EmptyCaptureError when a key's recorded capture holds no op, no kernel and no launch (on any device).
-
-    The gate saw the forward run, so a profile without anything of it is a capture the
-    profiler did not see (work skipped at the capture, or run where it does not record):
-    an empty golden would pass any later forward.  ``where`` begins the line.
-    """
+    """EmptyCaptureError when a key's recorded capture holds no op, no kernel and no launch (on any device)."""
     if summary is None or summary.ops or summary.kernels or int(summary.launches.get("total", 0)):
         return
     raise EmptyCaptureError(
@@ -446,11 +395,7 @@ def check_replay_evidence(key: CaptureKey, replay_kernels: list, suspects: Seque
 
 
 def silent_replay_reason(suspects: Sequence[str]) -> str:
-    """Why a key is incomplete whose profiled replay recorded no kernels while its graph's nodes hold kernels.
-
-    Names the CUPTI clients found (``suspects``) first; without one, the process causes of
-    a dead profiler.  The key gets no golden: a profiler that saw nothing proves nothing.
-    """
+    """Why a key is incomplete whose profiled replay recorded no kernels while its graph's nodes hold kernels."""
     if suspects:
         why = f"another CUPTI client holds CUPTI ({'; '.join(suspects)}), so the profiler records no GPU activity"
     else:
@@ -567,5 +512,3 @@ def suspected_clients(environ: Optional[Mapping[str, str]] = None, modules: Any 
     if modules.get("cupti.cupti") is not None or modules.get("cupti") is not None:
         names.append("cupti-python is imported in this process (a subscriber it made holds CUPTI)")
     return names
-
-

@@ -1,24 +1,14 @@
-"""The step contract of an engine's capture loop: which calls, in which order, per key.
-
-Per key an engine runs ``warmups`` forwards, each followed by a profiler step, then
-its capture forward — wrapped by one graph, or holding the key's graphs (pieces begun
-inside it) — then one more step; keys largest batch size first.  A capture forward
-holding graphs is fed as the same three calls (graph start, forward, graph end).  :class:`StepContract` checks the observed calls against that sequence
-as they happen; :func:`user_key_sequence` is the sequence itself, which
-:mod:`pytest_graphcapture.testing` also checks on recording fakes.
-"""
+"""The step contract of an engine's capture loop: which calls, in which order, per key."""
 
 from __future__ import annotations
 
-from typing import NoReturn, Optional, Union
-from ..errors import GraphCaptureError, UsageError
-from ..keys import CaptureKey, key_label
 import contextlib
 import dataclasses
 import sys
-from typing import Iterator, Optional
-from ..errors import GraphCaptureError
+from typing import Iterator, NoReturn, Optional, Union
 
+from ..errors import GraphCaptureError, UsageError
+from ..keys import CaptureKey, key_label
 
 #: The events of the step contract (also the call names of :class:`~pytest_graphcapture.testing.CallLog`).
 FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT = "forward", "profiler.step", "graph.enter", "graph.exit"
@@ -82,13 +72,7 @@ class CaptureContractError(GraphCaptureError):
 
 
 class StepContract:
-    """Checks the observed calls of an engine's loop, as they happen, against :func:`user_key_sequence`.
-
-    Per key: ``warmups`` forwards each followed by a profiler step, then the capture (one
-    graph holding one forward of that key, or one forward holding the key's graphs), then a step; keys largest batch size first
-    (variants of one size in any order), one graph per key.  :meth:`feed` raises
-    :class:`CaptureContractError` naming the key and the stage at the first call out of place.
-    """
+    """Checks the observed calls of an engine's loop, as they happen, against :func:`user_key_sequence`."""
 
     def __init__(self, warmups: int = WARMUPS) -> None:
         # Positions are computed, never listed: memory does not grow with the warmup count.
@@ -176,8 +160,6 @@ class StepContract:
         raise CaptureContractError(f"graph_capture.engine: {where}{problem}")
 
 
-
-
 class AlreadyFailed(GraphCaptureError):
     """Raised into an engine's loop that goes on after the gate saw a failure; the first failure is reported."""
 
@@ -192,10 +174,7 @@ class Failure:
 
 
 def ended_with_error(what: str) -> RuntimeError:
-    """The failure of a capture torch ended with an error on its hooks: no end hook ran, the engine caught the error.
-
-    ``what``: ``"this graph's capture"`` or ``"the capture of piece 2 (a graph begun inside the forward)"``.
-    """
+    """The failure of a capture torch ended with an error on its hooks: no end hook ran, the engine caught the error."""
     return RuntimeError(
         f"torch ended {what} with an error (its capture-end hook never ran); the error itself was caught by the "
         f"capture function, so the gate cannot show it"
@@ -203,11 +182,7 @@ def ended_with_error(what: str) -> RuntimeError:
 
 
 def cudagraph_skips() -> int:
-    """How many compiled graphs inductor has kept out of CUDA graphs in this process (0 before torch.compile ran).
-
-    inductor counts each in ``torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]`` —
-    silently for a graph on CPU, with a "skipping cudagraphs due to …" warning on a GPU.
-    """
+    """How many compiled graphs inductor has kept out of CUDA graphs in this process (0 before torch.compile ran)."""
     utils = sys.modules.get("torch._dynamo.utils")
     counters = getattr(utils, "counters", None)
     try:
@@ -217,11 +192,7 @@ def cudagraph_skips() -> int:
 
 
 def no_graph_reason(warmup_graph: Optional[str], skips: int, warmups: int) -> str:
-    """What the gate saw of why a capture forward held no graph (``""``: nothing), as its one-line refusal.
-
-    ``warmup_graph``: the last warmup of the key whose forward began a graph (``"warmup 2"``);
-    ``skips``: the compiled graphs inductor kept out of CUDA graphs while the loop ran.
-    """
+    """What the gate saw of why a capture forward held no graph (``""``: nothing), as its one-line refusal."""
     problem = "capture: the capture forward ran with no graph around it and began none inside it"
     if warmup_graph is not None:
         n = int(warmup_graph.split()[-1]) - 1
@@ -283,5 +254,3 @@ class FailureKeeper:
                 f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
                 f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
             )
-
-

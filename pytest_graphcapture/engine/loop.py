@@ -1,71 +1,63 @@
-"""Gate an engine's own capture loop, unmodified: observe it, check the step contract, profile each key.
-
-An engine captures its decode graphs in its own start-up loop: per batch size (and
-variant) two warmup forwards, then the capture under ``torch.cuda.graph``, largest
-batch size first.  :func:`capture_engine_loop` runs that loop for real while it
-
-* wraps the forward method named by ``forward`` (the body a graph holds, or the forward that
-  holds a key's graphs, :mod:`.held_capture`) and observes
-  every graph capture (:mod:`.capture_observer`: torch's global capture hooks where torch
-  has them, else wrapping ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end``), routing
-  each call to a :class:`~.loop_observer.LoopObserver` that attributes forwards and graphs
-  to keys through ``key``;
-* on a device other than CUDA (CPU CI), replaces the CUDA graph, stream and event calls
-  with the eager stand-ins of :mod:`.stand_ins`;
-* drives the plugin's per-batch-size profiler: ``fn(profiler)`` steps it where the engine
-  steps its own; ``fn()`` (an engine that takes no profiler) has it stepped for it after
-  each forward outside a graph and when each graph's capture ends;
-* checks the step contract on the way (:mod:`.step_contract`): a violation stops the
-  capture with one line naming the key and the stage.
-
-A failure the gate sees fails the capture even when the engine catches the exception
-and goes on; no result (so no golden) comes from a failed capture.  Everything patched
-is restored when ``fn`` returns or raises.
-"""
+"""Gate an engine's own capture loop, unmodified: observe it, check the step contract, profile each key."""
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-from typing import Any, Callable, Iterator, Optional, Union
-import torch
-from ..errors import CaptureError, GraphCaptureError, UsageError
-from ..keys import key_label
-from .backend import make_backend
-from .capture import (
-    CaptureSettings,
-    _attach_graph_readouts,
-    _attach_replay_kernels,
-    _replay_enabled,
-    _stop_quietly,
-    current_rank,
-    make_profiler,
-    refuse_cupti_conflict,
-)
-from .observe import observe_captures
-from .profiling import SingleTraceProfiler
-from .result import CaptureResult
-from .observe import EagerCUDAGraph, bound_too_early, eager_cuda_calls, patched, placeholder_classes, placeholder_message
-from .contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP, WARMUPS, CaptureContractError, KeyLike, StepContract, as_key, user_key_sequence, warmup_count
 import dataclasses
+import inspect
 import sys
 import threading
 import time
-from typing import Any, Callable, NoReturn, Optional
-from ..errors import UsageError
+from typing import Any, Callable, Iterator, NoReturn, Optional, Union
+
+import torch
+
+from ..errors import CaptureError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
-from .backend import CaptureProgress
-from .capture import CaptureSettings, _label
-from .observe import CaptureObserver, still_capturing
-from .capture import check_capture_evidence, check_forward_seen
-from .contract import AlreadyFailed, Failure, FailureKeeper, cudagraph_skips, ended_with_error, no_graph_reason, other_thread_reason
+from ..summary.split import PIECE_MARK
+from .backend import CaptureProgress, make_backend
+from .capture import (
+    CaptureSettings,
+    capture_label,
+    check_capture_evidence,
+    check_forward_seen,
+    current_rank,
+    export_trace,
+    finish_capture,
+    make_profiler,
+    refuse_cupti_conflict,
+    stop_quietly,
+)
+from .contract import (
+    FORWARD,
+    GRAPH_ENTER,
+    GRAPH_EXIT,
+    STEP,
+    WARMUPS,
+    CaptureContractError,
+    FailureKeeper,
+    KeyLike,
+    StepContract,
+    as_key,
+    cudagraph_skips,
+    ended_with_error,
+    no_graph_reason,
+    other_thread_reason,
+    warmup_count,
+)
+from .observe import (
+    CaptureObserver,
+    EagerCUDAGraph,
+    bound_too_early,
+    eager_cuda_calls,
+    observe_captures,
+    patched,
+    placeholder_classes,
+    placeholder_message,
+    still_capturing,
+)
 from .profiling import PerBatchSizeProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
-from .observe import EagerCUDAGraph
-from .contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP, CaptureContractError, KeyLike, StepContract, as_key
-from typing import Any, Optional
-from ..keys import CaptureKey
-from ..summary.split import PIECE_MARK
 
 
 def takes_profiler(fn: Callable[..., Any]) -> bool:
@@ -96,24 +88,7 @@ def capture_engine_loop(
     settings: Optional[CaptureSettings] = None,
     warmups: int = WARMUPS,
 ) -> CaptureResult:
-    """Run the engine's capture function ``fn`` under the gate; return every key it captured.
-
-    ``forward`` is ``(object, "method")``: the body each graph holds; ``key(*args, **kwargs)``
-    turns one call's arguments into its key (a CaptureKey, a batch size, or ``(batch size,
-    variant)`` of ``runner_name``, default the object's class name).  ``device`` (default: the
-    object's ``device``, else CPU) decides real graphs (CUDA) or eager stand-ins.
-
-    A forward that raises fails with :class:`~pytest_graphcapture.errors.CaptureError` naming
-    the key and stage; a loop that breaks the step contract with :class:`CaptureContractError`;
-    the first failure the gate saw is raised even when ``fn`` caught it and returned.  Either
-    way every patch is restored, the profiler is stopped and no result is returned.
-
-    ``warmups`` is how many forwards (each followed by a profiler step) the loop runs per
-    key before its capture forward: 2 as sglang runs, 1 for vLLM's loop and for a
-    ``torch.compile(mode="reduce-overhead")`` model (inductor records on a compiled
-    function's second call); at most :data:`~.step_contract.MAX_WARMUPS`.  The profiler's
-    schedule waits that many steps, so the recorded step is still each key's capture.
-    """
+    """Run the engine's capture function ``fn`` under the gate; return every key it captured."""
     warmups = warmup_count(warmups)
     owner, name = _forward_target(forward)
     settings = settings or CaptureSettings()
@@ -153,25 +128,18 @@ def capture_engine_loop(
                 raise _failure(loop, None, real_graphs) from _cause(loop, None)
         loop.contract.finish()
         _keep_selected_sizes(result, settings)
-        if profiler is not None:
-            loop.progress.key = None
-            loop.progress.enter("trace export")
-            profiler.__exit__(None, None, None)
-            if isinstance(profiler, SingleTraceProfiler):
-                result.single_trace_path = profiler.trace_path
-            profiler = None
-        if _replay_enabled(settings, backend) and settings.summarize:
-            _attach_replay_kernels(result, backend, loop.progress, settings.progress)
-        elif settings.summarize:  # the graphs read from torch's instantiate hook give the kernels alone
-            _attach_graph_readouts(result, backend)
+        export_trace(profiler, result, loop.progress)
+        profiler = None
+        # Without a replay, the graphs read from torch's instantiate hook give the kernels alone.
+        finish_capture(result, backend, settings, loop.progress)
     except KeyboardInterrupt:
-        _stop_quietly(profiler)
+        stop_quietly(profiler)
         raise
     except GraphCaptureError:
-        _stop_quietly(profiler)
+        stop_quietly(profiler)
         raise
     except Exception as exc:
-        _stop_quietly(profiler)
+        stop_quietly(profiler)
         raise CaptureError(loop.progress.key or runner_name, loop.progress.stage, exc, partial=result) from exc
     return result
 
@@ -184,11 +152,7 @@ CAUGHT = (
 
 
 def _failure(loop: LoopObserver, raised: Optional[BaseException], real_graphs: bool) -> BaseException:
-    """The error a failed capture ends with: the first failure the gate saw, else what ``fn`` raised.
-
-    A failure the engine caught (``raised`` is not it) is said to have been caught; torch's
-    CPU placeholder of a stood-in class is explained as a name bound before the stand-ins.
-    """
+    """The error a failed capture ends with: the first failure the gate saw, else what ``fn`` raised."""
     kept = loop.failure
     error = kept.error if kept is not None else raised
     assert error is not None
@@ -227,12 +191,7 @@ def _placeholder_in(error: BaseException) -> Optional[str]:
 
 
 def _keep_selected_sizes(result: CaptureResult, settings: CaptureSettings) -> None:
-    """Cut the result to ``settings.batch_sizes`` (the engine's loop captured them all); UsageError for a size it lacks.
-
-    The batch-size setting applies to an engine's loop as to every runner: the result
-    holds only the sizes asked for, and a size the loop did not capture is an error
-    naming the setting, never silently skipped.
-    """
+    """Cut the result to ``settings.batch_sizes`` (the engine's loop captured them all); UsageError for a size it lacks."""
     if settings.batch_sizes is None:
         return
     captured = sorted({k.batch_size for k in result.keys})
@@ -302,8 +261,6 @@ def _observed(loop: LoopObserver, owner: Any, name: str, *, real_graphs: bool) -
         )
         stack.enter_context(patched(owner, name, observed_forward))
         yield
-
-
 
 
 @dataclasses.dataclass
@@ -396,11 +353,7 @@ class LoopObserver(FailureKeeper):
         return f"{key.runner} {key_label(key)}: " if key is not None else ""
 
     def elsewhere(self, what: str, key: Optional[CaptureKey] = None) -> bool:
-        """Whether this call runs on a thread other than the gate's: then kept as the failure and passed through.
-
-        The engine's worker thread is never raised into (nothing there would report it); the
-        gate raises the failure when the capture function returns, and no golden is written.
-        """
+        """Whether this call runs on a thread other than the gate's: then kept as the failure and passed through."""
         thread = threading.current_thread()
         if thread is self.thread:
             return False
@@ -548,13 +501,7 @@ class LoopObserver(FailureKeeper):
         return True
 
     def _begin_held(self, graph: Any) -> bool:
-        """A graph begun inside a forward: a piece of the key's capture forward, else a library's (False).
-
-        Only the forward whose capture is due (after the key's warmups, with no graph around
-        it) holds the key's graphs.  A graph begun in a warmup forward, or while another graph
-        is being captured, is a library's inside the forward (its work in a capture is that
-        graph's, as on a GPU), never a key's.
-        """
+        """A graph begun inside a forward: a piece of the key's capture forward, else a library's (False)."""
         self._held_ended_unseen(self.held, beginning=graph)
         held = self.held
         if held is None or held.open is not None or self.graph is not None:
@@ -627,12 +574,7 @@ class LoopObserver(FailureKeeper):
             self._exit_graph(entered)
 
     def _ended_unseen(self, beginning: Any = None) -> None:
-        """On torch's hooks: the open graph's capture ended with an error, which runs no end hook; fail its key now.
-
-        torch runs no capture-end hook when ending the capture raises (a capture an error
-        inside it invalidated), so the gate learns of it at the loop's next call, when the
-        open graph is no longer capturing (:func:`~.capture_observer.still_capturing`).
-        """
+        """On torch's hooks: the open graph's capture ended with an error, which runs no end hook; fail its key now."""
         open_graph = self.graph
         if open_graph is None or self.captures is None or self.captures.mode != "hooks":
             return
@@ -641,11 +583,7 @@ class LoopObserver(FailureKeeper):
         self.capture_failed(open_graph.graph, ended_with_error("this graph's capture"))
 
     def _held_ended_unseen(self, held: Optional[HeldCapture], beginning: Any = None) -> None:
-        """On torch's hooks: a piece whose capture end raised (no end hook ran) fails its key, as a wrapping graph does.
-
-        Asked as the next piece begins and when the capture forward returns: a piece still
-        open then but no longer capturing is one torch ended with an error the engine caught.
-        """
+        """On torch's hooks: a piece whose capture end raised (no end hook ran) fails its key, as a wrapping graph does."""
         if held is None or held.open is None or self.captures is None or self.captures.mode != "hooks":
             return
         if still_capturing(held.open, beginning=beginning):
@@ -655,11 +593,7 @@ class LoopObserver(FailureKeeper):
         self._held_failed(held, held.open, ended_with_error(what))
 
     def capture_failed(self, graph: Any, error: BaseException) -> None:
-        """torch's own ``capture_begin`` / ``capture_end`` raised: the key fails during its capture.
-
-        When the capture was being left by another exception (the one that invalidated it),
-        that one is the failure; either way the graph is closed, so the next is not "inside" it.
-        """
+        """torch's own ``capture_begin`` / ``capture_end`` raised: the key fails during its capture."""
         if self.elsewhere("a graph capture"):
             return
         if self.library_graphs and id(graph) in self.library_graphs:
@@ -735,9 +669,7 @@ class LoopObserver(FailureKeeper):
             metrics=self.metrics[key],
         )
         if self.settings.progress is not None:
-            self.settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({self.metrics[key].describe()})")
-
-
+            self.settings.progress(f"{capture_label(key)} captured in {seconds:.3f}s ({self.metrics[key].describe()})")
 
 
 class HeldCapture:
@@ -774,5 +706,3 @@ class HeldCapture:
         opened, self._range = self._range, None
         if opened is not None:
             opened.__exit__(None, None, None)
-
-

@@ -1,38 +1,16 @@
-"""Observe every graph capture while an engine's capture function runs.
-
-Two ways, chosen by probing torch (:func:`~pytest_graphcapture.summary.torch_caps.graph_hooks`):
-
-* **torch's global hooks** where they exist (torch 2.15): a capture-start, capture-end
-  and instantiate hook registered with ``torch.cuda.graphs.register_graph_capture_start_hook``
-  and its siblings, removed when the block ends.  Nothing of torch is patched, and every
-  graph is seen — the engine's, inductor's, a library's.  torch runs the start hook right
-  after ``capture_begin`` made the capture live, the end hook after ``capture_end_pre``
-  while the captured ``cudaGraph_t`` is still live, and the instantiate hook after each
-  ``instantiate()`` (``capture_end`` instantiates a ``keep_graph=False`` graph itself);
-* **patching** ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end`` (what
-  ``torch.cuda.graph`` calls) for the block, on torch 2.8–2.14.
-
-torch swallows every exception a global hook raises (``_run_global_hooks``), so nothing
-raised in ours may be lost: each failure inside a hook — the listener's, a check's, a bug —
-is kept in :attr:`CaptureObserver.failures`, handed to ``on_failure`` at once, and
-:meth:`CaptureObserver.raise_kept` raises the first when the capture ends.  On the patching
-path the same failures are kept too, and raised into the engine as before.
-
-Off CUDA the eager stand-in graph fires torch's global hooks the way ``torch/cuda/graphs.py``
-does (:func:`fire_torch_hooks`), so the hook path runs on CPU as it does on a GPU.
-"""
+"""Observe every graph capture while an engine's capture function runs."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from typing import Any, Callable, Iterator, Optional, Protocol
+
 import torch
+
 from ..errors import GraphCaptureError
 from ..summary.torch_caps import graph_hooks
-import re
-from typing import Any, Callable, Optional
-
 
 #: torch's private registries of global hooks (torch/cuda/graphs.py) that ``_run_global_hooks`` runs, by event.
 _REGISTRIES = {
@@ -95,10 +73,7 @@ class CaptureObserver:
 
 
 def fire_torch_hooks(event: str, graph: Any) -> None:
-    """Run torch's global hooks of ``event`` with ``graph``, as ``torch/cuda/graphs.py`` runs them (a stand-in's use).
-
-    A no-op where torch has no such registry (before 2.15): there the capture is observed by patching.
-    """
+    """Run torch's global hooks of ``event`` with ``graph``, as ``torch/cuda/graphs.py`` runs them (a stand-in's use)."""
     graphs = getattr(torch.cuda, "graphs", None)
     registry = getattr(graphs, _REGISTRIES[event], None)
     run = getattr(graphs, "_run_global_hooks", None)
@@ -115,13 +90,7 @@ def stand_in_fires_hooks() -> bool:
 
 
 def still_capturing(graph: Any, beginning: Any = None) -> bool:
-    """Whether ``graph``'s capture is still under way (asked on torch's hooks, where a failed end runs no hook).
-
-    The CPU stand-in says so itself (``capturing``); a real graph is capturing while the
-    current stream is (the loop's calls run on the capture stream inside the graph's
-    context).  ``beginning``: a real graph whose capture begins now makes the stream
-    capture, so that answer would be its own — the open graph then counts as capturing.
-    """
+    """Whether ``graph``'s capture is still under way (asked on torch's hooks, where a failed end runs no hook)."""
     capturing = getattr(graph, "capturing", None)
     if isinstance(capturing, bool):
         return capturing
@@ -147,12 +116,7 @@ def observe_captures(
     on_failure: Optional[Callable[[BaseException], None]] = None,
     mode: Optional[str] = None,
 ) -> Iterator[CaptureObserver]:
-    """Tell ``listener`` of every graph captured in the block; yield the :class:`CaptureObserver`.
-
-    ``before_begin()`` runs as each capture begins, before the listener hears of it (a check
-    that raises refuses the capture).  ``mode`` forces ``"hooks"`` or ``"patch"`` (default:
-    :func:`observation_mode`).  Everything registered or patched is undone when the block ends.
-    """
+    """Tell ``listener`` of every graph captured in the block; yield the :class:`CaptureObserver`."""
     mode = mode or observation_mode(real_graphs)
     observer = CaptureObserver(mode, on_failure)
     with contextlib.ExitStack() as stack:
@@ -249,17 +213,8 @@ def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
             setattr(owner, name, before)
 
 
-
-
 class EagerCUDAGraph:
-    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again.
-
-    It fires torch's global graph hooks where torch has them, where and in the order
-    ``torch/cuda/graphs.py`` fires them (:func:`~.capture_observer.fire_torch_hooks`): the
-    start hooks once the capture began, the end hooks when it ended and then, for
-    ``keep_graph=False``, ``instantiate()`` with its hooks; a replay instantiates first if
-    needed and runs the replay-start and (even when it raises) replay-end hooks around itself.
-    """
+    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again."""
 
     def __init__(self, keep_graph: bool = False, *args: Any, **kwargs: Any) -> None:
         self.calls: list[tuple[Callable[..., Any], tuple, dict]] = []
@@ -383,15 +338,7 @@ def placeholder_classes(torch_cuda: Any) -> dict[str, type]:
 
 
 def bound_too_early(exc: BaseException) -> Optional[str]:
-    """The ``torch.cuda`` name behind ``exc`` when it is torch's CPU placeholder of a stood-in class, else None.
-
-    An engine module that did ``from torch.cuda import CUDAGraph`` (or ``Event``, ``Stream``)
-    holds torch's placeholder, bound before the gate replaced the attribute: instantiating it
-    off CUDA raises "Tried to instantiate dummy base class CUDAGraph", which by itself names
-    neither the cause nor the fix.
-    """
+    """The ``torch.cuda`` name behind ``exc`` when it is torch's CPU placeholder of a stood-in class, else None."""
     found = _PLACEHOLDER.search(str(exc)) if isinstance(exc, (RuntimeError, TypeError)) else None
     name = found and (found.group(1) or found.group(2))
     return name if name in eager_cuda_calls() else None
-
-

@@ -1,17 +1,4 @@
-"""The profiler schedule: one recorded cycle — and at most one trace — per captured graph.
-
-:class:`PerBatchSizeProfiler` wraps one ``torch.profiler.profile`` for the whole
-capture phase with ``schedule(wait=warmups, warmup=0, active=1, repeat=0)``: each
-key's warmups (two unless the engine loop says otherwise) fall in the wait steps and
-its capture forward is the one recorded step.  A finished cycle is attributed to the key whose capture it recorded (set
-by :meth:`PerBatchSizeProfiler.begin_key`), never to a position in a list, so
-variants and failed captures cannot shift names.
-
-:class:`SingleTraceProfiler` is the older behaviour: one unscheduled profiler
-around the whole capture phase, exported once.
-
-Where traces go and how they are named is :mod:`pytest_graphcapture.naming`'s.
-"""
+"""The profiler schedule: one recorded cycle — and at most one trace — per captured graph."""
 
 from __future__ import annotations
 
@@ -41,18 +28,7 @@ _KINETO_NOISE_LINES = re.compile(rb"^USDT:[^\n]*\bprofiler_(?:start|stop)[ \t\r\
 
 
 class KinetoQuieter:
-    """Drops Kineto's ``USDT: … profiler_start/profiler_stop`` lines from the stderr descriptor.
-
-    Kineto writes two of them per profiled key straight to file descriptor 2,
-    past Python, so they fill every failure's captured stderr.  For the duration
-    of each block (``with quieter():``) descriptor 2 points at a temporary file;
-    afterwards every other line the block wrote is written back, in order, so no
-    other stderr output is lost.  One quieter keeps its temporary file for all its
-    blocks (a profiler steps three times per key, and opening a file each time cost
-    more than the rest of the block); each block reads from where the last one
-    ended, and the file is emptied once it grows past :attr:`RESET_BYTES`.
-    :meth:`close` removes it.
-    """
+    """Drops Kineto's ``USDT: … profiler_start/profiler_stop`` lines from the stderr descriptor."""
 
     RESET_BYTES = 1 << 20
 
@@ -136,15 +112,7 @@ _LAZY_MODULES_LOADED = False
 
 
 def load_lazy_profiler_modules() -> None:
-    """Import, once per process, the modules torch imports lazily at the first profiler start.
-
-    The first ``torch.profiler.profile`` imports torch._dynamo and torch._inductor, whose
-    imports register operator libraries with torch's C++ registry.  A test runner that
-    drops the modules imported during a run (pytest's ``pytester`` in-process runs do)
-    makes the next profiler start import them again, and registering twice fails
-    ("Only a single TORCH_LIBRARY can be used ...").  Importing them up front, outside
-    such a run, keeps them loaded for good.
-    """
+    """Import, once per process, the modules torch imports lazily at the first profiler start."""
     global _LAZY_MODULES_LOADED
     if _LAZY_MODULES_LOADED:
         return
@@ -156,26 +124,14 @@ def load_lazy_profiler_modules() -> None:
 
 
 def capture_schedule(warmups: int = 2) -> Callable[[int], Any]:
-    """``schedule(wait=warmups, warmup=0, active=1, repeat=0)`` without torch's warmup warning.
-
-    The waits are a key's warmup forwards (each followed by a step); the active step is
-    the capture, so the recorded cycle is the capture's whatever the warmup count.
-    torch warns that no warmup "can skew profiler results" — true for timings,
-    irrelevant for the kernel and shape summaries we take — so the warning is
-    silenced here instead of reaching users (a run under ``-W error`` passes).
-    """
+    """``schedule(wait=warmups, warmup=0, active=1, repeat=0)`` without torch's warmup warning."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*won't be using warmup.*", category=UserWarning)
         return schedule(wait=warmups, warmup=0, active=1, repeat=0)
 
 
 def export_trace(prof: profile, path: Path) -> None:
-    """Export ``prof``'s cycle to ``path`` (gzipped for ``.gz``), atomically.
-
-    torch gzips its export line by line at level 9 (``writelines`` over a temp file),
-    which costs several times the export itself; we export plain JSON and gzip it in
-    large blocks at level 6: about a fifth of the time, files ~10% larger.
-    """
+    """Export ``prof``'s cycle to ``path`` (gzipped for ``.gz``), atomically."""
     if not path.name.endswith(".gz"):
         write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
         return
@@ -208,13 +164,7 @@ Summarizer = Callable[[profile, CaptureKey, Optional[Callable[[], Path]]], Any]
 
 @dataclass
 class PerBatchSizeProfiler:
-    """One scheduled profiler for the capture phase; one cycle per captured key.
-
-    ``export_dir`` set → each cycle is written to ``{export_dir}/graph_capture_profile/``;
-    ``summarizer`` set → each cycle is summarized in memory (no export needed).
-    Use as a context manager; call :meth:`begin_key` before each key's warmups,
-    :meth:`step` from the backend, and :meth:`abort_key` when a key fails.
-    """
+    """One scheduled profiler for the capture phase; one cycle per captured key."""
 
     device: torch.device
     export_dir: Optional[Path] = None
@@ -282,11 +232,7 @@ class PerBatchSizeProfiler:
                     self._prof.step()
 
     def add_metadata(self, metrics: dict) -> None:
-        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``).
-
-        Called when the capture is done and the cycle still records: the replay, timed after
-        the cycle's trace is written, is not among them.
-        """
+        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``)."""
         if self._prof is not None and self._active is not None:
             self._prof.add_metadata_json("graph_capture_metrics", json.dumps(metrics, sort_keys=True))
 

@@ -1,43 +1,14 @@
-"""Read a captured CUDA graph's nodes in process, through NVIDIA's cuda-bindings.
-
-Why: after capture the graph object knows exactly what it launches — each node's
-type, each kernel's function, grid, block and dynamic shared memory, memsets,
-copies, child graphs and the dependencies — so the kernel set need not come
-second-hand from a profiled replay.  This module walks a raw ``cudaGraph_t`` into
-the same :class:`~pytest_graphcapture.summary.graph.CapturedGraph` the DOT reader
-(:mod:`pytest_graphcapture.summary.dot`) builds from a dump, so everything after
-the readout is shared.
-
-The calls are listed in :data:`CALLS`, spelled as cuda-bindings 12.8 to 13.5
-spell them (``cuda.bindings.runtime`` and ``cuda.bindings.driver``; the older
-``cuda.cudart`` path is a deprecated alias in 12.x and gone in 13.x).  Each
-returns its error first.  A kernel is read through the driver
-(``cuGraphKernelNodeGetParams``, then ``cuFuncGetName``, or ``cuKernelGetName``
-for a node that holds a library kernel instead of a function): the runtime's
-kernel parameters hold a function pointer that no call in cuda-bindings names
-(it has no ``cudaFuncGetName``).  The edges come from ``cudaGraphGetEdges_v2``
-on 12.x — the plain call there has no edge data and fails with
-``cudaErrorLossyQuery`` on a graph with programmatic edges — which 13.x renamed
-``cudaGraphGetEdges``.  A conditional node's body graphs need
-``cudaGraphNodeGetParams``, new in CUDA 13.2; with older bindings the readout of
-such a graph fails with one error that says so.
-
-cuda-bindings is an optional extra (``pip install pytest-graphcapture[cuda]``).
-Without it :func:`read_captured_graph` says so once (a :class:`GraphReadoutWarning`)
-and returns None: the caller falls back to what it had (the profiler replay).
-"""
+"""Read a captured CUDA graph's nodes in process, through NVIDIA's cuda-bindings."""
 
 from __future__ import annotations
 
 import warnings
 from types import ModuleType
 from typing import Any, Callable, Optional
+
 from ..errors import GraphCaptureError
 from ..summary.graph import CapturedGraph, GraphNode, Launch, copy_direction
-from typing import Any
-from ..summary.graph import CapturedGraph, GraphNode, Launch
 from ..summary.torch_caps import graph_data_has_launches
-
 
 #: The runtime's node type names (``cudaGraphNodeType<Name>``) → the model's node types.
 NODE_TYPES = {
@@ -83,10 +54,7 @@ class GraphReadoutWarning(UserWarning):
 
 
 class GraphReadoutError(GraphCaptureError):
-    """A call of the readout failed: ``call`` names it and ``error`` is the error the runtime returned.
-
-    ``problem`` replaces "failed with <error>" where the call could not be made at all.
-    """
+    """A call of the readout failed: ``call`` names it and ``error`` is the error the runtime returned."""
 
     def __init__(self, call: str, error: object, problem: Optional[str] = None) -> None:
         self.call = call
@@ -113,11 +81,7 @@ def load_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
 def read_captured_graph(
     graph: Any, *, runtime: Optional[ModuleType] = None, driver: Optional[ModuleType] = None
 ) -> Optional[CapturedGraph]:
-    """The nodes and edges of the raw CUDA graph ``graph`` (a ``cudaGraph_t`` or its address as an int).
-
-    ``runtime`` and ``driver`` are the cuda-bindings modules (loaded when not given);
-    None when they are not installed.  Raises :class:`GraphReadoutError` when a call fails.
-    """
+    """The nodes and edges of the raw CUDA graph ``graph`` (a ``cudaGraph_t`` or its address as an int)."""
     if runtime is None or driver is None:
         loaded = load_bindings()
         if loaded is None:
@@ -168,11 +132,7 @@ class _Reader:
         return tuple(result[1:])
 
     def graph(self, graph: Any, ident: str) -> CapturedGraph:
-        """Nodes in the runtime's order, then the edges between them; child graphs and bodies likewise.
-
-        Graphs still to read wait on a list, not on the call stack: a graph nested
-        thousands deep reads like a flat one.
-        """
+        """Nodes in the runtime's order, then the edges between them; child graphs and bodies likewise."""
         root = CapturedGraph(ident=ident)
         pending: list[tuple[Any, CapturedGraph, Any]] = [(graph, root, None)]
         while pending:
@@ -325,12 +285,7 @@ def _dims(value: Any) -> tuple[int, int, int]:
 
 
 def read_graph_data(cuda_graph: Any) -> CapturedGraph:
-    """``cuda_graph.get_graph_data()`` as a :class:`CapturedGraph`; :class:`GraphDataUnusable` saying why not.
-
-    torch raises RuntimeError without cuda-bindings or a driver below 13.1, and warns
-    (rather than fails) for child-graph and conditional nodes — both mean the answer
-    cannot be used, so both become :class:`GraphDataUnusable`.
-    """
+    """``cuda_graph.get_graph_data()`` as a :class:`CapturedGraph`; :class:`GraphDataUnusable` saying why not."""
     method = getattr(cuda_graph, "get_graph_data", None)
     if not callable(method):
         raise GraphDataUnusable("this torch has no CUDAGraph.get_graph_data")
@@ -341,5 +296,3 @@ def read_graph_data(cuda_graph: Any) -> CapturedGraph:
         except (RuntimeError, AttributeError, TypeError) as exc:
             raise GraphDataUnusable(f"{type(exc).__name__}: {exc}") from None
     return graph_from_data(payload)
-
-

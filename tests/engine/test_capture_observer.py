@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_graphcapture.engine import observe as capture_observer, loop as engine_loop
+from pytest_graphcapture.engine import loop as engine_loop
+from pytest_graphcapture.engine import observe as capture_observer
 from pytest_graphcapture.engine.backend import EagerBackend
-from pytest_graphcapture.engine.capture import CaptureSettings
-from pytest_graphcapture.engine.observe import HookFailure, observation_mode, observe_captures
-from pytest_graphcapture.engine.capture import INJECTION, CuptiConflictError, refuse_other_clients
-from pytest_graphcapture.engine.loop import CaptureContractError, EagerCUDAGraph, capture_engine_loop
+from pytest_graphcapture.engine.capture import INJECTION, CaptureSettings, CuptiConflictError, refuse_other_clients
+from pytest_graphcapture.engine.contract import CaptureContractError
+from pytest_graphcapture.engine.loop import capture_engine_loop
+from pytest_graphcapture.engine.observe import EagerCUDAGraph, HookFailure, observation_mode, observe_captures
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.torch_caps import graph_hooks
 

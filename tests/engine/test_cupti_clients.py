@@ -10,9 +10,16 @@ import pytest
 import torch
 
 import pytest_graphcapture.engine.capture as capture_module
-from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
-from pytest_graphcapture.engine.capture import INJECTION, CuptiConflictError, active_clients, refuse_other_clients, suspected_clients
-from pytest_graphcapture.engine.capture import silent_replay_reason
+from pytest_graphcapture.engine.capture import (
+    INJECTION,
+    CaptureSettings,
+    CuptiConflictError,
+    active_clients,
+    capture_runner,
+    refuse_other_clients,
+    silent_replay_reason,
+    suspected_clients,
+)
 from pytest_graphcapture.engine.result import CaptureResult, KeyResult
 from pytest_graphcapture.golden.gate import check_result
 from pytest_graphcapture.keys import CaptureKey

@@ -6,7 +6,15 @@ import tracemalloc
 
 import pytest
 
-from pytest_graphcapture.engine.loop import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP, CaptureContractError, StepContract, user_key_sequence
+from pytest_graphcapture.engine.contract import (
+    FORWARD,
+    GRAPH_ENTER,
+    GRAPH_EXIT,
+    STEP,
+    CaptureContractError,
+    StepContract,
+    user_key_sequence,
+)
 from pytest_graphcapture.keys import CaptureKey
 
 BIG, SMALL = CaptureKey("Engine", 4), CaptureKey("Engine", 2)

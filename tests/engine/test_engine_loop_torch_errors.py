@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_graphcapture.engine import observe as capture_observer, observe as stand_ins
-from pytest_graphcapture.engine.observe import observation_mode
+from pytest_graphcapture.engine import observe as capture_observer
+from pytest_graphcapture.engine import observe as stand_ins
 from pytest_graphcapture.engine.loop import capture_engine_loop
+from pytest_graphcapture.engine.observe import observation_mode
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.summary.torch_caps import graph_hooks
 

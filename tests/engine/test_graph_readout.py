@@ -24,7 +24,15 @@ from typing import Any
 import pytest
 
 from pytest_graphcapture.engine import readout as graph_readout
-from pytest_graphcapture.engine.readout import CALLS, CONDITIONAL_BODIES_SINCE, NODE_TYPES, GraphReadoutError, GraphReadoutWarning, edges_call, read_captured_graph
+from pytest_graphcapture.engine.readout import (
+    CALLS,
+    CONDITIONAL_BODIES_SINCE,
+    NODE_TYPES,
+    GraphReadoutError,
+    GraphReadoutWarning,
+    edges_call,
+    read_captured_graph,
+)
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.dot import DUMP_PLATFORM, summarize_dot_file
 from pytest_graphcapture.summary.replay import graph_summary

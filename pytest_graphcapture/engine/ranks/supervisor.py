@@ -1,65 +1,27 @@
-"""Run a function on N ranks: spawned processes with ``torch.distributed`` initialized, supervised.
-
-Tensor-parallel decode captures one graph set per rank, and a regression often
-shows on one rank's collective or shard shapes only, so the gate has to capture
-every rank.  :func:`run_on_ranks` spawns ``world_size`` processes (``spawn`` start
-method, as torch advises: a process that imported torch has threads, and a fork of it can
-crash); each initializes the default process group (``gloo`` on CPU, ``nccl`` on CUDA —
-RCCL on ROCm builds — unless told otherwise) over a free loopback port, calls a picklable
-target with a :class:`RankContext` and sends its plain-data return value back through a queue.
-:mod:`.capture` runs the capture engine this way; :mod:`.rank_process` is the rank's side
-and :mod:`.target` what it runs.
-
-Failure handling, the part that makes it usable as a gate:
-
-* ``timeout`` bounds the work after every rank's interpreter has started
-  (``init_process_group`` and the capture); start-up itself (interpreter and
-  ``import torch``) is bounded by ``max(timeout, STARTUP_ALLOWANCE)``.
-* The first rank that raises (or dies) fails the run with that rank's message
-  and traceback; the other ranks get :data:`ERROR_GRACE` seconds to report their
-  own errors (often consequences, listed after it), then every child is
-  terminated, killed if needed, and joined — no process is left behind.
-* On a timeout each unfinished rank is named with its last stage and, on POSIX,
-  the innermost frame of its main thread (a ``faulthandler`` dump), and a rank
-  waiting inside ``torch.distributed`` is told apart from the one that hangs.
-* Each rank leads a process group of its own (a new session), and stopping a
-  rank stops its group: whatever the runner factory started (a server, a
-  compile worker, a ``sleep``) goes with it.
-* Children die with their parent, so even a killed pytest leaves no orphan
-  behind: on Linux the kernel kills them (``prctl(PR_SET_PDEATHSIG)``, which
-  works while a rank holds the GIL in a long C call); everywhere a thread also
-  watches the parent (it needs the GIL).
-* A rank's stage is also written to a file, synchronously: a rank that dies
-  without a word (``os._exit``, a segfault) is reported at the last stage it
-  reached, not the last one its message queue delivered before it died.
-"""
+"""Run a function on N ranks: spawned processes with ``torch.distributed`` initialized, supervised."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 import os
 import queue as queue_mod
+import re
 import shutil
 import signal
 import socket
-import tempfile
-import time
-from typing import Any, Callable, Optional, Sequence
-from ...errors import UsageError
-import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Optional, Sequence
-from ...errors import GraphCaptureError
-import contextlib
 import sys
+import tempfile
 import threading
+import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Optional
-import importlib
-from typing import Any, Callable, Optional, Union
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
 
+from ...errors import GraphCaptureError, UsageError
 
 # RankContext and RankError are what a caller of run_on_ranks meets: its target's argument, its error.
 
@@ -100,11 +62,7 @@ def spawned_pids() -> list[int]:
 
 
 def _signal_rank(proc: Any, sig: int) -> None:
-    """Send ``sig`` to the rank's process group (the rank and all it started); to the rank alone when it has none.
-
-    A rank that died before it made its group has none, and a group whose every
-    process is gone no longer exists: then only a rank still running is signalled.
-    """
+    """Send ``sig`` to the rank's process group (the rank and all it started); to the rank alone when it has none."""
     if hasattr(os, "killpg") and proc.pid is not None:
         try:
             os.killpg(proc.pid, sig)
@@ -273,14 +231,7 @@ def run_on_ranks(
     batch_sizes: Optional[Sequence[int]] = None,
     on_progress: Optional[Callable[[int, str], None]] = None,
 ) -> list[Any]:
-    """Run ``target(ctx, *args)`` on ``world_size`` spawned ranks; return their results by rank.
-
-    ``target`` is a module-level callable or a ``"module:function"`` string; its
-    return value and ``args`` must be picklable (plain data is best).  Raises
-    :class:`RankError` when a rank fails, dies or does not finish in time (all
-    processes stopped first), :class:`~pytest_graphcapture.errors.UsageError` on
-    bad arguments.  A port taken between choosing and binding it is retried.
-    """
+    """Run ``target(ctx, *args)`` on ``world_size`` spawned ranks; return their results by rank."""
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise UsageError(f"number of ranks must be a positive integer, got {world_size!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
@@ -305,12 +256,7 @@ STARTUP_ALLOWANCE = 60.0
 
 
 class RankError(GraphCaptureError):
-    """A multi-rank run failed: a rank raised, died or did not finish in time.
-
-    ``ranks`` maps each failed or unfinished rank to a one-line description,
-    ``primary`` is the rank whose failure is reported first (the first to fail,
-    or the hung one), ``pids`` the child processes (all gone when this is raised).
-    """
+    """A multi-rank run failed: a rank raised, died or did not finish in time."""
 
     def __init__(
         self,
@@ -480,12 +426,7 @@ _CHANNEL: Optional["_Channel"] = None
 
 
 class _Channel:
-    """A rank's line to the parent: stage changes, progress lines, the result.
-
-    The queue delivers from a feeder thread, so what it holds is lost when the
-    process dies abruptly; the stage is also written, at once, over the start of
-    ``stage_file`` (:func:`last_stage` reads it once a rank died or hangs).
-    """
+    """A rank's line to the parent: stage changes, progress lines, the result."""
 
     def __init__(self, rank: int, queue: Any, stage_file: Optional[str] = None) -> None:
         self.rank = rank
@@ -535,13 +476,7 @@ def progress_to_parent() -> Optional[Callable[[str], None]]:
 
 
 def _die_with_parent() -> bool:
-    """Ask the kernel to SIGKILL this process when its parent dies; False where it cannot.
-
-    Only Linux has the call (``prctl(PR_SET_PDEATHSIG)``); elsewhere this is a
-    no-op and :func:`_watch_parent`'s thread is the only guard.  The kernel's
-    signal needs nothing from this process, so a rank stuck in a C call that
-    holds the GIL dies too, which the watching thread cannot make happen.
-    """
+    """Ask the kernel to SIGKILL this process when its parent dies; False where it cannot."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -649,13 +584,7 @@ Target = Union[str, Callable[..., Any]]
 
 @dataclass(frozen=True)
 class RankContext:
-    """What a rank's target or runner factory is told about its rank.
-
-    ``device`` is ``"cpu"`` or ``"cuda:<i>"`` (``i = rank mod visible devices``),
-    ``backend`` the process group backend, ``batch_sizes`` the session's
-    ``--graph-capture-batch-sizes`` (None: no selection) — which sizes are captured, not
-    what a factory builds: a runner built for fewer sizes captures other graphs.
-    """
+    """What a rank's target or runner factory is told about its rank."""
 
     rank: int
     world_size: int
