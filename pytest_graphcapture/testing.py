@@ -12,15 +12,25 @@ import torch
 
 from .engine.backend import Backend, CaptureProgress, Forward, Steppable
 from .engine.capture import CaptureSettings, capture_runner
-from .engine.contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP, KeyLike, as_key, user_key_sequence, warmup_count
-from .engine.observe import eager_cuda_calls, patched
+from .engine.contract import (
+    BARRIER,
+    FORWARD,
+    GRAPH_ENTER,
+    GRAPH_EXIT,
+    HOOK,
+    REPLAY,
+    STEP,
+    SYNCHRONIZE,
+    KeyLike,
+    as_key,
+    key_sequence,
+    warmup_count,
+)
+from .engine.observe import EagerCUDAGraph, eager_cuda_calls, patched
 from .engine.result import CaptureResult
 from .engine.runner import GraphRunner
 from .keys import CaptureKey, capture_order
 from .naming import trace_dir, trace_file_name
-
-# The step contract's calls (forward, step, graph enter/exit) are named where the engine-loop gate checks them.
-SYNCHRONIZE, BARRIER, HOOK, REPLAY = "synchronize", "barrier", "hook", "replay"
 
 
 @dataclass(frozen=True)
@@ -58,19 +68,6 @@ class CallLog:
 
     def __str__(self) -> str:
         return "\n".join(str(call) for call in self.calls)
-
-
-class FakeGraph:
-    """Graph object of the fake backend: remembers its key and counts replays."""
-
-    def __init__(self, key: CaptureKey, forward: Forward) -> None:
-        self.key = key
-        self.replays = 0
-        self._forward = forward
-
-    def replay(self) -> None:
-        self.replays += 1
-        self._forward()
 
 
 class InjectedFault(RuntimeError):
@@ -132,7 +129,7 @@ class FakeBackend(Backend):
         self.replay_shows_kernels = replay_shows_kernels
         self.kernel_evidence_required = kernel_evidence_required
         self._stage = ""
-        self.graphs: list[FakeGraph] = []
+        self.graphs: list[EagerCUDAGraph] = []
 
     #: Stages :meth:`inject_fault` accepts.
     FAULT_STAGES = ("warmup 1", "warmup 2", "capture", "step", "replay")
@@ -164,7 +161,7 @@ class FakeBackend(Backend):
     @contextlib.contextmanager
     def graph_context(self, key: CaptureKey, forward: Forward) -> Iterator[Any]:
         self.log.record(GRAPH_ENTER)
-        graph = FakeGraph(key, forward)
+        graph = EagerCUDAGraph.of(forward, key)
         try:
             yield graph
         finally:
@@ -240,12 +237,6 @@ class FakeRunner(GraphRunner):
         return forward
 
 
-def expected_key_sequence(*, profiling: bool, hook: bool = True) -> list[str]:
-    """The calls of one key: two warmups, then the capture, then (profiling) one step."""
-    warmup = [SYNCHRONIZE, BARRIER, FORWARD] + ([HOOK] if hook else []) + ([STEP] if profiling else [])
-    return warmup * 2 + [GRAPH_ENTER, FORWARD, GRAPH_EXIT] + ([STEP] if profiling else [])
-
-
 def assert_call_sequence(actual: Sequence[Any], expected: Sequence[Any], *, what: str = "call sequence") -> None:
     """Fail with a readable side-by-side diff when ``actual`` differs from ``expected``."""
     actual_lines = [str(item) for item in actual]
@@ -254,26 +245,6 @@ def assert_call_sequence(actual: Sequence[Any], expected: Sequence[Any], *, what
         return
     diff = "\n".join(difflib.unified_diff(expected_lines, actual_lines, "expected", "actual", lineterm=""))
     raise AssertionError(f"{what} differs from what was expected:\n{diff}")
-
-
-#: What the contract of user capture code looks at: forwards, graph enter/exit and profiler steps.
-CONTRACT_CALLS = (FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT)
-
-
-class RecordingCUDAGraph:
-    """Stand-in for ``torch.cuda.CUDAGraph``: nothing is captured, replays are counted."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.replays = 0
-
-    def replay(self) -> None:
-        self.replays += 1
-
-    def reset(self) -> None:
-        pass
-
-    def pool(self) -> object:
-        return object()
 
 
 class CaptureContract:
@@ -292,8 +263,8 @@ class CaptureContract:
         settings = CaptureSettings(trace="per-bs", summarize=False, out_dir=self.trace_dir, profiler_flags=frozenset())
         result = capture_runner(runner, self.backend, settings)
         keys = runner.capture_keys(result.rank)
-        expected = [Call(name, key) for key in keys for name in expected_key_sequence(profiling=True)]
-        actual = [call for call in self.log.calls if call.name in expected_key_sequence(profiling=True)]
+        expected = [Call(name, key) for key in keys for name in key_sequence(backend_calls=True)]
+        actual = [call for call in self.log.calls if call.name in key_sequence(backend_calls=True)]
         assert_call_sequence(actual, expected, what=f"capture calls of {runner.name}")
         folder = trace_dir(self.trace_dir)
         traces = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json.gz")) if folder.is_dir() else []
@@ -323,9 +294,9 @@ class CaptureContract:
 
         with self._fake_cuda_graphs(), patched(owner, name, recorded):
             capture(self.profiler)
-        actual = [call for call in self.log.calls if call.name in CONTRACT_CALLS]
+        actual = [call for call in self.log.calls if call.name in (FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT)]
         keys = capture_order(dict.fromkeys(c.key for c in actual if c.key is not None))
-        expected = [Call(name, k) for k in keys for name in user_key_sequence(warmups)]
+        expected = [Call(name, k) for k in keys for name in key_sequence(warmups)]
         label = runner or ", ".join(sorted({k.runner for k in keys})) or "the capture function"
         assert_call_sequence(actual, expected, what=f"capture calls of {label} (largest batch size first)")
         return self.log
@@ -342,11 +313,8 @@ class CaptureContract:
             finally:
                 log.record(GRAPH_EXIT)
 
-        fakes = {
-            **eager_cuda_calls(synchronize=lambda *args, **kwargs: log.record(SYNCHRONIZE)),
-            "CUDAGraph": RecordingCUDAGraph,
-            "graph": graph,
-        }
+        # The stand-in graphs hold nothing of the forward: a replay runs nothing and logs nothing.
+        fakes = {**eager_cuda_calls(synchronize=lambda *args, **kwargs: log.record(SYNCHRONIZE)), "graph": graph}
         with contextlib.ExitStack() as stack:
             for attr, fake in fakes.items():
                 stack.enter_context(patched(torch.cuda, attr, fake))

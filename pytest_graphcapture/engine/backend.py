@@ -16,6 +16,7 @@ from ..keys import CaptureKey
 from ..summary.graph import CapturedGraph
 from ..summary.platform import CPU, PROFILER_FLAGS, cuda_key, gfx_key, rocm_gfx_from_compute
 from ..summary.torch_caps import has_driver_version
+from .observe import EagerCUDAGraph
 from .readout import (
     GraphDataUnusable,
     GraphReadoutError,
@@ -56,16 +57,6 @@ def distributed_barrier() -> None:
         dist.barrier()
 
 
-class EagerGraph:
-    """Stand-in for a captured graph: replay re-runs the forward on the static buffers."""
-
-    def __init__(self, forward: Forward) -> None:
-        self._forward = forward
-
-    def replay(self) -> None:
-        self._forward()
-
-
 class Backend:
     """The per-key capture sequence, shared by every backend."""
 
@@ -98,7 +89,7 @@ class Backend:
     @contextlib.contextmanager
     def graph_context(self, key: CaptureKey, forward: Forward) -> Iterator[Any]:
         """Context in which the capture forward runs; yields the graph object."""
-        yield EagerGraph(forward)
+        yield EagerCUDAGraph.of(forward)
 
     def replay(self, graph: Any) -> None:
         graph.replay()

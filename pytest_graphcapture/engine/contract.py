@@ -12,13 +12,22 @@ from ..keys import CaptureKey, key_label
 
 #: The events of the step contract (also the call names of :class:`~pytest_graphcapture.testing.CallLog`).
 FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT = "forward", "profiler.step", "graph.enter", "graph.exit"
+#: The calls a backend adds around them.
+SYNCHRONIZE, BARRIER, HOOK, REPLAY = "synchronize", "barrier", "hook", "replay"
 WARMUPS = 2
 KeyLike = Union[CaptureKey, int, tuple]
 
 
-def user_key_sequence(warmups: int = WARMUPS) -> list[str]:
-    """The calls of one key in an engine's capture loop: each warmup forward then a step; the capture; a step."""
-    return [FORWARD, STEP] * warmups + [GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP]
+def key_sequence(
+    warmups: int = WARMUPS, *, profiling: bool = True, backend_calls: bool = False, hook: bool = True
+) -> list[str]:
+    """The calls of one key: each warmup forward then a step; the capture; a step (the step contract).
+
+    A backend (``backend_calls``) also synchronizes and waits at the barrier before each warmup, then runs the hook.
+    """
+    warmup = [SYNCHRONIZE, BARRIER] if backend_calls else []
+    warmup += [FORWARD] + ([HOOK] if backend_calls and hook else []) + ([STEP] if profiling else [])
+    return warmup * warmups + [GRAPH_ENTER, FORWARD, GRAPH_EXIT] + ([STEP] if profiling else [])
 
 
 #: The most warmup forwards per key ``warmups=`` accepts: engines run 0 to 3; more is a typo.
@@ -36,14 +45,14 @@ def warmup_count(warmups: object, where: str = "graph_capture.engine") -> int:
 
 
 def _event(position: int, warmups: int) -> str:
-    """The call at ``position`` of :func:`user_key_sequence` (computed: the sequence is never built)."""
+    """The call at ``position`` of :func:`key_sequence` (computed: the sequence is never built)."""
     if position < 2 * warmups:
         return STEP if position % 2 else FORWARD
     return (GRAPH_ENTER, FORWARD, GRAPH_EXIT, STEP)[position - 2 * warmups]
 
 
 def _stage(position: int, warmups: int) -> str:
-    """The stage ``position`` of :func:`user_key_sequence` belongs to, as failure lines name it."""
+    """The stage ``position`` of :func:`key_sequence` belongs to, as failure lines name it."""
     if position < 2 * warmups:
         n = position // 2 + 1
         return f"profiler step after warmup {n}" if position % 2 else f"warmup {n}"
@@ -72,7 +81,7 @@ class CaptureContractError(GraphCaptureError):
 
 
 class StepContract:
-    """Checks the observed calls of an engine's loop, as they happen, against :func:`user_key_sequence`."""
+    """Checks the observed calls of an engine's loop, as they happen, against :func:`key_sequence`."""
 
     def __init__(self, warmups: int = WARMUPS) -> None:
         # Positions are computed, never listed: memory does not grow with the warmup count.

@@ -221,6 +221,16 @@ class EagerCUDAGraph:
         self.capturing = False
         self.keep_graph = keep_graph
         self.instantiated = False
+        self.key: Any = None
+        self.replays = 0
+
+    @classmethod
+    def of(cls, forward: Callable[[], Any], key: Any = None) -> EagerCUDAGraph:
+        """A captured stand-in whose replay runs ``forward()``: the graph of the eager and fake backends."""
+        graph = cls()
+        graph.calls.append((forward, (), {}))
+        graph.key, graph.instantiated = key, True
+        return graph
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:
         self.capturing = True
@@ -237,6 +247,7 @@ class EagerCUDAGraph:
         fire_torch_hooks("instantiate", self)
 
     def replay(self) -> None:
+        self.replays += 1
         if not self.instantiated:
             self.instantiate()
         fire_torch_hooks("replay start", self)

@@ -9,10 +9,11 @@ import pytest
 from helpers import cpu_op_names, load_trace
 
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
+from pytest_graphcapture.engine.contract import STEP
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.naming import trace_dir
-from pytest_graphcapture.testing import STEP, CallLog, FakeBackend, FakeRunner, InjectedFault
+from pytest_graphcapture.testing import CallLog, FakeBackend, FakeRunner, InjectedFault
 
 
 def per_bs(out: Path, **kwargs) -> CaptureSettings:
