@@ -113,21 +113,12 @@ class FakeBackend(Backend):
 
     name = "fake"
 
-    def __init__(
-        self,
-        log: Optional[CallLog] = None,
-        *,
-        fail_stage: Optional[str] = None,
-        fail_key: Optional[CaptureKey] = None,
-        fault: Callable[[str], BaseException] = InjectedFault,
-        replay_shows_kernels: bool = False,
-        kernel_evidence_required: bool = False,
-    ) -> None:
+    def __init__(self, log: Optional[CallLog] = None) -> None:
         super().__init__("cpu")
         self.log = log if log is not None else CallLog()
-        self.fail_stage, self.fail_key, self.fault = fail_stage, fail_key, fault
-        self.replay_shows_kernels = replay_shows_kernels
-        self.kernel_evidence_required = kernel_evidence_required
+        self.fail_stage: Optional[str] = None
+        self.fail_key: Optional[CaptureKey] = None
+        self.fault: Callable[[str], BaseException] = InjectedFault
         self._stage = ""
         self.graphs: list[EagerCUDAGraph] = []
 

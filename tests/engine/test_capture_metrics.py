@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from fakes import GpuLikeBackend
 from helpers import load_trace
 
 import pytest_graphcapture.engine.capture as capture_module
@@ -17,12 +18,12 @@ from pytest_graphcapture.engine.result import CaptureResult, KeyMetrics
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.replay import KernelEvidenceWarning, with_replay
-from pytest_graphcapture.testing import FakeBackend, FakeRunner
+from pytest_graphcapture.testing import FakeRunner
 
 MIB = 1 << 20
 
 
-class MemoryBackend(FakeBackend):
+class MemoryBackend(GpuLikeBackend):
     """A fake GPU allocator: each capture grows the pool by ``grow[bs]`` MiB (reserved twice that)."""
 
     def __init__(self, grow: dict[int, int], **kwargs: Any) -> None:
@@ -78,7 +79,7 @@ def test_metrics_survive_the_process_boundary_and_cpu_has_no_memory_figures(tmp_
 
 def test_a_gpu_capture_without_launch_events_fails_naming_the_causes_and_keeps_no_result(tmp_path: Path) -> None:
     # On CPU a capture records no launches: exactly what a dead GPU profiler looks like.
-    backend = FakeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
+    backend = GpuLikeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
     with pytest.raises(CaptureError) as info:
         capture_runner(FakeRunner((1, 2)), backend, CaptureSettings(out_dir=tmp_path))
     error = info.value
@@ -96,7 +97,7 @@ def test_a_gpu_capture_without_launch_events_fails_naming_the_causes_and_keeps_n
     ):
         assert needle in text, needle
     # The same capture without the guard (CPU semantics) passes.
-    capture_runner(FakeRunner((1, 2)), FakeBackend(replay_shows_kernels=True), CaptureSettings(out_dir=tmp_path))
+    capture_runner(FakeRunner((1, 2)), GpuLikeBackend(replay_shows_kernels=True), CaptureSettings(out_dir=tmp_path))
 
 
 def test_a_gpu_replay_without_kernels_fails_and_names_out_of_range_records(
@@ -110,7 +111,7 @@ def test_a_gpu_replay_without_kernels_fails_and_names_out_of_range_records(
         return summary
 
     monkeypatch.setattr(capture_module, "summarize_profile", with_launches)
-    backend = FakeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
+    backend = GpuLikeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
     with pytest.raises(CaptureError) as info:
         capture_runner(FakeRunner((1, 2)), backend, CaptureSettings(out_dir=tmp_path))
     assert info.value.stage == "replay" and isinstance(info.value.cause, EmptyCaptureError)
