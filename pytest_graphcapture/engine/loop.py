@@ -105,8 +105,6 @@ def capture_engine_loop(
     with_profiler = takes_profiler(fn)
     loop = LoopObserver(
         key=key,
-        runner_name=runner_name,
-        rank=rank,
         backend=backend,
         profiler=profiler,
         settings=settings,
@@ -292,8 +290,6 @@ class LoopObserver(FailureKeeper):
         self,
         *,
         key: Callable[..., KeyLike],
-        runner_name: str,
-        rank: int,
         backend: Any,
         profiler: Any,
         settings: CaptureSettings,
@@ -304,7 +300,7 @@ class LoopObserver(FailureKeeper):
     ) -> None:
         super().__init__()
         self.key_of, self.method = key, method
-        self.runner_name, self.rank = runner_name, rank
+        self.runner_name, self.rank = result.runner_name, result.rank
         self.backend, self.profiler, self.settings, self.result = backend, profiler, settings, result
         self.plugin_steps = plugin_steps
         self.contract = StepContract(warmups)

@@ -91,19 +91,22 @@ def _stop_all(procs: Sequence[Any]) -> None:
             pass
 
 
-def _run_once(
-    target: Target,
-    world_size: int,
-    args: tuple,
-    device_type: str,
-    backend: str,
-    timeout: float,
-    on_progress: Optional[Callable[[int, str], None]],
-) -> list[Any]:
+@dataclass(frozen=True)
+class RankJob:
+    """What every rank of one run is handed: ``target(ctx, *args)`` on ``world_size`` ranks of ``device_type``."""
+
+    target: Target
+    world_size: int
+    args: tuple
+    device_type: str
+    backend: str
+    timeout: float
+
+
+def _run_once(job: RankJob, on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
     import multiprocessing
 
-    ctx = multiprocessing.get_context(START_METHOD)
-    return _supervise(ctx, target, world_size, args, device_type, backend, timeout, on_progress)
+    return _supervise(multiprocessing.get_context(START_METHOD), job, on_progress)
 
 
 def _start_ranks(ctx: Any, world_size: int, rank_args: Callable[[int], tuple], procs: dict[int, Any]) -> None:
@@ -116,16 +119,8 @@ def _start_ranks(ctx: Any, world_size: int, rank_args: Callable[[int], tuple], p
         _SPAWNED.append(proc.pid)
 
 
-def _supervise(
-    ctx: Any,
-    target: Target,
-    world_size: int,
-    args: tuple,
-    device_type: str,
-    backend: str,
-    timeout: float,
-    on_progress: Optional[Callable[[int, str], None]],
-) -> list[Any]:
+def _supervise(ctx: Any, job: RankJob, on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
+    world_size, timeout = job.world_size, job.timeout
     queue = ctx.Queue()
     port = free_port()
     dump_dir = tempfile.mkdtemp(prefix="graphcapture-ranks-")
@@ -136,20 +131,7 @@ def _supervise(
     dumps: dict[int, str] = {}
 
     def rank_args(rank: int) -> tuple:
-        parent = os.getpid()
-        return (
-            rank,
-            world_size,
-            port,
-            device_type,
-            backend,
-            timeout,
-            target,
-            args,
-            queue,
-            parent,
-            dump_dir,
-        )
+        return (job, rank, port, queue, os.getpid(), dump_dir)
 
     try:
         _start_ranks(ctx, world_size, rank_args, procs)
@@ -241,7 +223,8 @@ def run_on_ranks(
     payload = (tuple(batch_sizes) if batch_sizes else None, *args)
     for attempt in range(PORT_RETRIES):
         try:
-            return _run_once(target, world_size, payload, device_type, backend, float(timeout), on_progress)
+            job = RankJob(target, world_size, payload, device_type, backend, float(timeout))
+            return _run_once(job, on_progress)
         except RankError as exc:
             port_taken = any(
                 "init_process_group" in text and "address already in use" in text.lower() for text in exc.ranks.values()
@@ -509,20 +492,9 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="graphcapture-parent-watch", daemon=True).start()
 
 
-def rank_main(
-    rank: int,
-    world_size: int,
-    port: int,
-    device_type: str,
-    backend: str,
-    timeout: float,
-    target: Target,
-    args: tuple,
-    queue: Any,
-    parent_pid: int,
-    dump_dir: str,
-) -> None:
+def rank_main(job: RankJob, rank: int, port: int, queue: Any, parent_pid: int, dump_dir: str) -> None:
     """Entry point of one rank process (module level, so ``spawn`` can import it)."""
+    world_size, device_type, backend, args = job.world_size, job.device_type, job.backend, job.args
     global _CHANNEL
     _leave_parent_group()
     _die_with_parent()
@@ -555,10 +527,10 @@ def rank_main(
             init_method=f"tcp://127.0.0.1:{port}",
             world_size=world_size,
             rank=rank,
-            timeout=timedelta(seconds=timeout + PG_TIMEOUT_MARGIN),
+            timeout=timedelta(seconds=job.timeout + PG_TIMEOUT_MARGIN),
         )
         channel.stage("running")
-        fn = resolve_target(target, what="rank target")
+        fn = resolve_target(job.target, what="rank target")
         value = fn(RankContext(rank, world_size, device, backend, args[0] if args else None), *args[1:])
         channel.stage("sending the result")
         queue.put(("result", rank, value))
