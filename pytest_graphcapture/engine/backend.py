@@ -50,7 +50,7 @@ class CaptureProgress:
             self.on_stage(self.key, stage)
 
 
-def distributed_barrier() -> None:
+def _distributed_barrier() -> None:
     """``torch.distributed.barrier()`` when a process group is initialized, else nothing."""
     dist = getattr(torch, "distributed", None)
     if dist is not None and dist.is_available() and dist.is_initialized():
@@ -81,7 +81,7 @@ class Backend:
 
     def barrier(self) -> None:
         """Wait for the other ranks (no-op when not distributed)."""
-        distributed_barrier()
+        _distributed_barrier()
 
     def run_forward(self, forward: Forward) -> Any:
         return forward()
@@ -219,7 +219,7 @@ class CudaGraphBackend(Backend):
             found = read_any(graph, self.bindings)
         except (GraphReadoutError, RuntimeError) as exc:
             warnings.warn(
-                f"graph capture {key}: {readout_problem(exc)}; its kernels come from the profiler replay",
+                f"graph capture {key}: {_readout_problem(exc)}; its kernels come from the profiler replay",
                 GraphReadoutWarning,
                 stacklevel=2,
             )
@@ -244,7 +244,7 @@ NO_KEEP_GRAPH = (
 _said_no_keep_graph = False
 
 
-def keeps_graphs() -> bool:
+def _keeps_graphs() -> bool:
     """Whether this torch can keep a captured graph and hand it over (``CUDAGraph(keep_graph=True)``, ``raw_cuda_graph()``)."""
     graph_class = getattr(torch.cuda, "CUDAGraph", None)
     if graph_class is None or not callable(getattr(graph_class, "raw_cuda_graph", None)):
@@ -262,7 +262,7 @@ def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
     global _said_no_keep_graph
     if getattr(torch.version, "hip", None):
         return None
-    if not keeps_graphs():
+    if not _keeps_graphs():
         if not _said_no_keep_graph:
             _said_no_keep_graph = True
             warnings.warn(NO_KEEP_GRAPH.format(version=torch.__version__), GraphReadoutWarning, stacklevel=2)
@@ -283,7 +283,7 @@ def read_any(graph: Any, bindings: Optional[tuple[ModuleType, ModuleType]]) -> O
     return (readout, "graph") if readout is not None else None
 
 
-def readout_problem(exc: BaseException) -> str:
+def _readout_problem(exc: BaseException) -> str:
     """A failed readout as one line: the readout's own error, or cuda-bindings' RuntimeError prefixed."""
     return str(exc) if isinstance(exc, GraphReadoutError) else f"reading the captured graph: {exc}"
 

@@ -22,7 +22,7 @@ from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 from .runner import GraphRunner
 
-TRACE_MODES = ("off", "per-bs", "single")
+_TRACE_MODES = ("off", "per-bs", "single")
 
 
 @dataclass
@@ -48,8 +48,8 @@ class CaptureSettings:
     trace_group: Optional[str] = None
 
     def __post_init__(self) -> None:
-        if self.trace not in TRACE_MODES:
-            raise ValueError(f"trace mode must be one of {', '.join(TRACE_MODES)}, got {self.trace!r}")
+        if self.trace not in _TRACE_MODES:
+            raise ValueError(f"trace mode must be one of {', '.join(_TRACE_MODES)}, got {self.trace!r}")
         self.out_dir = Path(self.out_dir)
 
 
@@ -67,9 +67,9 @@ def capture_label(key: CaptureKey) -> str:
 
 
 def _summarizer(
-    settings: CaptureSettings, held_graphs: Optional[Callable[[CaptureKey], bool]] = None
+    settings: CaptureSettings, graphs_inside: Optional[Callable[[CaptureKey], bool]] = None
 ) -> Callable[[Any, CaptureKey, Optional[Callable[[], Path]]], Any]:
-    """The live summary of one key; ``held_graphs(key)``: its capture forward held graphs, one Summary each."""
+    """The live summary of one key; ``graphs_inside(key)``: its capture forward began its graphs, one Summary each."""
 
     def summarize(prof: Any, key: CaptureKey, export: Optional[Callable[[], Path]] = None) -> Any:
         return summarize_profile(
@@ -79,7 +79,7 @@ def _summarizer(
             level=settings.level,
             environment=settings.environment,
             export=export,
-            graphs=held_graphs is not None and held_graphs(key),
+            graphs=graphs_inside is not None and graphs_inside(key),
         )
 
     return summarize
@@ -90,7 +90,7 @@ def make_profiler(
     device: torch.device,
     runner_name: str,
     rank: int,
-    held_graphs: Optional[Callable[[CaptureKey], bool]] = None,
+    graphs_inside: Optional[Callable[[CaptureKey], bool]] = None,
     warmups: int = 2,
 ) -> Any:
     """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None."""
@@ -98,7 +98,7 @@ def make_profiler(
         return PerBatchSizeProfiler(
             device,
             export_dir=settings.out_dir if settings.trace == "per-bs" else None,
-            summarizer=_summarizer(settings, held_graphs) if settings.summarize else None,
+            summarizer=_summarizer(settings, graphs_inside) if settings.summarize else None,
             flags=settings.profiler_flags,
             group=settings.trace_group,
             warmups=warmups,
@@ -121,7 +121,7 @@ def capture_runner(
     """Capture every key of ``runner`` on ``backend``; return the per-key results."""
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
-    keys = selected_keys(runner, rank, settings)
+    keys = _selected_keys(runner, rank, settings)
     result = CaptureResult(runner_name=runner.name, platform=settings.platform, rank=rank, mode=settings.trace)
     refuse_cupti_conflict(backend, settings, f"graph capture {runner.name}")
     profiler = make_profiler(settings, backend.device, runner.name, rank)
@@ -177,7 +177,7 @@ def capture_runner(
             progress.key = unseen_key
             progress.enter("capture")
             raise unseen
-        export_trace(profiler, result, progress)
+        close_profiler(profiler, result, progress)
         profiler = None
         finish_capture(result, backend, settings, progress)
     except KeyboardInterrupt:
@@ -194,7 +194,7 @@ def capture_runner(
     return result
 
 
-def selected_keys(runner: GraphRunner, rank: int, settings: CaptureSettings) -> list[CaptureKey]:
+def _selected_keys(runner: GraphRunner, rank: int, settings: CaptureSettings) -> list[CaptureKey]:
     """The runner's keys in capture order, cut to ``settings.batch_sizes``; UsageError for a bad list."""
     try:
         keys = runner.capture_keys(rank)
@@ -237,7 +237,7 @@ def stop_quietly(profiler: Any) -> None:
         pass
 
 
-def export_trace(profiler: Any, result: CaptureResult, progress: CaptureProgress) -> None:
+def close_profiler(profiler: Any, result: CaptureResult, progress: CaptureProgress) -> None:
     """Close the profiler of a capture that succeeded, writing its trace; a single trace's path joins the result."""
     if profiler is None:
         return
@@ -285,7 +285,7 @@ def _attach_replay_kernels(
             continue
         progress.key = key
         progress.enter("replay")
-        # A key whose capture forward held its graphs (pieces) replays each, one profile per graph.
+        # A key whose capture forward began its graphs replays each, one profile per graph.
         graphs = key_result.graph if isinstance(key_result.graph, tuple) else (key_result.graph,)
         backend.synchronize()
         started = time.perf_counter()
@@ -322,14 +322,14 @@ def _attach_one_replay(key: CaptureKey, key_result: KeyResult, backend: Backend,
         source = backend.readout_sources.get(key, "graph")
         if silent and any(node.type == "kernel" for node in readout.walk()):
             key_result.summary = with_graph(key_result.summary, readout, source=source)
-            key_result.no_golden = mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
+            key_result.no_golden = _mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
         else:
             key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
     else:
         key_result.summary = with_replay(key_result.summary, kernels)
 
 
-ISOLATE_HINT = (
+_ISOLATE_HINT = (
     "run the capture in a fresh process: mark the test @pytest.mark.graph_capture_isolated "
     "or pass --graph-capture-isolate=on (the runner then comes from a module-level factory, "
     "as with graph_capture_ranks)"
@@ -356,7 +356,7 @@ def _message(key: CaptureKey, what: str, causes: tuple[str, ...]) -> str:
     listed = "; ".join(f"({n}) {cause}" for n, cause in enumerate(causes, 1))
     return (
         f"graph capture {key}: {what}, so the profiler saw nothing of this graph and no golden is written. "
-        f"Likely causes: {listed}. To rule out the first ones, {ISOLATE_HINT}."
+        f"Likely causes: {listed}. To rule out the first ones, {_ISOLATE_HINT}."
     )
 
 
@@ -403,7 +403,7 @@ def silent_replay_reason(suspects: Sequence[str]) -> str:
     return f"its profiled replay recorded no kernels although the graph launches kernels: {why}; no golden is written"
 
 
-def mark_silent(summary: Any, reason: str) -> str:
+def _mark_silent(summary: Any, reason: str) -> str:
     """Mark ``summary`` incomplete with ``reason`` (said as a KernelEvidenceWarning naming its key); return the reason."""
     summary.complete = False
     summary.incomplete_reason = reason
@@ -418,7 +418,7 @@ INJECTION = "CUDA_INJECTION64_PATH"
 
 
 @dataclass(frozen=True)
-class CuptiClient:
+class _CuptiClient:
     """Another CUPTI client in the process: what it is, and what to do about it."""
 
     name: str
@@ -451,14 +451,14 @@ def _annotation_callbacks(modules: Mapping[str, Any]) -> bool:
 
 def active_clients(
     environ: Optional[Mapping[str, str]] = None, modules: Optional[Mapping[str, Any]] = None
-) -> list[CuptiClient]:
+) -> list[_CuptiClient]:
     """The other CUPTI clients active in this process now (``environ`` and ``modules`` default to the process's)."""
     environ = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
     found = []
     if environ.get(INJECTION):
         found.append(
-            CuptiClient(
+            _CuptiClient(
                 f"a CUPTI injection library ({INJECTION}={environ[INJECTION]})",
                 f"run the gate's tests without {INJECTION} (unset it for them; a kernel recorder loaded this way "
                 f"is another CUPTI client)",
@@ -466,14 +466,14 @@ def active_clients(
         )
     if _proton_active(modules):
         found.append(
-            CuptiClient(
+            _CuptiClient(
                 "Triton's Proton profiler (a triton.profiler session is active)",
                 "call triton.profiler.finalize() before the capture, or run the gate without Proton",
             )
         )
     if _annotation_callbacks(modules):
         found.append(
-            CuptiClient(
+            _CuptiClient(
                 "the cupti annotation backend of torch.cuda.graph(enable_annotations=True, "
                 "annotation_config={'backend': 'cupti'})",
                 "capture with annotation_config={'backend': 'edge_walk'} (or without annotations) under the gate",
@@ -481,7 +481,7 @@ def active_clients(
         )
     elif _cuspy_subscribed(modules):
         found.append(
-            CuptiClient(
+            _CuptiClient(
                 "torch's CUPTI-Python profiler backend (torch.profiler._cuspy holds a CUPTI subscription; "
                 "torch.cuda.graph(enable_annotations=True, annotation_config={'backend': 'cupti'}) and "
                 "record_py_stacks=True bring it up)",

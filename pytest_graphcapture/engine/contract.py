@@ -31,15 +31,15 @@ def key_sequence(
 
 
 #: The most warmup forwards per key ``warmups=`` accepts: engines run 0 to 3; more is a typo.
-MAX_WARMUPS = 1000
+_MAX_WARMUPS = 1000
 
 
 def warmup_count(warmups: object, where: str = "graph_capture.engine") -> int:
-    """``warmups=`` checked to be a whole number of forwards from 0 to :data:`MAX_WARMUPS`; UsageError naming it if not."""
-    if isinstance(warmups, bool) or not isinstance(warmups, int) or not 0 <= warmups <= MAX_WARMUPS:
+    """``warmups=`` checked to be a whole number of forwards from 0 to :data:`_MAX_WARMUPS`; UsageError naming it if not."""
+    if isinstance(warmups, bool) or not isinstance(warmups, int) or not 0 <= warmups <= _MAX_WARMUPS:
         raise UsageError(
             f"{where}: warmups= must be the number of warmup forwards the loop runs per key before its "
-            f"capture (a whole number from 0 to {MAX_WARMUPS}; 2 by default); got {warmups!r}"
+            f"capture (a whole number from 0 to {_MAX_WARMUPS}; 2 by default); got {warmups!r}"
         )
     return warmups
 
@@ -169,7 +169,7 @@ class StepContract:
         raise CaptureContractError(f"graph_capture.engine: {where}{problem}")
 
 
-class AlreadyFailed(GraphCaptureError):
+class _AlreadyFailed(GraphCaptureError):
     """Raised into an engine's loop that goes on after the gate saw a failure; the first failure is reported."""
 
 
@@ -200,13 +200,13 @@ def cudagraph_skips() -> int:
         return 0
 
 
-def no_graph_reason(warmup_graph: Optional[str], skips: int, warmups: int) -> str:
-    """What the gate saw of why a capture forward held no graph (``""``: nothing), as its one-line refusal."""
+def no_graph_reason(other_graph_warmup: Optional[str], skips: int, warmups: int) -> str:
+    """What the gate saw of why a capture forward began no graph (``""``: nothing), as its one-line refusal."""
     problem = "capture: the capture forward ran with no graph around it and began none inside it"
-    if warmup_graph is not None:
-        n = int(warmup_graph.split()[-1]) - 1
+    if other_graph_warmup is not None:
+        n = int(other_graph_warmup.split()[-1]) - 1
         return (
-            f"{problem}, but the forward of {warmup_graph} began one: this loop records its graph after "
+            f"{problem}, but the forward of {other_graph_warmup} began one: this loop records its graph after "
             f"{n} warmup forward{'' if n == 1 else 's'}, not {warmups}; pass warmups={n} to graph_capture.engine "
             f'(torch.compile(mode="reduce-overhead") records a compiled function\'s graph on its second call: '
             f"warmups=1)"
@@ -256,10 +256,10 @@ class FailureKeeper:
             raise
 
     def _raise_kept(self) -> None:
-        """The capture failed already: every later call of the loop raises :class:`AlreadyFailed`."""
+        """The capture failed already: every later call of the loop raises :class:`_AlreadyFailed`."""
         if self.failure is not None:
             where = f"{self.failure.key.runner} {key_label(self.failure.key)}" if self.failure.key else "a key"
-            raise AlreadyFailed(
+            raise _AlreadyFailed(
                 f"graph_capture.engine: the capture failed at {where} ({self.failure.stage}): "
                 f"{type(self.failure.error).__name__}: {self.failure.error}; no later key is captured"
             )

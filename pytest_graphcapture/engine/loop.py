@@ -21,8 +21,8 @@ from .capture import (
     capture_label,
     check_capture_evidence,
     check_forward_seen,
+    close_profiler,
     current_rank,
-    export_trace,
     finish_capture,
     make_profiler,
     refuse_cupti_conflict,
@@ -60,7 +60,7 @@ from .profiling import PerBatchSizeProfiler
 from .result import CaptureResult, KeyMetrics, KeyResult
 
 
-def takes_profiler(fn: Callable[..., Any]) -> bool:
+def _takes_profiler(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` is called with the profiler: it accepts a positional argument (``fn(profiler)``)."""
     try:
         parameters = inspect.signature(fn).parameters.values()
@@ -98,12 +98,12 @@ def capture_engine_loop(
     backend = make_backend(device) if device.type == "cuda" else make_backend("cpu")
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
     refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
-    # A key whose capture forward held its graphs is summarized one Summary per graph.
+    # A key whose capture forward inside its graphs is summarized one Summary per graph.
     profiler = make_profiler(
-        settings, backend.device, runner_name, rank, held_graphs=lambda k: k in loop.held_keys, warmups=warmups
+        settings, backend.device, runner_name, rank, graphs_inside=lambda k: k in loop.keys_with_graphs, warmups=warmups
     )
-    with_profiler = takes_profiler(fn)
-    loop = LoopObserver(
+    with_profiler = _takes_profiler(fn)
+    loop = _LoopObserver(
         key=key,
         backend=backend,
         profiler=profiler,
@@ -119,14 +119,14 @@ def capture_engine_loop(
             profiler.__enter__()
         with _observed(loop, owner, name, real_graphs=real_graphs):
             try:
-                fn(Stepper(loop)) if with_profiler else fn()
+                fn(_Stepper(loop)) if with_profiler else fn()
             except Exception as exc:
                 raise _failure(loop, exc, real_graphs) from _cause(loop, exc)
             if loop.failure is not None:  # the engine caught what failed and carried on
                 raise _failure(loop, None, real_graphs) from _cause(loop, None)
         loop.contract.finish()
         _keep_selected_sizes(result, settings)
-        export_trace(profiler, result, loop.progress)
+        close_profiler(profiler, result, loop.progress)
         profiler = None
         # Without a replay, the graphs read from torch's instantiate hook give the kernels alone.
         finish_capture(result, backend, settings, loop.progress)
@@ -143,13 +143,13 @@ def capture_engine_loop(
 
 
 #: Said of a failure the engine's capture function caught: the gate fails the capture all the same.
-CAUGHT = (
+_CAUGHT = (
     " (the capture function caught this error and carried on; a failure the gate saw fails the capture, "
     "and no golden is written)"
 )
 
 
-def _failure(loop: LoopObserver, raised: Optional[BaseException], real_graphs: bool) -> BaseException:
+def _failure(loop: _LoopObserver, raised: Optional[BaseException], real_graphs: bool) -> BaseException:
     """The error a failed capture ends with: the first failure the gate saw, else what ``fn`` raised."""
     kept = loop.failure
     error = kept.error if kept is not None else raised
@@ -157,7 +157,7 @@ def _failure(loop: LoopObserver, raised: Optional[BaseException], real_graphs: b
     key = kept.key if kept is not None else loop.progress.key
     stage = kept.stage if kept is not None else loop.progress.stage
     # A failure inside a capture hook was swallowed by torch, not caught by the engine.
-    caught = CAUGHT if kept is not None and raised is not kept.error and kept.error is not loop.swallowed else ""
+    caught = _CAUGHT if kept is not None and raised is not kept.error and kept.error is not loop.swallowed else ""
     placeholder = None if real_graphs else _placeholder_in(error)
     if placeholder is not None:
         where = f"{key.runner} {key_label(key)}: " if key is not None else ""
@@ -169,7 +169,7 @@ def _failure(loop: LoopObserver, raised: Optional[BaseException], real_graphs: b
     return failed
 
 
-def _cause(loop: LoopObserver, raised: Optional[BaseException]) -> Optional[BaseException]:
+def _cause(loop: _LoopObserver, raised: Optional[BaseException]) -> Optional[BaseException]:
     """What the failure is chained to: the engine's own exception (its frames are shown), else nothing."""
     kept = loop.failure.error if loop.failure is not None else raised
     return None if isinstance(kept, GraphCaptureError) else kept
@@ -224,7 +224,7 @@ def _forward_target(forward: Any) -> tuple[Any, str]:
     return owner, name
 
 
-def _placeholder_new(loop: LoopObserver, name: str) -> Callable[..., Any]:
+def _placeholder_new(loop: _LoopObserver, name: str) -> Callable[..., Any]:
     """``__new__`` of torch's placeholder ``torch.cuda.<name>`` for the block: the observer's one-line failure."""
 
     def refuse(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -234,7 +234,7 @@ def _placeholder_new(loop: LoopObserver, name: str) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _observed(loop: LoopObserver, owner: Any, name: str, *, real_graphs: bool) -> Iterator[None]:
+def _observed(loop: _LoopObserver, owner: Any, name: str, *, real_graphs: bool) -> Iterator[None]:
     """The forward, the graph capture calls and (off CUDA) their eager stand-ins patched for the block."""
     original = getattr(owner, name)
 
@@ -273,17 +273,17 @@ class _Graph:
     handling: Optional[BaseException] = None
 
 
-class Stepper:
+class _Stepper:
     """The profiler handed to ``fn(profiler)``: each ``step()`` is checked against the contract first."""
 
-    def __init__(self, loop: "LoopObserver") -> None:
+    def __init__(self, loop: "_LoopObserver") -> None:
         self._loop = loop
 
     def step(self) -> None:
         self._loop.on_step()
 
 
-class LoopObserver(FailureKeeper):
+class _LoopObserver(FailureKeeper):
     """The state of one observed run of an engine's capture function."""
 
     def __init__(
@@ -305,17 +305,17 @@ class LoopObserver(FailureKeeper):
         self.plugin_steps = plugin_steps
         self.contract = StepContract(warmups)
         self.warmups = warmups
-        #: Per key, the last warmup whose forward began a graph (a library's, or a loop recording early).
-        self.warmup_graphs: dict[CaptureKey, str] = {}
+        #: Per key, the last warmup whose forward began a graph (another graph, or a loop recording early).
+        self.other_graph_warmups: dict[CaptureKey, str] = {}
         self.skips_before = cudagraph_skips()
         self.progress = CaptureProgress(on_stage=settings.on_stage)
-        self.depth = 0  # forwards running now (a graph begun inside one is a piece of the capture forward)
+        self.depth = 0  # forwards running now (a graph begun inside one is one of its key's graphs)
         self.graph: Optional[_Graph] = None
-        #: The capture forward running now that may hold its key's graphs; the keys whose forward held them.
-        self.held: Optional[HeldCapture] = None
-        self.held_keys: set[CaptureKey] = set()
-        #: Graphs begun inside a graph being captured: a library's inside the forward, part of that graph.
-        self.library_graphs: set[int] = set()
+        #: The capture forward running now that may hold its key's graphs; the keys whose forward inside them.
+        self.inside: Optional[_KeyGraphs] = None
+        self.keys_with_graphs: set[CaptureKey] = set()
+        #: Graphs begun inside a graph being captured: other graphs, part of that graph.
+        self.other_graphs: set[int] = set()
         self.metrics: dict[CaptureKey, KeyMetrics] = {}
         self.started: dict[CaptureKey, float] = {}
         self.graphs: dict[CaptureKey, Any] = {}
@@ -403,7 +403,7 @@ class LoopObserver(FailureKeeper):
                 self._enter_graph(key, original, args, kwargs)
                 self._feed(FORWARD, key)
             elif self.contract.at_capture(key):  # the capture is due: this forward may hold the graphs
-                self.held = HeldCapture(key)
+                self.inside = _KeyGraphs(key)
             else:
                 self._feed(FORWARD, key)
         self.depth += 1
@@ -414,25 +414,25 @@ class LoopObserver(FailureKeeper):
             raise
         finally:
             self.depth -= 1
-            held, self.held = self.held, None
-            if held is not None:
-                held.close_range()
-        if held is not None:
+            inside, self.inside = self.inside, None
+            if inside is not None:
+                inside.close_range()
+        if inside is not None:
             with self._recorded():
-                self._held_ended_unseen(held)
-                if self.failure is not None:  # a piece failed and the forward caught it: so did the key
+                self._inside_ended_unseen(inside)
+                if self.failure is not None:  # a graph failed and the forward caught it: so did the key
                     return out
-                if held.open is not None:
+                if inside.open is not None:
                     self.contract.fail(
                         key,
                         "capture: the forward returned while a graph begun inside it was still capturing; end "
                         "each graph's capture inside the forward that began it",
                     )
-                if held.graphs:
-                    self._exit_held(held)
-                else:  # the capture was due and the forward held no graph: refused, saying what the gate saw
+                if inside.graphs:
+                    self._close_key_graphs(inside)
+                else:  # the capture was due and the forward inside no graph: refused, saying what the gate saw
                     skips = cudagraph_skips() - self.skips_before
-                    reason = no_graph_reason(self.warmup_graphs.get(key), skips, self.warmups)
+                    reason = no_graph_reason(self.other_graph_warmups.get(key), skips, self.warmups)
                     if reason:
                         self.contract.fail(key, reason)
                     self._feed(FORWARD, key)
@@ -479,11 +479,11 @@ class LoopObserver(FailureKeeper):
             graph.graph.calls.append((original, args, kwargs))
 
     def capture_begin(self, graph: Any) -> bool:
-        """A graph begins: one around a forward, or (inside a forward) a piece of the key's capture forward."""
+        """A graph begins: one around a forward, or (inside a forward) one of the key's graphs."""
         if self.elsewhere("a graph capture"):
             return False
         if self.depth:
-            return self._begin_held(graph)
+            return self._begin_inside(graph)
         self._ended_unseen(beginning=graph)
         self._raise_kept()
         if self.graph is not None:
@@ -496,44 +496,44 @@ class LoopObserver(FailureKeeper):
         self.graph = _Graph(graph, memory=self.backend.memory_stats(), handling=sys.exc_info()[1])
         return True
 
-    def _begin_held(self, graph: Any) -> bool:
-        """A graph begun inside a forward: a piece of the key's capture forward, else a library's (False)."""
-        self._held_ended_unseen(self.held, beginning=graph)
-        held = self.held
-        if held is None or held.open is not None or self.graph is not None:
-            self.library_graphs.add(id(graph))
-            if held is None and self.graph is None and self.contract.last_stage.startswith("warmup "):
-                self.warmup_graphs[self.contract.key] = self.contract.last_stage  # type: ignore[index]
+    def _begin_inside(self, graph: Any) -> bool:
+        """A graph begun inside a forward: one of the key's graphs, else another graph (False)."""
+        self._inside_ended_unseen(self.inside, beginning=graph)
+        inside = self.inside
+        if inside is None or inside.open is not None or self.graph is not None:
+            self.other_graphs.add(id(graph))
+            if inside is None and self.graph is None and self.contract.last_stage.startswith("warmup "):
+                self.other_graph_warmups[self.contract.key] = self.contract.last_stage  # type: ignore[index]
             return False
         self._raise_kept()
         with self._recorded():
-            if not held.graphs:  # the key's capture begins with its first graph
-                self._feed(GRAPH_ENTER, held.key)
-                self._feed(FORWARD, held.key)
-                held.memory = self.backend.memory_stats()
-            held.begin(graph)
-            if not held.graphs:
-                self.metrics[held.key].warmup_seconds = held.started - self.started[held.key]
+            if not inside.graphs:  # the key's capture begins with its first graph
+                self._feed(GRAPH_ENTER, inside.key)
+                self._feed(FORWARD, inside.key)
+                inside.memory = self.backend.memory_stats()
+            inside.begin(graph)
+            if not inside.graphs:
+                self.metrics[inside.key].warmup_seconds = inside.started - self.started[inside.key]
         return True
 
-    def _end_held(self, graph: Any) -> bool:
+    def _end_inside(self, graph: Any) -> bool:
         """The end of a graph begun inside the capture forward (True), kept unless an exception leaves it."""
-        held = self.held
-        if held is None or held.open is not graph:
+        inside = self.inside
+        if inside is None or inside.open is not graph:
             return False
         leaving = sys.exc_info()[1]
-        failed = leaving is not None and leaving is not held.handling
-        held.end(graph, kept=not failed)
+        failed = leaving is not None and leaving is not inside.handling
+        inside.end(graph, kept=not failed)
         if failed:  # the key failed during its capture; nothing raised here replaces that exception
-            self._record(leaving, held.key, "capture")  # type: ignore[arg-type]
+            self._record(leaving, inside.key, "capture")  # type: ignore[arg-type]
         return True
 
-    def _exit_held(self, held: HeldCapture) -> None:
+    def _close_key_graphs(self, inside: _KeyGraphs) -> None:
         """The capture forward returned holding graphs: they are the key's, in capture order."""
-        key = held.key
-        self._measure(key, held.started, held.memory)
-        self.graphs[key] = tuple(held.graphs)
-        self.held_keys.add(key)  # before the step after the capture, which summarizes the key
+        key = inside.key
+        self._measure(key, inside.started, inside.memory)
+        self.graphs[key] = tuple(inside.graphs)
+        self.keys_with_graphs.add(key)  # before the step after the capture, which summarizes the key
         self._feed(GRAPH_EXIT, key)
         if self.plugin_steps:
             self._feed(STEP, key)
@@ -550,10 +550,10 @@ class LoopObserver(FailureKeeper):
         """A graph's capture ended: its key moves on, unless the capture is being left by an exception."""
         if self.elsewhere("a graph capture"):
             return
-        if self.library_graphs and id(graph) in self.library_graphs:
-            self.library_graphs.discard(id(graph))
+        if self.other_graphs and id(graph) in self.other_graphs:
+            self.other_graphs.discard(id(graph))
             return
-        if self._end_held(graph):
+        if self._end_inside(graph):
             return
         entered, self.graph = self.graph, None
         if entered is None:
@@ -578,26 +578,26 @@ class LoopObserver(FailureKeeper):
             return
         self.capture_failed(open_graph.graph, ended_with_error("this graph's capture"))
 
-    def _held_ended_unseen(self, held: Optional[HeldCapture], beginning: Any = None) -> None:
-        """On torch's hooks: a piece whose capture end raised (no end hook ran) fails its key, as a wrapping graph does."""
-        if held is None or held.open is None or self.captures is None or self.captures.mode != "hooks":
+    def _inside_ended_unseen(self, inside: Optional[_KeyGraphs], beginning: Any = None) -> None:
+        """On torch's hooks: a graph whose capture end raised (no end hook ran) fails its key, as a wrapping graph does."""
+        if inside is None or inside.open is None or self.captures is None or self.captures.mode != "hooks":
             return
-        if still_capturing(held.open, beginning=beginning):
+        if still_capturing(inside.open, beginning=beginning):
             return
-        piece = len(held.graphs) + 1
-        what = f"the capture of piece {piece} (graph {piece} begun inside the forward)"
-        self._held_failed(held, held.open, ended_with_error(what))
+        n = len(inside.graphs) + 1
+        what = f"the capture of piece {n} (graph {n} begun inside the forward)"
+        self._inside_failed(inside, inside.open, ended_with_error(what))
 
     def capture_failed(self, graph: Any, error: BaseException) -> None:
         """torch's own ``capture_begin`` / ``capture_end`` raised: the key fails during its capture."""
         if self.elsewhere("a graph capture"):
             return
-        if self.library_graphs and id(graph) in self.library_graphs:
-            self.library_graphs.discard(id(graph))
+        if self.other_graphs and id(graph) in self.other_graphs:
+            self.other_graphs.discard(id(graph))
             return
-        held = self.held
-        if held is not None and held.open is graph:
-            self._held_failed(held, graph, error)
+        inside = self.inside
+        if inside is not None and inside.open is graph:
+            self._inside_failed(inside, graph, error)
             return
         entered, self.graph = self.graph, None
         handling = entered.handling if entered is not None else None
@@ -605,11 +605,13 @@ class LoopObserver(FailureKeeper):
         key = entered.key if entered is not None and entered.key is not None else self.contract.key
         self._record(root, key, "capture")
 
-    def _held_failed(self, held: HeldCapture, graph: Any, error: BaseException) -> None:
-        """A piece's capture failed: closed (not one of the key's graphs), and the key fails during its capture."""
-        held.end(graph, kept=False)
+    def _inside_failed(self, inside: _KeyGraphs, graph: Any, error: BaseException) -> None:
+        """A graph's capture failed: closed (not one of the key's graphs), and the key fails during its capture."""
+        inside.end(graph, kept=False)
         context = error.__context__
-        self._record(context if context is not None and context is not held.handling else error, held.key, "capture")
+        self._record(
+            context if context is not None and context is not inside.handling else error, inside.key, "capture"
+        )
 
     def _exit_graph(self, entered: _Graph) -> None:
         if entered.key is None:
@@ -668,13 +670,13 @@ class LoopObserver(FailureKeeper):
             self.settings.progress(f"{capture_label(key)} captured in {seconds:.3f}s ({self.metrics[key].describe()})")
 
 
-class HeldCapture:
+class _KeyGraphs:
     """The capture forward of ``key`` running now, and the graphs begun inside it so far."""
 
     def __init__(self, key: CaptureKey) -> None:
         self.key = key
         self.graphs: list[Any] = []
-        #: The graph whose capture is under way (None between pieces).
+        #: The graph whose capture is under way (None between graphs).
         self.open: Optional[Any] = None
         #: The exception being handled where the open graph began (an engine may capture inside an ``except``).
         self.handling: Optional[BaseException] = None

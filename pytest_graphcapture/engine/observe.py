@@ -22,7 +22,7 @@ _REGISTRIES = {
 }
 
 
-class CaptureListener(Protocol):
+class _CaptureListener(Protocol):
     """What the observer tells of each graph (``capture_failed`` and ``graph_instantiated`` are optional)."""
 
     def capture_begin(self, graph: Any) -> bool: ...
@@ -72,7 +72,7 @@ class CaptureObserver:
             raise self.failures[0].error
 
 
-def fire_torch_hooks(event: str, graph: Any) -> None:
+def _fire_torch_hooks(event: str, graph: Any) -> None:
     """Run torch's global hooks of ``event`` with ``graph``, as ``torch/cuda/graphs.py`` runs them (a stand-in's use)."""
     graphs = getattr(torch.cuda, "graphs", None)
     registry = getattr(graphs, _REGISTRIES[event], None)
@@ -81,8 +81,8 @@ def fire_torch_hooks(event: str, graph: Any) -> None:
         run(registry, graph)
 
 
-def stand_in_fires_hooks() -> bool:
-    """Whether :func:`fire_torch_hooks` reaches torch's registries (so the hook path can run off CUDA)."""
+def _stand_in_fires_hooks() -> bool:
+    """Whether :func:`_fire_torch_hooks` reaches torch's registries (so the hook path can run off CUDA)."""
     graphs = getattr(torch.cuda, "graphs", None)
     return callable(getattr(graphs, "_run_global_hooks", None)) and all(
         isinstance(getattr(graphs, name, None), dict) for name in _REGISTRIES.values()
@@ -104,7 +104,7 @@ def observation_mode(real_graphs: bool) -> str:
     """``"hooks"`` where torch has the global capture hooks (and, off CUDA, the stand-in can fire them), else ``"patch"``."""
     if graph_hooks(torch) is None:
         return "patch"
-    return "hooks" if real_graphs or stand_in_fires_hooks() else "patch"
+    return "hooks" if real_graphs or _stand_in_fires_hooks() else "patch"
 
 
 @contextlib.contextmanager
@@ -234,28 +234,28 @@ class EagerCUDAGraph:
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:
         self.capturing = True
-        fire_torch_hooks("capture start", self)
+        _fire_torch_hooks("capture start", self)
 
     def capture_end(self) -> None:
         self.capturing = False
-        fire_torch_hooks("capture end", self)
+        _fire_torch_hooks("capture end", self)
         if not self.keep_graph:
             self.instantiate()
 
     def instantiate(self) -> None:
         self.instantiated = True
-        fire_torch_hooks("instantiate", self)
+        _fire_torch_hooks("instantiate", self)
 
     def replay(self) -> None:
         self.replays += 1
         if not self.instantiated:
             self.instantiate()
-        fire_torch_hooks("replay start", self)
+        _fire_torch_hooks("replay start", self)
         try:
             for forward, args, kwargs in self.calls:
                 forward(*args, **kwargs)
         finally:
-            fire_torch_hooks("replay end", self)
+            _fire_torch_hooks("replay end", self)
 
     def reset(self) -> None:
         self.calls.clear()
@@ -265,7 +265,7 @@ class EagerCUDAGraph:
         return object()
 
 
-class eager_graph:  # noqa: N801 - stands in for the class torch.cuda.graph
+class _eager_graph:  # noqa: N801 - stands in for the class torch.cuda.graph
     """Stand-in for the ``torch.cuda.graph`` context: begins and ends the (stand-in) graph's capture."""
 
     def __init__(self, cuda_graph: Any, pool: Any = None, stream: Any = None, **kwargs: Any) -> None:
@@ -279,7 +279,7 @@ class eager_graph:  # noqa: N801 - stands in for the class torch.cuda.graph
         self.cuda_graph.capture_end()
 
 
-class EagerStream:
+class _EagerStream:
     """Stand-in for ``torch.cuda.Stream`` off CUDA: nothing to wait for."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -292,7 +292,7 @@ class EagerStream:
         pass
 
 
-class EagerEvent:
+class _EagerEvent:
     """Stand-in for ``torch.cuda.Event`` off CUDA: recorded at once, so waits return and timings are 0."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -318,13 +318,13 @@ def eager_cuda_calls(synchronize: Callable[..., Any] = lambda *args, **kwargs: N
     """The ``torch.cuda`` attributes an engine's capture loop uses, as eager stand-ins (``synchronize`` given)."""
     return {
         "CUDAGraph": EagerCUDAGraph,
-        "graph": eager_graph,
+        "graph": _eager_graph,
         "synchronize": synchronize,
         "graph_pool_handle": lambda: object(),
-        "Stream": EagerStream,
-        "Event": EagerEvent,
+        "Stream": _EagerStream,
+        "Event": _EagerEvent,
         "stream": lambda *args, **kwargs: contextlib.nullcontext(),
-        "current_stream": lambda *args, **kwargs: EagerStream(),
+        "current_stream": lambda *args, **kwargs: _EagerStream(),
     }
 
 

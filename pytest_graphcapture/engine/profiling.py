@@ -33,7 +33,7 @@ class KinetoQuieter:
     RESET_BYTES = 1 << 20
 
     def __init__(self) -> None:
-        self._held: Optional[Any] = None
+        self._buffer: Optional[Any] = None
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
@@ -44,41 +44,41 @@ class KinetoQuieter:
             yield
             return
         try:
-            if self._held is None:
-                self._held = tempfile.TemporaryFile()
-            held = self._held.fileno()
+            if self._buffer is None:
+                self._buffer = tempfile.TemporaryFile()
+            buffer = self._buffer.fileno()
             # Descriptor 2 shares the file's offset while it points there: writes land after this.
-            start = os.lseek(held, 0, os.SEEK_END)
+            start = os.lseek(buffer, 0, os.SEEK_END)
             _flush_stderr()
-            os.dup2(held, fd)
+            os.dup2(buffer, fd)
             try:
                 yield
             finally:
                 _flush_stderr()
                 os.dup2(saved, fd)
-                self._write_back(held, start, fd)
+                self._write_back(buffer, start, fd)
         finally:
             os.close(saved)
 
-    def _write_back(self, held: int, start: int, fd: int) -> None:
-        """Write what ``held`` received from ``start`` on to ``fd``, less Kineto's noise."""
-        end = os.lseek(held, 0, os.SEEK_END)
+    def _write_back(self, buffer: int, start: int, fd: int) -> None:
+        """Write what ``buffer`` received from ``start`` on to ``fd``, less Kineto's noise."""
+        end = os.lseek(buffer, 0, os.SEEK_END)
         if end > start:
-            os.lseek(held, start, os.SEEK_SET)
+            os.lseek(buffer, start, os.SEEK_SET)
             chunks = []
-            while chunk := os.read(held, max(end - start, 1 << 16)):
+            while chunk := os.read(buffer, max(end - start, 1 << 16)):
                 chunks.append(chunk)
             kept = _KINETO_NOISE_LINES.sub(b"", b"".join(chunks))
             if kept:
                 os.write(fd, kept)
         if end >= self.RESET_BYTES:
-            os.ftruncate(held, 0)
-        os.lseek(held, 0, os.SEEK_END)
+            os.ftruncate(buffer, 0)
+        os.lseek(buffer, 0, os.SEEK_END)
 
     def close(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            held.close()
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None:
+            buffer.close()
 
 
 @contextlib.contextmanager
@@ -123,14 +123,14 @@ def load_lazy_profiler_modules() -> None:
     _LAZY_MODULES_LOADED = True
 
 
-def capture_schedule(warmups: int = 2) -> Callable[[int], Any]:
+def _capture_schedule(warmups: int = 2) -> Callable[[int], Any]:
     """``schedule(wait=warmups, warmup=0, active=1, repeat=0)`` without torch's warmup warning."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*won't be using warmup.*", category=UserWarning)
         return schedule(wait=warmups, warmup=0, active=1, repeat=0)
 
 
-def export_trace(prof: profile, path: Path) -> None:
+def _export_trace(prof: profile, path: Path) -> None:
     """Export ``prof``'s cycle to ``path`` (gzipped for ``.gz``), atomically."""
     if not path.name.endswith(".gz"):
         write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
@@ -149,7 +149,7 @@ def export_trace(prof: profile, path: Path) -> None:
 
 
 @dataclass
-class ProfiledKey:
+class _ProfiledKey:
     """What one recorded cycle produced for its key."""
 
     key: CaptureKey
@@ -159,7 +159,7 @@ class ProfiledKey:
 
 # Called with (profile, key) inside on_trace_ready; returns the key's summary.
 #: ``(profile, key, a function exporting the cycle's trace once and returning its path, or None) -> summary``.
-Summarizer = Callable[[profile, CaptureKey, Optional[Callable[[], Path]]], Any]
+_Summarizer = Callable[[profile, CaptureKey, Optional[Callable[[], Path]]], Any]
 
 
 @dataclass
@@ -168,7 +168,7 @@ class PerBatchSizeProfiler:
 
     device: torch.device
     export_dir: Optional[Path] = None
-    summarizer: Optional[Summarizer] = None
+    summarizer: Optional[_Summarizer] = None
     flags: frozenset = frozenset()
     #: Sub-folder of the trace folder (see :func:`~pytest_graphcapture.naming.trace_dir`).
     group: Optional[str] = None
@@ -184,7 +184,7 @@ class PerBatchSizeProfiler:
         export = self.export_dir is not None
         return profile(
             activities=profiler_activities(self.device),
-            schedule=capture_schedule(self.warmups),
+            schedule=_capture_schedule(self.warmups),
             on_trace_ready=self._on_trace_ready,
             record_shapes=True,
             # Stack, FLOPs and memory only matter for a human reading an exported
@@ -244,14 +244,14 @@ class PerBatchSizeProfiler:
         key, self._active = self._active, None
         if key is None or self._aborted:
             return  # a partial cycle of a failed key: no file, no summary
-        done = ProfiledKey(key)
+        done = _ProfiledKey(key)
 
         def export() -> Path:
             # Once: a profile exports only once, and reading its events after the export is unsafe
             # (torch frees them), so the summary reads the events first unless it needs the export.
             if done.trace_path is None:
                 path = per_bs_trace_path(self.export_dir, key, self.group)
-                export_trace(prof, path)
+                _export_trace(prof, path)
                 done.trace_path = path
             return done.trace_path
 
@@ -293,5 +293,5 @@ class SingleTraceProfiler:
             prof.__exit__(exc_type, exc, tb)
         if exc_type is None:
             path = single_trace_path(self.export_dir, self.runner_name, self.rank, self.group)
-            export_trace(prof, path)
+            _export_trace(prof, path)
             self.trace_path = path

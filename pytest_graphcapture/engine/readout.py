@@ -148,9 +148,9 @@ class _Reader:
         position = {}
         for i, handle in enumerate(handles[:count]):
             position[int(handle)] = i
-            node, held, keep = self.node(handle, f"{ident}.{i}")
+            node, children, keep = self.node(handle, f"{ident}.{i}")
             model.nodes.append(node)
-            for child_handle, child_ident in held:
+            for child_handle, child_ident in children:
                 child = CapturedGraph(ident=child_ident)
                 node.children.append(child)
                 pending.append((child_handle, child, keep))
@@ -168,7 +168,7 @@ class _Reader:
         kind = self.call("cudaGraphNodeGetType", handle)[0]
         name = getattr(kind, "name", str(kind)).removeprefix("cudaGraphNodeType")
         node = GraphNode(ident, NODE_TYPES.get(name, name.lower()))
-        held: list[tuple[Any, str]] = []
+        children: list[tuple[Any, str]] = []
         keep = None
         if node.type == "kernel":
             node.name, node.launch = self.kernel(handle)
@@ -177,7 +177,7 @@ class _Reader:
             kind_name = getattr(params.kind, "name", str(params.kind))
             node.name = copy_direction(kind_name)
         elif node.type == "graph":
-            held.append((self.call("cudaGraphChildGraphNodeGetGraph", handle)[0], f"{ident}/graph"))
+            children.append((self.call("cudaGraphChildGraphNodeGetGraph", handle)[0], f"{ident}/graph"))
         elif node.type == "conditional":
             if not hasattr(self.runtime, "cudaGraphNodeGetParams"):
                 raise GraphReadoutError(
@@ -191,9 +191,9 @@ class _Reader:
             keep = params = self.call("cudaGraphNodeGetParams", handle)[0]
             conditional = params.conditional
             bodies = list(conditional.phGraph_out)[: int(conditional.size)]
-            node.name = condition_kind(getattr(conditional, "type", None))
-            held += [(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
-        return node, held, keep
+            node.name = _condition_kind(getattr(conditional, "type", None))
+            children += [(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
+        return node, children, keep
 
     def kernel(self, handle: Any) -> tuple[str, Launch]:
         """The kernel's name and launch shape, through the driver: its function, else its library kernel."""
@@ -210,13 +210,13 @@ class _Reader:
 
 #: The kinds of a conditional node (``cudaGraphCondType<Kind>``): one body of an ``if`` (``if``/``else`` with
 #: two) or ``switch`` runs, or none; a ``while`` body runs any number of times.
-CONDITION_KINDS = {"If": "if", "While": "while", "Switch": "switch"}
+_CONDITION_KINDS = {"If": "if", "While": "while", "Switch": "switch"}
 
 
-def condition_kind(kind: Any) -> str:
+def _condition_kind(kind: Any) -> str:
     """A conditional node's kind (``if``, ``while``, ``switch``) from the runtime's enum; empty when unknown."""
     name = str(getattr(kind, "name", "") or "").removeprefix("cudaGraphCondType")
-    return CONDITION_KINDS.get(name, "")
+    return _CONDITION_KINDS.get(name, "")
 
 
 def _text(name: Any) -> str:

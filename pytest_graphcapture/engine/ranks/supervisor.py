@@ -27,11 +27,11 @@ from ...errors import GraphCaptureError, UsageError
 
 DEFAULT_TIMEOUT = 120.0
 #: After the first rank fails, how long the others may take to report their own errors.
-ERROR_GRACE = 3.0
+_ERROR_GRACE = 3.0
 #: Spawns retried when the chosen port was taken between choosing and binding it.
-PORT_RETRIES = 3
+_PORT_RETRIES = 3
 #: How ranks start: a fresh interpreter each, never a fork (torch's advice for processes with threads).
-START_METHOD = "spawn"
+_START_METHOD = "spawn"
 
 
 def free_port() -> int:
@@ -92,7 +92,7 @@ def _stop_all(procs: Sequence[Any]) -> None:
 
 
 @dataclass(frozen=True)
-class RankJob:
+class _RankJob:
     """What every rank of one run is handed: ``target(ctx, *args)`` on ``world_size`` ranks of ``device_type``."""
 
     target: Target
@@ -103,28 +103,28 @@ class RankJob:
     timeout: float
 
 
-def _run_once(job: RankJob, on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
+def _run_once(job: _RankJob, on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
     import multiprocessing
 
-    return _supervise(multiprocessing.get_context(START_METHOD), job, on_progress)
+    return _supervise(multiprocessing.get_context(_START_METHOD), job, on_progress)
 
 
 def _start_ranks(ctx: Any, world_size: int, rank_args: Callable[[int], tuple], procs: dict[int, Any]) -> None:
     """Start the ranks into ``procs``, in the calling thread: the kernel's parent-death signal follows
     the thread that started a process, and a helper thread would end before the ranks do."""
     for rank in range(world_size):
-        proc = ctx.Process(target=rank_main, name=f"graphcapture-rank{rank}", args=rank_args(rank))
+        proc = ctx.Process(target=_rank_main, name=f"graphcapture-rank{rank}", args=rank_args(rank))
         proc.start()
         procs[rank] = proc
         _SPAWNED.append(proc.pid)
 
 
-def _supervise(ctx: Any, job: RankJob, on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
+def _supervise(ctx: Any, job: _RankJob, on_progress: Optional[Callable[[int, str], None]]) -> list[Any]:
     world_size, timeout = job.world_size, job.timeout
     queue = ctx.Queue()
     port = free_port()
     dump_dir = tempfile.mkdtemp(prefix="graphcapture-ranks-")
-    states = {rank: RankState(rank) for rank in range(world_size)}
+    states = {rank: _RankState(rank) for rank in range(world_size)}
     procs: dict[int, Any] = {}
     pids: list[int] = []
     timed_out = startup = False
@@ -146,7 +146,7 @@ def _supervise(ctx: Any, job: RankJob, on_progress: Optional[Callable[[int, str]
                 run_deadline = now + timeout
             deadline = run_deadline if run_deadline is not None else startup_deadline
             if first_failure is not None:
-                deadline = min(deadline, first_failure + ERROR_GRACE)
+                deadline = min(deadline, first_failure + _ERROR_GRACE)
             if now >= deadline:
                 if first_failure is None:
                     timed_out, startup = True, run_deadline is None
@@ -193,7 +193,7 @@ def _supervise(ctx: Any, job: RankJob, on_progress: Optional[Callable[[int, str]
             if state.status in ("running", "died"):
                 state.stage = last_stage(dump_dir, rank) or state.stage
         if any(s.status == "running" for s in states.values()):
-            dumps = dump_stacks(procs, states, dump_dir)
+            dumps = _dump_stacks(procs, states, dump_dir)
     finally:
         _stop_all(list(procs.values()))
         queue.close()
@@ -221,15 +221,15 @@ def run_on_ranks(
     check_picklable(target, what="rank target")
     backend = backend or default_backend(device_type)
     payload = (tuple(batch_sizes) if batch_sizes else None, *args)
-    for attempt in range(PORT_RETRIES):
+    for attempt in range(_PORT_RETRIES):
         try:
-            job = RankJob(target, world_size, payload, device_type, backend, float(timeout))
+            job = _RankJob(target, world_size, payload, device_type, backend, float(timeout))
             return _run_once(job, on_progress)
         except RankError as exc:
             port_taken = any(
                 "init_process_group" in text and "address already in use" in text.lower() for text in exc.ranks.values()
             )
-            if not port_taken or attempt == PORT_RETRIES - 1:
+            if not port_taken or attempt == _PORT_RETRIES - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -258,7 +258,7 @@ class RankError(GraphCaptureError):
 
 
 @dataclass
-class RankState:
+class _RankState:
     rank: int
     pid: Optional[int] = None
     main_thread: Optional[int] = None
@@ -308,7 +308,7 @@ def _where(frames: list[tuple[str, int, str]]) -> tuple[bool, str]:
     return in_dist, f"{file}:{line} in {func}"
 
 
-def dump_stacks(procs: dict[int, Any], states: dict[int, RankState], dump_dir: str) -> dict[int, str]:
+def _dump_stacks(procs: dict[int, Any], states: dict[int, _RankState], dump_dir: str) -> dict[int, str]:
     """Ask unfinished ranks for a faulthandler dump; return ``{rank: text}``."""
     if not hasattr(signal, "SIGUSR1"):
         return {}
@@ -350,7 +350,12 @@ def _tail(text: str, lines: int = 12) -> str:
 
 
 def failure(
-    states: dict[int, RankState], timeout: float, timed_out: bool, startup: bool, dumps: dict[int, str], pids: list[int]
+    states: dict[int, _RankState],
+    timeout: float,
+    timed_out: bool,
+    startup: bool,
+    dumps: dict[int, str],
+    pids: list[int],
 ) -> RankError:
     ranks: dict[int, str] = {}
     # The cause first: a rank that died or raised on its own comes before ranks that only
@@ -399,9 +404,9 @@ def failure(
 
 
 #: Extra time the process group's own timeout gets over ours, so the parent reports a hang, not gloo.
-PG_TIMEOUT_MARGIN = 30.0
+_PG_TIMEOUT_MARGIN = 30.0
 #: Bytes of a rank's stage kept in its stage file (a longer stage text is cut).
-STAGE_BYTES = 512
+_STAGE_BYTES = 512
 #: ``prctl`` option: the signal this process gets when its parent dies (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
 
@@ -423,10 +428,10 @@ class _Channel:
     def stage(self, text: str) -> None:
         self.current = text
         if self._stage_fd is not None:
-            raw = text.encode("utf-8", "replace")[:STAGE_BYTES].decode("utf-8", "ignore").encode("utf-8")
+            raw = text.encode("utf-8", "replace")[:_STAGE_BYTES].decode("utf-8", "ignore").encode("utf-8")
             with contextlib.suppress(OSError):  # one fixed-size write over the last: never a truncated file
                 os.lseek(self._stage_fd, 0, os.SEEK_SET)
-                os.write(self._stage_fd, raw.ljust(STAGE_BYTES, b"\0"))
+                os.write(self._stage_fd, raw.ljust(_STAGE_BYTES, b"\0"))
         self.queue.put(("stage", self.rank, text))
 
     def progress(self, line: str) -> None:
@@ -441,7 +446,7 @@ def last_stage(dump_dir: str, rank: int) -> Optional[str]:
     """The stage rank ``rank`` last wrote to its stage file, or None when it wrote none."""
     try:
         with open(_stage_file(dump_dir, rank), "rb") as handle:
-            raw = handle.read(STAGE_BYTES).split(b"\0", 1)[0]
+            raw = handle.read(_STAGE_BYTES).split(b"\0", 1)[0]
     except OSError:
         return None
     return raw.decode("utf-8", "replace") or None
@@ -492,7 +497,7 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="graphcapture-parent-watch", daemon=True).start()
 
 
-def rank_main(job: RankJob, rank: int, port: int, queue: Any, parent_pid: int, dump_dir: str) -> None:
+def _rank_main(job: _RankJob, rank: int, port: int, queue: Any, parent_pid: int, dump_dir: str) -> None:
     """Entry point of one rank process (module level, so ``spawn`` can import it)."""
     world_size, device_type, backend, args = job.world_size, job.device_type, job.backend, job.args
     global _CHANNEL
@@ -527,7 +532,7 @@ def rank_main(job: RankJob, rank: int, port: int, queue: Any, parent_pid: int, d
             init_method=f"tcp://127.0.0.1:{port}",
             world_size=world_size,
             rank=rank,
-            timeout=timedelta(seconds=job.timeout + PG_TIMEOUT_MARGIN),
+            timeout=timedelta(seconds=job.timeout + _PG_TIMEOUT_MARGIN),
         )
         channel.stage("running")
         fn = resolve_target(job.target, what="rank target")
