@@ -247,8 +247,6 @@ class CaptureContract:
         self.log: CallLog = backend.log
         self.trace_dir = Path(trace_dir)
 
-    # ------------------------------------------------------------------ runners
-
     def check_runner(self, runner: GraphRunner) -> CaptureResult:
         """Capture ``runner`` as the plugin does (fake backend, real per-bs profiler) and check the contract."""
         settings = CaptureSettings(trace="per-bs", summarize=False, out_dir=self.trace_dir, profiler_flags=frozenset())
@@ -261,8 +259,6 @@ class CaptureContract:
         traces = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json.gz")) if folder.is_dir() else []
         assert_call_sequence(traces, sorted(trace_file_name(k) for k in keys), what="trace files (one per key)")
         return result
-
-    # ------------------------------------------------------------------ your own capture code
 
     def check_capture(
         self,

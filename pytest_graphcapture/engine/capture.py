@@ -163,16 +163,7 @@ def capture_runner(
             if backend.kernel_evidence_required and done is not None:
                 progress.enter("kernel evidence check")
                 check_capture_evidence(key, done.summary)
-            result.keys[key] = KeyResult(
-                key,
-                trace_path=done.trace_path if done else None,
-                summary=done.summary if done else None,
-                graph=graph,
-                seconds=seconds,
-                metrics=metrics,
-            )
-            if settings.progress is not None:
-                settings.progress(f"{capture_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+            record_key(result, key, done, graph, seconds, metrics, settings.progress)
         if unseen is not None:
             progress.key = unseen_key
             progress.enter("capture")
@@ -200,17 +191,21 @@ def _selected_keys(runner: GraphRunner, rank: int, settings: CaptureSettings) ->
         keys = runner.capture_keys(rank)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    return selected_sizes(keys, settings, lambda have: f"runner {runner.name} does not capture (it lists {have})")
+
+
+def selected_sizes(keys: list[CaptureKey], settings: CaptureSettings, lacks: Callable[[str], str]) -> list[CaptureKey]:
+    """``keys`` cut to ``settings.batch_sizes``; UsageError for a size none has (``lacks(the sizes there are)``)."""
     if settings.batch_sizes is None:
         return keys
-    listed = sorted({k.batch_size for k in keys})
-    lacking = [bs for bs in settings.batch_sizes if bs not in listed]
+    have = sorted({k.batch_size for k in keys})
+    lacking = [bs for bs in settings.batch_sizes if bs not in have]
     if lacking:
         raise UsageError(
-            f"{settings.batch_sizes_origin} asks for batch size {', '.join(map(str, lacking))}, which runner "
-            f"{runner.name} does not capture (it lists {', '.join(map(str, listed))})"
+            f"{settings.batch_sizes_origin} asks for batch size {', '.join(map(str, lacking))}, which "
+            + lacks(", ".join(map(str, have)))
         )
-    wanted = set(settings.batch_sizes)
-    return [k for k in keys if k.batch_size in wanted]
+    return [k for k in keys if k.batch_size in settings.batch_sizes]
 
 
 def _forward(runner: GraphRunner, key: CaptureKey) -> Callable[[], Any]:
@@ -235,6 +230,23 @@ def stop_quietly(profiler: Any) -> None:
             profiler.__exit__(RuntimeError, RuntimeError("capture failed"), None)
     except Exception:  # the original failure is the one to report
         pass
+
+
+def record_key(
+    result: CaptureResult,
+    key: CaptureKey,
+    done: Any,
+    graph: Any,
+    seconds: float,
+    metrics: KeyMetrics,
+    report: Optional[Callable[[str], None]],
+) -> None:
+    """A captured key joins the result, with the trace and live summary its profiler cycle gave (``done``)."""
+    summary = done.summary if done else None
+    trace = done.trace_path if done else None
+    result.keys[key] = KeyResult(key, trace_path=trace, summary=summary, graph=graph, seconds=seconds, metrics=metrics)
+    if report is not None:
+        report(f"{capture_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
 
 
 def close_profiler(profiler: Any, result: CaptureResult, progress: CaptureProgress) -> None:

@@ -18,14 +18,15 @@ from ..summary.split import PIECE_MARK
 from .backend import CaptureProgress, make_backend
 from .capture import (
     CaptureSettings,
-    capture_label,
     check_capture_evidence,
     check_forward_seen,
     close_profiler,
     current_rank,
     finish_capture,
     make_profiler,
+    record_key,
     refuse_cupti_conflict,
+    selected_sizes,
     stop_quietly,
 )
 from .contract import (
@@ -57,7 +58,7 @@ from .observe import (
     still_capturing,
 )
 from .profiling import PerBatchSizeProfiler
-from .result import CaptureResult, KeyMetrics, KeyResult
+from .result import CaptureResult, KeyMetrics
 
 
 def _takes_profiler(fn: Callable[..., Any]) -> bool:
@@ -98,7 +99,7 @@ def capture_engine_loop(
     backend = make_backend(device) if device.type == "cuda" else make_backend("cpu")
     result = CaptureResult(runner_name=runner_name, platform=settings.platform, rank=rank, mode=settings.trace)
     refuse_cupti_conflict(backend, settings, f"graph_capture.engine {runner_name}")
-    # A key whose capture forward inside its graphs is summarized one Summary per graph.
+    # A key whose capture forward began its graphs is summarized one Summary per graph.
     profiler = make_profiler(
         settings, backend.device, runner_name, rank, graphs_inside=lambda k: k in loop.keys_with_graphs, warmups=warmups
     )
@@ -125,7 +126,10 @@ def capture_engine_loop(
             if loop.failure is not None:  # the engine caught what failed and carried on
                 raise _failure(loop, None, real_graphs) from _cause(loop, None)
         loop.contract.finish()
-        _keep_selected_sizes(result, settings)
+        lacks = f"the capture loop of {runner_name} did not capture (it captured "
+        kept = set(selected_sizes(list(result.keys), settings, lambda have: f"{lacks}{have})"))
+        for key in [k for k in result.keys if k not in kept]:
+            del result.keys[key]
         close_profiler(profiler, result, loop.progress)
         profiler = None
         # Without a replay, the graphs read from torch's instantiate hook give the kernels alone.
@@ -186,21 +190,6 @@ def _placeholder_in(error: BaseException) -> Optional[str]:
             return name
         current = current.__cause__ or current.__context__
     return None
-
-
-def _keep_selected_sizes(result: CaptureResult, settings: CaptureSettings) -> None:
-    """Cut the result to ``settings.batch_sizes`` (the engine's loop captured them all); UsageError for a size it lacks."""
-    if settings.batch_sizes is None:
-        return
-    captured = sorted({k.batch_size for k in result.keys})
-    lacking = [bs for bs in settings.batch_sizes if bs not in captured]
-    if lacking:
-        raise UsageError(
-            f"{settings.batch_sizes_origin} asks for batch size {', '.join(map(str, lacking))}, which the capture "
-            f"loop of {result.runner_name} did not capture (it captured {', '.join(map(str, captured))})"
-        )
-    for key in [k for k in result.keys if k.batch_size not in settings.batch_sizes]:
-        del result.keys[key]
 
 
 def _forward_target(forward: Any) -> tuple[Any, str]:
@@ -311,7 +300,7 @@ class _LoopObserver(FailureKeeper):
         self.progress = CaptureProgress(on_stage=settings.on_stage)
         self.depth = 0  # forwards running now (a graph begun inside one is one of its key's graphs)
         self.graph: Optional[_Graph] = None
-        #: The capture forward running now that may hold its key's graphs; the keys whose forward inside them.
+        #: The capture forward running now that may hold its key's graphs; the keys whose forward began them.
         self.inside: Optional[_KeyGraphs] = None
         self.keys_with_graphs: set[CaptureKey] = set()
         #: Graphs begun inside a graph being captured: other graphs, part of that graph.
@@ -325,8 +314,6 @@ class _LoopObserver(FailureKeeper):
         self.swallowed: Optional[BaseException] = None
         #: The thread that runs the gate and started the profiler: the only one whose ops it records.
         self.thread = threading.current_thread()
-
-    # ------------------------------------------------------------------ failures
 
     def current_place(self) -> tuple[Optional[CaptureKey], str]:
         return self.progress.key, self.progress.stage
@@ -368,8 +355,6 @@ class _LoopObserver(FailureKeeper):
         error = UsageError(message)
         self._record(error)
         raise error
-
-    # ------------------------------------------------------------------ events
 
     def _feed(self, event: str, key: Optional[CaptureKey]) -> None:
         first = key is not None and key != self.contract.key
@@ -658,16 +643,7 @@ class _LoopObserver(FailureKeeper):
         if self.backend.kernel_evidence_required and done is not None:
             check_capture_evidence(key, done.summary)
         seconds = time.perf_counter() - self.started[key]
-        self.result.keys[key] = KeyResult(
-            key,
-            trace_path=done.trace_path if done else None,
-            summary=done.summary if done else None,
-            graph=self.graphs.get(key),
-            seconds=seconds,
-            metrics=self.metrics[key],
-        )
-        if self.settings.progress is not None:
-            self.settings.progress(f"{capture_label(key)} captured in {seconds:.3f}s ({self.metrics[key].describe()})")
+        record_key(self.result, key, done, self.graphs.get(key), seconds, self.metrics[key], self.settings.progress)
 
 
 class _KeyGraphs:

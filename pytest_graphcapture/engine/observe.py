@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -20,14 +20,6 @@ _REGISTRIES = {
     "replay start": "_global_replay_start_hooks",
     "replay end": "_global_replay_end_hooks",
 }
-
-
-class _CaptureListener(Protocol):
-    """What the observer tells of each graph (``capture_failed`` and ``graph_instantiated`` are optional)."""
-
-    def capture_begin(self, graph: Any) -> bool: ...
-
-    def capture_end(self, graph: Any) -> None: ...
 
 
 class HookFailure(GraphCaptureError):

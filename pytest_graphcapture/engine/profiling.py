@@ -157,7 +157,6 @@ class _ProfiledKey:
     summary: Any = None
 
 
-# Called with (profile, key) inside on_trace_ready; returns the key's summary.
 #: ``(profile, key, a function exporting the cycle's trace once and returning its path, or None) -> summary``.
 _Summarizer = Callable[[profile, CaptureKey, Optional[Callable[[], Path]]], Any]
 
