@@ -271,8 +271,8 @@ class _eager_graph:  # noqa: N801 - stands in for the class torch.cuda.graph
         self.cuda_graph.capture_end()
 
 
-class _EagerStream:
-    """Stand-in for ``torch.cuda.Stream`` off CUDA: nothing to wait for."""
+class _EagerSync:
+    """Stand-in for ``torch.cuda.Stream`` and ``Event`` off CUDA: nothing to wait for, timings are 0."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -280,27 +280,10 @@ class _EagerStream:
     def wait_stream(self, *args: Any) -> None:
         pass
 
-    def synchronize(self) -> None:
-        pass
-
-
-class _EagerEvent:
-    """Stand-in for ``torch.cuda.Event`` off CUDA: recorded at once, so waits return and timings are 0."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def record(self, *args: Any) -> None:
-        pass
-
-    def wait(self, *args: Any) -> None:
-        pass
+    record = wait = synchronize = wait_stream
 
     def query(self) -> bool:
         return True
-
-    def synchronize(self) -> None:
-        pass
 
     def elapsed_time(self, other: Any) -> float:
         return 0.0
@@ -313,10 +296,10 @@ def eager_cuda_calls(synchronize: Callable[..., Any] = lambda *args, **kwargs: N
         "graph": _eager_graph,
         "synchronize": synchronize,
         "graph_pool_handle": lambda: object(),
-        "Stream": _EagerStream,
-        "Event": _EagerEvent,
+        "Stream": _EagerSync,
+        "Event": _EagerSync,
         "stream": lambda *args, **kwargs: contextlib.nullcontext(),
-        "current_stream": lambda *args, **kwargs: _EagerStream(),
+        "current_stream": lambda *args, **kwargs: _EagerSync(),
     }
 
 

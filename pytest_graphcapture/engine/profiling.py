@@ -22,8 +22,7 @@ from .._io import write_via
 from ..keys import CaptureKey
 from ..naming import per_bs_trace_path, single_trace_path
 
-#: Kineto's trace-point lines, printed to the stderr descriptor on every profiler start and stop
-#: (each whole line, its end of line included, in a buffer of many lines).
+#: Kineto's trace-point lines, printed to stderr on every profiler start and stop (whole lines, in a buffer).
 _KINETO_NOISE_LINES = re.compile(rb"^USDT:[^\n]*\bprofiler_(?:start|stop)[ \t\r\f\v]*(?:\n|\Z)", re.MULTILINE)
 
 

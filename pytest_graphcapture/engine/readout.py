@@ -208,8 +208,7 @@ class _Reader:
         return _text(self.call("cuKernelGetName", params.kern)[0]), launch
 
 
-#: The kinds of a conditional node (``cudaGraphCondType<Kind>``): one body of an ``if`` (``if``/``else`` with
-#: two) or ``switch`` runs, or none; a ``while`` body runs any number of times.
+#: A conditional node's kinds (``cudaGraphCondType<Kind>``): ``if``/``switch`` run one body or none, ``while`` any.
 _CONDITION_KINDS = {"If": "if", "While": "while", "Switch": "switch"}
 
 

@@ -23,8 +23,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from ...errors import GraphCaptureError, UsageError
 
-# RankContext and RankError are what a caller of run_on_ranks meets: its target's argument, its error.
-
 DEFAULT_TIMEOUT = 120.0
 #: After the first rank fails, how long the others may take to report their own errors.
 _ERROR_GRACE = 3.0
