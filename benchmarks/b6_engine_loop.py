@@ -34,7 +34,7 @@ def _variants(device: str, batch_sizes: Sequence[int]) -> dict[str, Callable[[An
 
     from pytest_graphcapture.engine.backend import make_backend
     from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
-    from pytest_graphcapture.engine.engine_loop import capture_engine_loop
+    from pytest_graphcapture.engine.loop import capture_engine_loop
 
     settings = CaptureSettings(trace="off", summarize=True)
 

@@ -137,11 +137,6 @@ def single_trace_path(base_dir: PathLike, runner: str, rank: int, group: Optiona
     return trace_dir(base_dir, group) / single_trace_name(runner, rank)
 
 
-def memory_snapshot_path(base_dir: PathLike, runner: str, rank: int, group: Optional[str] = None) -> Path:
-    """``{runner}_rank{rank}_memory_snapshot.pickle`` under :func:`trace_dir`: one per runner and rank."""
-    return trace_dir(base_dir, group) / f"{safe_name(runner)}_rank{rank}_memory_snapshot.pickle"
-
-
 def is_trace_path(path: PathLike) -> bool:
     """Whether ``path`` is named like a trace file (``.json`` or ``.json.gz``)."""
     return Path(path).name.endswith(TRACE_SUFFIXES)

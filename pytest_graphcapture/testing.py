@@ -1,32 +1,36 @@
-"""Public fakes for contract-testing capture code on a CPU-only machine.
-
-* :class:`FakeBackend` runs the real per-key sequence but records every call —
-  synchronize, barrier, forward, profiler step, post-warmup hook, graph
-  enter/exit — in a :class:`CallLog`, with a :class:`FakeGraph` as the graph;
-  it can inject a fault at any stage of one key;
-* :class:`RecordingProfiler` is a profiler stand-in whose ``step()`` is recorded;
-* :class:`FakeRunner` is a tiny runner over static buffers (any batch sizes and
-  variants) whose forward runs real torch ops, so a real profiler sees them;
-* :func:`assert_call_sequence` and :func:`expected_key_sequence` fail with a
-  readable expected-vs-actual listing.
-"""
+"""Public fakes for contract-testing capture code on a CPU-only machine."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
 from .engine.backend import Backend, CaptureProgress, Forward, Steppable
+from .engine.capture import CaptureSettings, capture_runner
+from .engine.contract import (
+    BARRIER,
+    FORWARD,
+    GRAPH_ENTER,
+    GRAPH_EXIT,
+    HOOK,
+    REPLAY,
+    STEP,
+    SYNCHRONIZE,
+    KeyLike,
+    as_key,
+    key_sequence,
+    warmup_count,
+)
+from .engine.observe import EagerCUDAGraph, eager_cuda_calls, patched
 from .engine.runner import GraphRunner
-from .engine.step_contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, STEP
-from .keys import CaptureKey
-
-# The step contract's calls (forward, step, graph enter/exit) are named where the engine-loop gate checks them.
-SYNCHRONIZE, BARRIER, HOOK, REPLAY = "synchronize", "barrier", "hook", "replay"
+from .keys import CaptureKey, capture_order
+from .naming import trace_dir, trace_file_name
+from .result import CaptureResult
 
 
 @dataclass(frozen=True)
@@ -64,19 +68,6 @@ class CallLog:
 
     def __str__(self) -> str:
         return "\n".join(str(call) for call in self.calls)
-
-
-class FakeGraph:
-    """Graph object of the fake backend: remembers its key and counts replays."""
-
-    def __init__(self, key: CaptureKey, forward: Forward) -> None:
-        self.key = key
-        self.replays = 0
-        self._forward = forward
-
-    def replay(self) -> None:
-        self.replays += 1
-        self._forward()
 
 
 class InjectedFault(RuntimeError):
@@ -118,36 +109,18 @@ class _LoggingStepper:
 
 
 class FakeBackend(Backend):
-    """Records the per-key call sequence; can fail at one stage of one key.
-
-    ``fail_stage`` is one of ``warmup 1``, ``warmup 2``, ``capture``, ``step``
-    (the profiler step after the capture, where traces are exported) or
-    ``replay``; ``fail_key`` the key to fail on (any key when ``None``);
-    ``fault`` builds the exception (default :class:`InjectedFault`; pass
-    ``KeyboardInterrupt`` to simulate Ctrl-C); ``replay_shows_kernels`` replays
-    each graph as on a GPU, ``kernel_evidence_required`` applies the GPU's
-    empty-capture guard.
-    """
+    """Records the per-key call sequence; can fail at one stage of one key."""
 
     name = "fake"
 
-    def __init__(
-        self,
-        log: Optional[CallLog] = None,
-        *,
-        fail_stage: Optional[str] = None,
-        fail_key: Optional[CaptureKey] = None,
-        fault: Callable[[str], BaseException] = InjectedFault,
-        replay_shows_kernels: bool = False,
-        kernel_evidence_required: bool = False,
-    ) -> None:
+    def __init__(self, log: Optional[CallLog] = None) -> None:
         super().__init__("cpu")
         self.log = log if log is not None else CallLog()
-        self.fail_stage, self.fail_key, self.fault = fail_stage, fail_key, fault
-        self.replay_shows_kernels = replay_shows_kernels
-        self.kernel_evidence_required = kernel_evidence_required
+        self.fail_stage: Optional[str] = None
+        self.fail_key: Optional[CaptureKey] = None
+        self.fault: Callable[[str], BaseException] = InjectedFault
         self._stage = ""
-        self.graphs: list[FakeGraph] = []
+        self.graphs: list[EagerCUDAGraph] = []
 
     #: Stages :meth:`inject_fault` accepts.
     FAULT_STAGES = ("warmup 1", "warmup 2", "capture", "step", "replay")
@@ -179,7 +152,7 @@ class FakeBackend(Backend):
     @contextlib.contextmanager
     def graph_context(self, key: CaptureKey, forward: Forward) -> Iterator[Any]:
         self.log.record(GRAPH_ENTER)
-        graph = FakeGraph(key, forward)
+        graph = EagerCUDAGraph.of(forward, key)
         try:
             yield graph
         finally:
@@ -212,11 +185,7 @@ class FakeBackend(Backend):
 
 
 class FakeRunner(GraphRunner):
-    """A tiny runner over static buffers: ``out[:bs] = x[:bs] @ w`` (+ a variant op).
-
-    ``hidden`` sets the matrix size, so a test can "change the model" and see
-    the op shapes change; ``extra_op`` adds one more op to every forward.
-    """
+    """A tiny runner over static buffers: ``out[:bs] = x[:bs] @ w`` (+ a variant op)."""
 
     def __init__(
         self,
@@ -259,12 +228,6 @@ class FakeRunner(GraphRunner):
         return forward
 
 
-def expected_key_sequence(*, profiling: bool, hook: bool = True) -> list[str]:
-    """The calls of one key: two warmups, then the capture, then (profiling) one step."""
-    warmup = [SYNCHRONIZE, BARRIER, FORWARD] + ([HOOK] if hook else []) + ([STEP] if profiling else [])
-    return warmup * 2 + [GRAPH_ENTER, FORWARD, GRAPH_EXIT] + ([STEP] if profiling else [])
-
-
 def assert_call_sequence(actual: Sequence[Any], expected: Sequence[Any], *, what: str = "call sequence") -> None:
     """Fail with a readable side-by-side diff when ``actual`` differs from ``expected``."""
     actual_lines = [str(item) for item in actual]
@@ -273,3 +236,73 @@ def assert_call_sequence(actual: Sequence[Any], expected: Sequence[Any], *, what
         return
     diff = "\n".join(difflib.unified_diff(expected_lines, actual_lines, "expected", "actual", lineterm=""))
     raise AssertionError(f"{what} differs from what was expected:\n{diff}")
+
+
+class CaptureContract:
+    """Checks the capture step contract (see the module docstring) with a shared :class:`CallLog`."""
+
+    def __init__(self, backend: FakeBackend, profiler: RecordingProfiler, trace_dir: Path) -> None:
+        self.backend = backend
+        self.profiler = profiler
+        self.log: CallLog = backend.log
+        self.trace_dir = Path(trace_dir)
+
+    def check_runner(self, runner: GraphRunner) -> CaptureResult:
+        """Capture ``runner`` as the plugin does (fake backend, real per-bs profiler) and check the contract."""
+        settings = CaptureSettings(trace="per-bs", summarize=False, out_dir=self.trace_dir, profiler_flags=frozenset())
+        result = capture_runner(runner, self.backend, settings)
+        keys = runner.capture_keys(result.rank)
+        expected = [Call(name, key) for key in keys for name in key_sequence(backend_calls=True)]
+        actual = [call for call in self.log.calls if call.name in key_sequence(backend_calls=True)]
+        assert_call_sequence(actual, expected, what=f"capture calls of {runner.name}")
+        folder = trace_dir(self.trace_dir)
+        traces = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json.gz")) if folder.is_dir() else []
+        assert_call_sequence(traces, sorted(trace_file_name(k) for k in keys), what="trace files (one per key)")
+        return result
+
+    def check_capture(
+        self,
+        capture: Callable[[RecordingProfiler], Any],
+        *,
+        forward: tuple[Any, str],
+        key: Callable[..., KeyLike],
+        runner: Optional[str] = None,
+        warmups: int = 2,
+    ) -> CallLog:
+        """Run ``capture(profiler)`` with CUDA graphs faked; check the contract; return the call log."""
+        warmups = warmup_count(warmups, "capture_contract.check_capture")
+        owner, name = forward
+        original = getattr(owner, name)
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.log.current_key = as_key(key(*args, **kwargs), runner or "capture")
+            self.log.record(FORWARD)
+            return original(*args, **kwargs)
+
+        with self._fake_cuda_graphs(), patched(owner, name, recorded):
+            capture(self.profiler)
+        actual = [call for call in self.log.calls if call.name in (FORWARD, STEP, GRAPH_ENTER, GRAPH_EXIT)]
+        keys = capture_order(dict.fromkeys(c.key for c in actual if c.key is not None))
+        expected = [Call(name, k) for k in keys for name in key_sequence(warmups)]
+        label = runner or ", ".join(sorted({k.runner for k in keys})) or "the capture function"
+        assert_call_sequence(actual, expected, what=f"capture calls of {label} (largest batch size first)")
+        return self.log
+
+    @contextlib.contextmanager
+    def _fake_cuda_graphs(self) -> Iterator[None]:
+        log = self.log
+
+        @contextlib.contextmanager
+        def graph(cuda_graph: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            log.record(GRAPH_ENTER)
+            try:
+                yield cuda_graph
+            finally:
+                log.record(GRAPH_EXIT)
+
+        # The stand-in graphs hold nothing of the forward: a replay runs nothing and logs nothing.
+        fakes = {**eager_cuda_calls(synchronize=lambda *args, **kwargs: log.record(SYNCHRONIZE)), "graph": graph}
+        with contextlib.ExitStack() as stack:
+            for attr, fake in fakes.items():
+                stack.enter_context(patched(torch.cuda, attr, fake))
+            yield

@@ -14,7 +14,7 @@
 # then the main job (README) and the whole test suite (not with --main-job-only: minutes instead of the
 # suite's quarter hour or more on a loaded machine; the row then says the suite was not run). The torch
 # build, the closing pytest lines, the exit codes and which profiler capabilities the build has
-# (pytest_graphcapture/summary/torch_caps.py) go to DIR/results/VERSION.txt, the full log beside it;
+# (pytest_graphcapture/summary/platform.py) go to DIR/results/VERSION.txt, the full log beside it;
 # DIR/results/table.md is rewritten with one row per results file, the rows of docs/compatibility.md.
 # The venv (several GB for the CUDA wheels) is removed once its row is written, unless --keep. Exit 0 when every VERSION passed both.
 set -uo pipefail
@@ -136,7 +136,7 @@ kind = f"CUDA {cuda} build, run on CPU" if cuda else "CPU build"
 print(f"`{torch.__version__}` ({kind}, Python {platform.python_version()})")')"
     caps="$(cd "$src" && env -u PYTHONPATH "$venv/bin/python" -c 'import torch
 from torch.autograd import _KinetoEvent
-from pytest_graphcapture.summary.torch_caps import event_caps, graph_hooks, has_driver_version
+from pytest_graphcapture.summary.platform import event_caps, graph_hooks, has_driver_version
 caps = event_caps(_KinetoEvent)
 print(f"activity_type {caps.activity_type}, structured_input_shapes {caps.structured_input_shapes}, "
       f"metadata_json {caps.metadata_json}, driver_version {has_driver_version(torch)}, "

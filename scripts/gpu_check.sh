@@ -62,7 +62,7 @@ status=0
 {
     echo "# GPU check ($([ $dry = 1 ] && echo 'dry run on CPU' || echo 'GPU run'))"
     echo
-    "$python" -c 'import json, torch; from pytest_graphcapture.engine.device import detect_platform, environment_from_device; d = "cuda" if torch.cuda.is_available() else "cpu"; print("platform:", detect_platform(d)); print("environment:", json.dumps(environment_from_device(d), sort_keys=True))'
+    "$python" -c 'import json, torch; from pytest_graphcapture.engine.backend import detect_platform, environment_from_device; d = "cuda" if torch.cuda.is_available() else "cpu"; print("platform:", detect_platform(d)); print("environment:", json.dumps(environment_from_device(d), sort_keys=True))'
     echo
     echo "| step | exit code | seconds |"
     echo "|---|---:|---:|"

@@ -47,13 +47,11 @@ from typing import Any, Optional
 
 import torch
 
-from pytest_graphcapture.engine.backend import make_backend
-from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
-from pytest_graphcapture.engine.capture_observer import observation_mode
-from pytest_graphcapture.engine.cupti_clients import INJECTION, CuptiConflictError
+from pytest_graphcapture.engine.backend import detect_platform, make_backend
+from pytest_graphcapture.engine.capture import INJECTION, CaptureSettings, CuptiConflictError, capture_runner
 from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
-from pytest_graphcapture.engine.device import detect_platform
-from pytest_graphcapture.engine.engine_loop import EagerCUDAGraph, capture_engine_loop
+from pytest_graphcapture.engine.loop import capture_engine_loop
+from pytest_graphcapture.engine.observe import EagerCUDAGraph, observation_mode
 from pytest_graphcapture.summary.platform import graph_hooks
 
 

@@ -42,10 +42,9 @@ from typing import Any, Callable
 import torch
 from torch.profiler import profile
 
-from pytest_graphcapture.engine.backend import make_backend
+from pytest_graphcapture.engine.backend import detect_platform, environment_from_device, make_backend
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
 from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
-from pytest_graphcapture.engine.device import detect_platform, environment_from_device
 from pytest_graphcapture.engine.profiling import profiler_activities
 
 GPU_CATS = ("kernel", "gpu_memset", "gpu_memcpy")

@@ -1,17 +1,4 @@
-"""Backends: how one capture key is warmed up and captured.
-
-Every backend runs the same per-key sequence (:meth:`Backend.capture_one`); they
-differ only in the primitives — what "synchronize", "barrier" and "the graph
-context" mean:
-
-* :class:`CudaGraphBackend` — real ``torch.cuda.CUDAGraph`` capture with one shared
-  memory pool and a dedicated capture stream (also what runs on ROCm builds,
-  where ``torch.cuda`` maps to HIP);
-* :class:`EagerBackend` — CPU (or a GPU without graphs): the "capture" is a plain
-  forward and replay re-runs it on the same static buffers;
-* :class:`~pytest_graphcapture.testing.FakeBackend` — records the call sequence
-  for contract tests.
-"""
+"""Backends: how one capture key is warmed up and captured."""
 
 from __future__ import annotations
 
@@ -28,9 +15,16 @@ import torch
 from ..keys import CaptureKey
 from ..result import KeyMetrics
 from ..summary.graph import CapturedGraph
-from .graph_data import GraphDataUnusable, read_graph_data
-from .graph_readout import GraphReadoutError, GraphReadoutWarning, load_bindings, read_captured_graph
-from .memory import MemoryHistory, TorchMemoryHistory
+from ..summary.platform import CPU, PROFILER_FLAGS, cuda_key, gfx_key, has_driver_version, rocm_gfx_from_compute
+from .observe import EagerCUDAGraph
+from .readout import (
+    GraphDataUnusable,
+    GraphReadoutError,
+    GraphReadoutWarning,
+    load_bindings,
+    read_captured_graph,
+    read_graph_data,
+)
 
 Forward = Callable[[], Any]
 
@@ -43,11 +37,7 @@ class Steppable(Protocol):
 
 @dataclass
 class CaptureProgress:
-    """Where :meth:`Backend.capture_one` is, so a failure can name its stage.
-
-    ``on_stage(key, stage)`` is told of every stage change (a rank process forwards
-    them to its parent, which names the stage of a rank that hangs).
-    """
+    """Where :meth:`Backend.capture_one` is, so a failure can name its stage."""
 
     key: Optional[CaptureKey] = None
     stage: str = "not started"
@@ -59,29 +49,15 @@ class CaptureProgress:
             self.on_stage(self.key, stage)
 
 
-def distributed_barrier() -> None:
+def _distributed_barrier() -> None:
     """``torch.distributed.barrier()`` when a process group is initialized, else nothing."""
     dist = getattr(torch, "distributed", None)
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.barrier()
 
 
-class EagerGraph:
-    """Stand-in for a captured graph: replay re-runs the forward on the static buffers."""
-
-    def __init__(self, forward: Forward) -> None:
-        self._forward = forward
-
-    def replay(self) -> None:
-        self._forward()
-
-
 class Backend:
-    """The per-key capture sequence, shared by every backend.
-
-    Subclasses override :meth:`synchronize`, :meth:`barrier`, :meth:`run_forward`
-    and :meth:`graph_context`; they never reorder the sequence.
-    """
+    """The per-key capture sequence, shared by every backend."""
 
     name = "base"
     #: Whether replaying a graph under the profiler shows its kernels (real GPU graphs only).
@@ -104,7 +80,7 @@ class Backend:
 
     def barrier(self) -> None:
         """Wait for the other ranks (no-op when not distributed)."""
-        distributed_barrier()
+        _distributed_barrier()
 
     def run_forward(self, forward: Forward) -> Any:
         return forward()
@@ -112,17 +88,13 @@ class Backend:
     @contextlib.contextmanager
     def graph_context(self, key: CaptureKey, forward: Forward) -> Iterator[Any]:
         """Context in which the capture forward runs; yields the graph object."""
-        yield EagerGraph(forward)
+        yield EagerCUDAGraph.of(forward)
 
     def replay(self, graph: Any) -> None:
         graph.replay()
 
     def memory_stats(self) -> Optional[tuple[int, int]]:
         """``(allocated, reserved)`` bytes of the device allocator now; None where there is none (CPU)."""
-        return None
-
-    def memory_history(self) -> Optional[MemoryHistory]:
-        """The recorder of the allocator's history (``--graph-capture-memory-snapshot``); None on CPU."""
         return None
 
     def capture_one(
@@ -136,21 +108,7 @@ class Backend:
         progress: Optional[CaptureProgress] = None,
         metrics: Optional[KeyMetrics] = None,
     ) -> Any:
-        """Warm up ``key`` twice, capture it once, and return the graph.
-
-        Each warmup is synchronize → barrier → forward → ``post_warmup(key)`` →
-        ``profiler.step()`` (when profiling and a profiler is given), so nothing the
-        hook does is recorded: the recorded step holds the capture forward alone.  The capture
-        forward runs inside the graph context; the profiler steps once more only
-        **after** the context has exited, because stepping (or stopping) a
-        profiler synchronizes the device, which stream capture forbids.
-
-        ``metrics`` (when given) receives the warmups' and the capture's host wall time
-        (``torch.cuda.graph`` synchronizes the device on entry, so the last warmup's
-        device work counts towards the capture) and the allocator growth across the
-        graph context; a profiler that takes metadata (``add_metadata``) gets them while
-        the key's cycle still records, so they land in its exported trace.
-        """
+        """Warm up ``key`` twice, capture it once, and return the graph."""
         progress = progress if progress is not None else CaptureProgress()
         progress.key = key
         metrics = metrics if metrics is not None else KeyMetrics()
@@ -226,9 +184,6 @@ class CudaGraphBackend(Backend):
     def memory_stats(self) -> Optional[tuple[int, int]]:
         return int(torch.cuda.memory_allocated(self.device)), int(torch.cuda.memory_reserved(self.device))
 
-    def memory_history(self) -> Optional[MemoryHistory]:
-        return TorchMemoryHistory()
-
     def run_forward(self, forward: Forward) -> Any:
         # Warmups run on the capture stream too, as engines do, so lazy
         # initialisation (cuBLAS handles, workspaces) happens on that stream.
@@ -257,21 +212,13 @@ class CudaGraphBackend(Backend):
         self.readout_seconds[key] = time.perf_counter() - started
 
     def read_instantiated(self, key: CaptureKey, graph: Any) -> None:
-        """Read an instantiated graph whose template is live into :attr:`graph_readouts`.
-
-        torch's ``get_graph_data()`` first, where its answer is whole (:mod:`.graph_data`);
-        else the cuda-bindings walk of the ``cudaGraph_t``.  A failed walk is said (a
-        :class:`GraphReadoutWarning` naming the key and the call) and the key's kernels
-        come from the profiler replay, as without a readout.  The engine-loop gate calls
-        this from torch's instantiate hook, where the template is live in both
-        ``keep_graph`` modes.
-        """
+        """Read an instantiated graph whose template is live into :attr:`graph_readouts`."""
         started = time.perf_counter()
         try:
             found = read_any(graph, self.bindings)
         except (GraphReadoutError, RuntimeError) as exc:
             warnings.warn(
-                f"graph capture {key}: {readout_problem(exc)}; its kernels come from the profiler replay",
+                f"graph capture {key}: {_readout_problem(exc)}; its kernels come from the profiler replay",
                 GraphReadoutWarning,
                 stacklevel=2,
             )
@@ -296,7 +243,7 @@ NO_KEEP_GRAPH = (
 _said_no_keep_graph = False
 
 
-def keeps_graphs() -> bool:
+def _keeps_graphs() -> bool:
     """Whether this torch can keep a captured graph and hand it over (``CUDAGraph(keep_graph=True)``, ``raw_cuda_graph()``)."""
     graph_class = getattr(torch.cuda, "CUDAGraph", None)
     if graph_class is None or not callable(getattr(graph_class, "raw_cuda_graph", None)):
@@ -310,17 +257,11 @@ def keeps_graphs() -> bool:
 
 
 def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
-    """cuda-bindings' ``(runtime, driver)`` when captured graphs can be read in process; None otherwise.
-
-    ROCm builds (``torch.version.hip``) are not read this way: their capture window
-    already names every kernel.  Without the torch API or without cuda-bindings, that
-    is said once per process (a :class:`GraphReadoutWarning`) and kernels come from
-    the profiler replay, as before.
-    """
+    """cuda-bindings' ``(runtime, driver)`` when captured graphs can be read in process; None otherwise."""
     global _said_no_keep_graph
     if getattr(torch.version, "hip", None):
         return None
-    if not keeps_graphs():
+    if not _keeps_graphs():
         if not _said_no_keep_graph:
             _said_no_keep_graph = True
             warnings.warn(NO_KEEP_GRAPH.format(version=torch.__version__), GraphReadoutWarning, stacklevel=2)
@@ -329,11 +270,7 @@ def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
 
 
 def read_any(graph: Any, bindings: Optional[tuple[ModuleType, ModuleType]]) -> Optional[tuple[CapturedGraph, str]]:
-    """An instantiated graph's nodes and their source: ``get_graph_data()`` where whole, else the walk, else None.
-
-    Raises what the walk raises (:class:`GraphReadoutError`, or RuntimeError for a call the
-    driver lacks); None when neither can be read (no whole answer and no cuda-bindings).
-    """
+    """An instantiated graph's nodes and their source: ``get_graph_data()`` where whole, else the walk, else None."""
     try:
         return read_graph_data(graph), "graph-data"
     except GraphDataUnusable:
@@ -345,7 +282,7 @@ def read_any(graph: Any, bindings: Optional[tuple[ModuleType, ModuleType]]) -> O
     return (readout, "graph") if readout is not None else None
 
 
-def readout_problem(exc: BaseException) -> str:
+def _readout_problem(exc: BaseException) -> str:
     """A failed readout as one line: the readout's own error, or cuda-bindings' RuntimeError prefixed."""
     return str(exc) if isinstance(exc, GraphReadoutError) else f"reading the captured graph: {exc}"
 
@@ -356,3 +293,57 @@ def make_backend(device: torch.device | str, *, graphs: bool = True) -> Backend:
     if device.type == "cuda" and graphs:
         return CudaGraphBackend(device)
     return EagerBackend(device)
+
+
+def _device_index(device: Any) -> Optional[int]:
+    """CUDA device index for ``device`` (None for CPU)."""
+    if device is None:
+        return torch.cuda.current_device() if torch.cuda.is_available() else None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def detect_platform(device: Any = None) -> str:
+    """Platform key of a live torch device (``"cuda:0"``, ``torch.device``, index, or None = current)."""
+    index = _device_index(device)
+    if index is None:
+        return CPU
+    props = torch.cuda.get_device_properties(index)
+    if getattr(torch.version, "hip", None):
+        arch = getattr(props, "gcnArchName", "") or ""
+        if arch:
+            return gfx_key(arch)
+        return f"rocm-{rocm_gfx_from_compute(props.major, props.minor)}"
+    return cuda_key(props.major, props.minor)
+
+
+def environment_from_device(device: Any = None, *, profiler: Any = None) -> dict:
+    """Informational environment of a live device: name, torch/CUDA/HIP versions, driver."""
+    env: dict[str, Any] = {"torch_version": str(torch.__version__)}
+    index = _device_index(device)
+    if index is None:
+        env["device_name"] = "cpu"
+    else:
+        props = torch.cuda.get_device_properties(index)
+        env["device_name"] = props.name or None
+        env["device_count"] = torch.cuda.device_count()
+        if getattr(torch.version, "hip", None):
+            env["hip_runtime_version"] = str(torch.version.hip)
+            arch = getattr(props, "gcnArchName", None)
+            if arch:
+                env["gcn_arch_name"] = arch
+        else:
+            env["cuda_runtime_version"] = str(torch.version.cuda)
+        try:
+            driver = torch.cuda.driver_version() if has_driver_version(torch) else None
+        except Exception:  # informational only: a missing driver query must not fail a capture
+            driver = None
+        if driver is not None:
+            env["driver_version"] = driver
+    if profiler is not None:
+        env["profiler"] = {flag: bool(getattr(profiler, flag, False)) for flag in PROFILER_FLAGS}
+    return env

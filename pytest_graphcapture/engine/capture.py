@@ -1,58 +1,33 @@
-"""The capture engine: every key of a runner, largest batch size first, under the profiler.
-
-It ties the stages together — runner (forward per key) → backend (warmups and
-capture) → profiler schedule (one cycle per key) → summary — and returns a
-:class:`~pytest_graphcapture.result.CaptureResult`.  It is what the
-``graph_capture`` fixture calls, and what a user's own start-up code can call.
-"""
+"""The capture engine: every key of a runner, largest batch size first, under the profiler."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
-from ..errors import CaptureError, UsageError
+from ..errors import CaptureError, GraphCaptureError, UsageError
 from ..keys import CaptureKey, key_label
-from ..naming import memory_snapshot_path
 from ..result import CaptureResult, KeyMetrics, KeyResult
 from ..summary.live import replay_kernels_from_profile, summarize_profile
 from ..summary.model import of_graphs
-from ..summary.replay import with_graph, with_replay
+from ..summary.replay import KernelEvidenceWarning, with_graph, with_replay
 from .backend import Backend, CaptureProgress
-from .cupti_clients import refuse_other_clients, suspected_clients
-from .guard import (
-    EmptyCaptureError,
-    check_capture_evidence,
-    check_forward_seen,
-    check_replay_evidence,
-    mark_silent,
-    silent_replay_reason,
-)
-from .memory import Recording
 from .profiling import PerBatchSizeProfiler, SingleTraceProfiler
 from .runner import GraphRunner
 
-TRACE_MODES = ("off", "per-bs", "single")
+_TRACE_MODES = ("off", "per-bs", "single")
 
 
 @dataclass
 class CaptureSettings:
-    """How to capture: what to export, whether to summarize, where files go.
-
-    * ``trace``: ``off`` (no trace files), ``per-bs`` (one trace per key) or
-      ``single`` (one trace for the whole capture phase);
-    * ``summarize``: profile each key (per-bs schedule) to build its summary —
-      the input of golden checks — even when no trace is exported;
-    * ``replay``: replay each captured graph once under the profiler to read its
-      kernels (``None`` = when the backend's graphs show kernels, i.e. on GPU);
-    * ``profiler_flags``: stack / flops / memory recording for exported traces;
-    * ``memory_snapshot``: record the CUDA allocator's history during capture and
-      write one snapshot per runner and rank into the trace directory (GPU only).
-    """
+    """How to capture: what to export, whether to summarize, where files go."""
 
     trace: str = "off"
     summarize: bool = True
@@ -62,7 +37,6 @@ class CaptureSettings:
     replay: Optional[bool] = None
     profiler_flags: frozenset = frozenset({"stack", "flops", "memory"})
     environment: dict = field(default_factory=dict)
-    memory_snapshot: bool = False
     progress: Optional[Callable[[str], None]] = None
     #: Told of every stage change of every key (see :class:`~.backend.CaptureProgress`).
     on_stage: Optional[Callable[[Optional[CaptureKey], str], None]] = None
@@ -74,8 +48,8 @@ class CaptureSettings:
     trace_group: Optional[str] = None
 
     def __post_init__(self) -> None:
-        if self.trace not in TRACE_MODES:
-            raise ValueError(f"trace mode must be one of {', '.join(TRACE_MODES)}, got {self.trace!r}")
+        if self.trace not in _TRACE_MODES:
+            raise ValueError(f"trace mode must be one of {', '.join(_TRACE_MODES)}, got {self.trace!r}")
         self.out_dir = Path(self.out_dir)
 
 
@@ -87,14 +61,15 @@ def current_rank() -> int:
     return 0
 
 
-def _label(key: CaptureKey) -> str:
+def capture_label(key: CaptureKey) -> str:
+    """The prefix of a key's progress lines and messages."""
     return f"graph-capture: {key.runner} {key_label(key, explicit_rank=True)}"
 
 
 def _summarizer(
-    settings: CaptureSettings, held_graphs: Optional[Callable[[CaptureKey], bool]] = None
+    settings: CaptureSettings, graphs_inside: Optional[Callable[[CaptureKey], bool]] = None
 ) -> Callable[[Any, CaptureKey, Optional[Callable[[], Path]]], Any]:
-    """The live summary of one key; ``held_graphs(key)``: its capture forward held graphs, one Summary each."""
+    """The live summary of one key; ``graphs_inside(key)``: its capture forward began its graphs, one Summary each."""
 
     def summarize(prof: Any, key: CaptureKey, export: Optional[Callable[[], Path]] = None) -> Any:
         return summarize_profile(
@@ -104,7 +79,7 @@ def _summarizer(
             level=settings.level,
             environment=settings.environment,
             export=export,
-            graphs=held_graphs is not None and held_graphs(key),
+            graphs=graphs_inside is not None and graphs_inside(key),
         )
 
     return summarize
@@ -115,20 +90,15 @@ def make_profiler(
     device: torch.device,
     runner_name: str,
     rank: int,
-    held_graphs: Optional[Callable[[CaptureKey], bool]] = None,
+    graphs_inside: Optional[Callable[[CaptureKey], bool]] = None,
     warmups: int = 2,
 ) -> Any:
-    """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None.
-
-    Summaries need per-batch-size profiling unless the run asked for one single trace.
-    ``held_graphs(key)``: whether a key's capture forward held its graphs (summarized one per graph);
-    ``warmups``: the warmup forwards (each followed by a step) before each key's recorded capture.
-    """
+    """The profiler ``settings`` ask for: per batch size (traces and/or live summaries), one trace, or None."""
     if settings.trace == "per-bs" or (settings.summarize and settings.trace != "single"):
         return PerBatchSizeProfiler(
             device,
             export_dir=settings.out_dir if settings.trace == "per-bs" else None,
-            summarizer=_summarizer(settings, held_graphs) if settings.summarize else None,
+            summarizer=_summarizer(settings, graphs_inside) if settings.summarize else None,
             flags=settings.profiler_flags,
             group=settings.trace_group,
             warmups=warmups,
@@ -148,27 +118,10 @@ def refuse_cupti_conflict(backend: Backend, settings: CaptureSettings, what: str
 def capture_runner(
     runner: GraphRunner, backend: Backend, settings: Optional[CaptureSettings] = None, *, rank: Optional[int] = None
 ) -> CaptureResult:
-    """Capture every key of ``runner`` on ``backend``; return the per-key results.
-
-    If a key fails, the keys captured before it keep their results and files,
-    the failing key's partial profile is discarded (no file, no summary), the
-    profiler is stopped, and :class:`~pytest_graphcapture.errors.CaptureError`
-    names the key and stage (its ``partial`` holds the result so far).  A
-    ``KeyboardInterrupt`` cleans up the same way and propagates unchanged.
-
-    A key whose recorded capture holds no op, no kernel and no launch fails with an
-    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming it once every key
-    ran (so a forward that raises is reported as itself); no result comes back.
-
-    On a GPU (``backend.kernel_evidence_required``) a key whose capture recorded
-    no launch events, or whose replay recorded no kernels, fails the same way with an
-    :class:`~pytest_graphcapture.engine.guard.EmptyCaptureError` naming the likely causes;
-    on CUDA another CUPTI client active before the capture refuses it at once
-    (:class:`~pytest_graphcapture.engine.cupti_clients.CuptiConflictError`, one line naming it).
-    """
+    """Capture every key of ``runner`` on ``backend``; return the per-key results."""
     settings = settings or CaptureSettings()
     rank = current_rank() if rank is None else rank
-    keys = selected_keys(runner, rank, settings)
+    keys = _selected_keys(runner, rank, settings)
     result = CaptureResult(runner_name=runner.name, platform=settings.platform, rank=rank, mode=settings.trace)
     refuse_cupti_conflict(backend, settings, f"graph capture {runner.name}")
     profiler = make_profiler(settings, backend.device, runner.name, rank)
@@ -178,8 +131,6 @@ def capture_runner(
     # The first key whose recorded capture holds nothing of its forward, and why: no golden may come from it.
     unseen: Optional[EmptyCaptureError] = None
     unseen_key: Optional[CaptureKey] = None
-    history = backend.memory_history() if settings.memory_snapshot else None
-    snapshot = Recording(history, memory_snapshot_path(settings.out_dir, runner.name, rank, settings.trace_group))
     try:
         if profiler is not None:
             profiler.__enter__()
@@ -203,7 +154,7 @@ def capture_runner(
             done = profiler.results.get(key) if per_bs else None
             if done is not None:
                 try:
-                    check_forward_seen(key, done.summary, f"{_label(key)}: ")
+                    check_forward_seen(key, done.summary, f"{capture_label(key)}: ")
                 except EmptyCaptureError as exc:
                     # Raised once every key ran: a forward that raises at a later key is reported as itself.
                     if unseen is None:
@@ -212,39 +163,19 @@ def capture_runner(
             if backend.kernel_evidence_required and done is not None:
                 progress.enter("kernel evidence check")
                 check_capture_evidence(key, done.summary)
-            result.keys[key] = KeyResult(
-                key,
-                trace_path=done.trace_path if done else None,
-                summary=done.summary if done else None,
-                graph=graph,
-                seconds=seconds,
-                metrics=metrics,
-            )
-            if settings.progress is not None:
-                settings.progress(f"{_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+            record_key(result, key, done, graph, seconds, metrics, settings.progress)
         if unseen is not None:
             progress.key = unseen_key
             progress.enter("capture")
             raise unseen
-        result.memory_snapshot_path = snapshot.finish()
-        if profiler is not None:
-            progress.key = None
-            progress.enter("trace export")
-            profiler.__exit__(None, None, None)
-            if isinstance(profiler, SingleTraceProfiler):
-                result.single_trace_path = profiler.trace_path
-            profiler = None
-        if _replay_enabled(settings, backend) and settings.summarize:
-            _attach_replay_kernels(result, backend, progress, settings.progress)
-        elif settings.summarize:
-            _attach_graph_readouts(result, backend)
+        close_profiler(profiler, result, progress)
+        profiler = None
+        finish_capture(result, backend, settings, progress)
     except KeyboardInterrupt:
-        _stop_quietly(profiler)
-        snapshot.abandon()
+        stop_quietly(profiler)
         raise
     except Exception as exc:
-        _stop_quietly(profiler)
-        snapshot.abandon()
+        stop_quietly(profiler)
         if exc is unseen:  # already one line naming the runner, the key and what to do
             raise
         if progress.stage == "replay":
@@ -254,27 +185,27 @@ def capture_runner(
     return result
 
 
-def selected_keys(runner: GraphRunner, rank: int, settings: CaptureSettings) -> list[CaptureKey]:
-    """The runner's keys in capture order, cut to ``settings.batch_sizes``; UsageError for a bad list.
-
-    The batch-size setting applies to every runner: a size the runner does not
-    list is an error naming the setting, never silently skipped.
-    """
+def _selected_keys(runner: GraphRunner, rank: int, settings: CaptureSettings) -> list[CaptureKey]:
+    """The runner's keys in capture order, cut to ``settings.batch_sizes``; UsageError for a bad list."""
     try:
         keys = runner.capture_keys(rank)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    return selected_sizes(keys, settings, lambda have: f"runner {runner.name} does not capture (it lists {have})")
+
+
+def selected_sizes(keys: list[CaptureKey], settings: CaptureSettings, lacks: Callable[[str], str]) -> list[CaptureKey]:
+    """``keys`` cut to ``settings.batch_sizes``; UsageError for a size none has (``lacks(the sizes there are)``)."""
     if settings.batch_sizes is None:
         return keys
-    listed = sorted({k.batch_size for k in keys})
-    lacking = [bs for bs in settings.batch_sizes if bs not in listed]
+    have = sorted({k.batch_size for k in keys})
+    lacking = [bs for bs in settings.batch_sizes if bs not in have]
     if lacking:
         raise UsageError(
-            f"{settings.batch_sizes_origin} asks for batch size {', '.join(map(str, lacking))}, which runner "
-            f"{runner.name} does not capture (it lists {', '.join(map(str, listed))})"
+            f"{settings.batch_sizes_origin} asks for batch size {', '.join(map(str, lacking))}, which "
+            + lacks(", ".join(map(str, have)))
         )
-    wanted = set(settings.batch_sizes)
-    return [k for k in keys if k.batch_size in wanted]
+    return [k for k in keys if k.batch_size in settings.batch_sizes]
 
 
 def _forward(runner: GraphRunner, key: CaptureKey) -> Callable[[], Any]:
@@ -288,7 +219,7 @@ def _forward(runner: GraphRunner, key: CaptureKey) -> Callable[[], Any]:
     return forward
 
 
-def _stop_quietly(profiler: Any) -> None:
+def stop_quietly(profiler: Any) -> None:
     """Stop a profiler after a failure, discarding its open cycle."""
     if profiler is None:
         return
@@ -299,6 +230,44 @@ def _stop_quietly(profiler: Any) -> None:
             profiler.__exit__(RuntimeError, RuntimeError("capture failed"), None)
     except Exception:  # the original failure is the one to report
         pass
+
+
+def record_key(
+    result: CaptureResult,
+    key: CaptureKey,
+    done: Any,
+    graph: Any,
+    seconds: float,
+    metrics: KeyMetrics,
+    report: Optional[Callable[[str], None]],
+) -> None:
+    """A captured key joins the result, with the trace and live summary its profiler cycle gave (``done``)."""
+    summary = done.summary if done else None
+    trace = done.trace_path if done else None
+    result.keys[key] = KeyResult(key, trace_path=trace, summary=summary, graph=graph, seconds=seconds, metrics=metrics)
+    if report is not None:
+        report(f"{capture_label(key)} captured in {seconds:.3f}s ({metrics.describe()})")
+
+
+def close_profiler(profiler: Any, result: CaptureResult, progress: CaptureProgress) -> None:
+    """Close the profiler of a capture that succeeded, writing its trace; a single trace's path joins the result."""
+    if profiler is None:
+        return
+    progress.key = None
+    progress.enter("trace export")
+    profiler.__exit__(None, None, None)
+    if isinstance(profiler, SingleTraceProfiler):
+        result.single_trace_path = profiler.trace_path
+
+
+def finish_capture(
+    result: CaptureResult, backend: Backend, settings: CaptureSettings, progress: CaptureProgress
+) -> None:
+    """The last step of both capture routes: each key's kernels from a replay of its graphs, else their readouts."""
+    if _replay_enabled(settings, backend) and settings.summarize:
+        _attach_replay_kernels(result, backend, progress, settings.progress)
+    elif settings.summarize:
+        _attach_graph_readouts(result, backend)
 
 
 def _replay_enabled(settings: CaptureSettings, backend: Backend) -> bool:
@@ -318,11 +287,7 @@ def _attach_graph_readouts(result: CaptureResult, backend: Backend) -> None:
 def _attach_replay_kernels(
     result: CaptureResult, backend: Backend, progress: CaptureProgress, report: Optional[Callable[[str], None]]
 ) -> None:
-    """Replay each graph once timed, then once under a short profiler; its kernels join the summary.
-
-    The timed replay also keeps the device busy right before the profiler starts:
-    kernel records at the start of a session after the device idled can be dropped.
-    """
+    """Replay each graph once timed, then once under a short profiler; its kernels join the summary."""
     from torch.profiler import profile
 
     from .profiling import profiler_activities, quiet_kineto
@@ -332,7 +297,7 @@ def _attach_replay_kernels(
             continue
         progress.key = key
         progress.enter("replay")
-        # A key whose capture forward held its graphs (pieces) replays each, one profile per graph.
+        # A key whose capture forward began its graphs replays each, one profile per graph.
         graphs = key_result.graph if isinstance(key_result.graph, tuple) else (key_result.graph,)
         backend.synchronize()
         started = time.perf_counter()
@@ -355,7 +320,7 @@ def _attach_replay_kernels(
         else:
             _attach_one_replay(key, key_result, backend, kernels)
         if report is not None:
-            report(f"{_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
+            report(f"{capture_label(key)} replayed in {key_result.metrics.replay_seconds * 1e3:.3f} ms")
     progress.enter("done")
 
 
@@ -369,8 +334,193 @@ def _attach_one_replay(key: CaptureKey, key_result: KeyResult, backend: Backend,
         source = backend.readout_sources.get(key, "graph")
         if silent and any(node.type == "kernel" for node in readout.walk()):
             key_result.summary = with_graph(key_result.summary, readout, source=source)
-            key_result.no_golden = mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
+            key_result.no_golden = _mark_silent(key_result.summary, silent_replay_reason(suspected_clients()))
         else:
             key_result.summary = with_graph(key_result.summary, readout, source=source, replay_kernels=kernels)
     else:
         key_result.summary = with_replay(key_result.summary, kernels)
+
+
+_ISOLATE_HINT = (
+    "run the capture in a fresh process: mark the test @pytest.mark.graph_capture_isolated "
+    "or pass --graph-capture-isolate=on (the runner then comes from a module-level factory, "
+    "as with graph_capture_ranks)"
+)
+
+_PROCESS_CAUSES = (
+    "the profiler was first initialised before CUDA was (e.g. a CPU-only profiler session ran earlier in "
+    "this process), so it records no GPU activity",
+    "an empty warm-up profiler session ran before graph capture (torch.profiler._utils._init_for_cuda_graphs "
+    "does this), which leaves kernel collection dead for the life of the process",
+    "another test in this pytest session started the profiler first",
+)
+_OUT_OF_RANGE = (
+    "kernel records at the start of a profiler session were dropped as out of range (more the longer the "
+    "GPU idled before it)"
+)
+
+
+class EmptyCaptureError(GraphCaptureError):
+    """A GPU capture or replay recorded no kernel evidence; no golden may come from it."""
+
+
+def _message(key: CaptureKey, what: str, causes: tuple[str, ...]) -> str:
+    listed = "; ".join(f"({n}) {cause}" for n, cause in enumerate(causes, 1))
+    return (
+        f"graph capture {key}: {what}, so the profiler saw nothing of this graph and no golden is written. "
+        f"Likely causes: {listed}. To rule out the first ones, {_ISOLATE_HINT}."
+    )
+
+
+def check_capture_evidence(key: CaptureKey, summary: Optional[Any]) -> None:
+    """EmptyCaptureError when a GPU capture's summary counts no kernel launch events."""
+    if summary is not None and not int(summary.launches.get("total", 0)):
+        raise EmptyCaptureError(_message(key, "the capture recorded no kernel launch events", _PROCESS_CAUSES))
+
+
+def check_forward_seen(key: CaptureKey, summary: Optional[Any], where: str) -> None:
+    """EmptyCaptureError when a key's recorded capture holds no op, no kernel and no launch (on any device)."""
+    if summary is None or summary.ops or summary.kernels or int(summary.launches.get("total", 0)):
+        return
+    raise EmptyCaptureError(
+        f"{where}capture: the profile holds nothing of the capture forward (no op, no kernel, no launch) although "
+        f"the forward ran, so no golden is written: the forward did no work the profiler could see (it returned "
+        f"a cached result, or ran its work on another thread); make the capture forward run, on this thread, the "
+        f"work its graph replays"
+    )
+
+
+def _cupti_causes(suspects: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"another CUPTI client holds CUPTI, so the profiler records no GPU activity: {s}" for s in suspects)
+
+
+def check_replay_evidence(key: CaptureKey, replay_kernels: list, suspects: Sequence[str] = ()) -> None:
+    """EmptyCaptureError when the replay of a GPU graph recorded no kernels; ``suspects``: CUPTI clients, named first."""
+    if not replay_kernels:
+        raise EmptyCaptureError(
+            _message(
+                key,
+                "the replay of its graph recorded no kernels",
+                _cupti_causes(suspects) + _PROCESS_CAUSES + (_OUT_OF_RANGE,),
+            )
+        )
+
+
+def silent_replay_reason(suspects: Sequence[str]) -> str:
+    """Why a key is incomplete whose profiled replay recorded no kernels while its graph's nodes hold kernels."""
+    if suspects:
+        why = f"another CUPTI client holds CUPTI ({'; '.join(suspects)}), so the profiler records no GPU activity"
+    else:
+        why = f"the profiler recorded no GPU activity (likely: {'; '.join(_PROCESS_CAUSES)})"
+    return f"its profiled replay recorded no kernels although the graph launches kernels: {why}; no golden is written"
+
+
+def _mark_silent(summary: Any, reason: str) -> str:
+    """Mark ``summary`` incomplete with ``reason`` (said as a KernelEvidenceWarning naming its key); return the reason."""
+    summary.complete = False
+    summary.incomplete_reason = reason
+    warnings.warn(
+        f"graph capture {summary.key}: kernel evidence incomplete: {reason}", KernelEvidenceWarning, stacklevel=3
+    )
+    return reason
+
+
+#: The environment variable through which CUDA loads a CUPTI injection library into the process.
+INJECTION = "CUDA_INJECTION64_PATH"
+
+
+@dataclass(frozen=True)
+class _CuptiClient:
+    """Another CUPTI client in the process: what it is, and what to do about it."""
+
+    name: str
+    fix: str
+
+
+class CuptiConflictError(GraphCaptureError):
+    """Another CUPTI client is active where the gate's profiler must record GPU kernels; nothing is captured."""
+
+
+def _proton_active(modules: Mapping[str, Any]) -> bool:
+    flags_module = modules.get("triton.profiler.flags")
+    if flags_module is None:
+        return False
+    flags = getattr(flags_module, "flags", flags_module)  # a flags object (newer Proton) or module globals
+    return bool(getattr(flags, "profiling_on", False) or getattr(flags, "command_line", False))
+
+
+def _cuspy_subscribed(modules: Mapping[str, Any]) -> bool:
+    probe = getattr(modules.get("torch.profiler._cuspy.core"), "has_live_subscription", None)
+    try:
+        return bool(probe()) if callable(probe) else False
+    except Exception:  # a probe that cannot answer names nothing
+        return False
+
+
+def _annotation_callbacks(modules: Mapping[str, Any]) -> bool:
+    return getattr(modules.get("torch.cuda._graph_node_callbacks"), "_HANDLER", None) is not None
+
+
+def active_clients(
+    environ: Optional[Mapping[str, str]] = None, modules: Optional[Mapping[str, Any]] = None
+) -> list[_CuptiClient]:
+    """The other CUPTI clients active in this process now (``environ`` and ``modules`` default to the process's)."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    found = []
+    if environ.get(INJECTION):
+        found.append(
+            _CuptiClient(
+                f"a CUPTI injection library ({INJECTION}={environ[INJECTION]})",
+                f"run the gate's tests without {INJECTION} (unset it for them; a kernel recorder loaded this way "
+                f"is another CUPTI client)",
+            )
+        )
+    if _proton_active(modules):
+        found.append(
+            _CuptiClient(
+                "Triton's Proton profiler (a triton.profiler session is active)",
+                "call triton.profiler.finalize() before the capture, or run the gate without Proton",
+            )
+        )
+    if _annotation_callbacks(modules):
+        found.append(
+            _CuptiClient(
+                "the cupti annotation backend of torch.cuda.graph(enable_annotations=True, "
+                "annotation_config={'backend': 'cupti'})",
+                "capture with annotation_config={'backend': 'edge_walk'} (or without annotations) under the gate",
+            )
+        )
+    elif _cuspy_subscribed(modules):
+        found.append(
+            _CuptiClient(
+                "torch's CUPTI-Python profiler backend (torch.profiler._cuspy holds a CUPTI subscription; "
+                "torch.cuda.graph(enable_annotations=True, annotation_config={'backend': 'cupti'}) and "
+                "record_py_stacks=True bring it up)",
+                "it keeps its subscription for the life of the process: capture in a process in which nothing "
+                "brings it up (for a runner, @pytest.mark.graph_capture_isolated), with annotation_config="
+                "{'backend': 'edge_walk'} where annotations are wanted",
+            )
+        )
+    return found
+
+
+def refuse_other_clients(what: str, environ: Optional[Mapping[str, str]] = None, modules: Any = None) -> None:
+    """:class:`CuptiConflictError` naming the first other CUPTI client active, before ``what`` profiles GPU kernels."""
+    clients = active_clients(environ, modules)
+    if clients:
+        client = clients[0]
+        raise CuptiConflictError(
+            f"{what}: another CUPTI client is active in this process: {client.name}; only one can subscribe per "
+            f"process, so the torch profiler would record no GPU kernels and no golden could be trusted; "
+            f"{client.fix}"
+        )
+
+
+def suspected_clients(environ: Optional[Mapping[str, str]] = None, modules: Any = None) -> list[str]:
+    """What may have silenced the profiler: the active clients, and a cupti-python import (which cannot be asked)."""
+    modules = sys.modules if modules is None else modules
+    names = [client.name for client in active_clients(environ, modules)]
+    if modules.get("cupti.cupti") is not None or modules.get("cupti") is not None:
+        names.append("cupti-python is imported in this process (a subscriber it made holds CUPTI)")
+    return names

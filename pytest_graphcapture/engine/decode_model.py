@@ -1,26 +1,4 @@
-"""The embedded decode runner: a small Llama-style decoder in plain torch.
-
-It makes the plugin useful out of the box and is the model the examples and
-the project's own tests capture.  Like a serving engine's decode graph runner it
-keeps static input/output buffers sized for the largest batch size, slices them
-per batch size, and on replay pads a real batch up to the smallest captured size
-that holds it.
-
-Model: token embedding → N × (RMSNorm → attention with rotary positions against
-a preallocated KV cache with per-sequence lengths → RMSNorm → SwiGLU MLP) →
-final RMSNorm → LM head → greedy next token.  Weights come from a fixed seed.
-
-Tensor parallelism (``tp_size > 1``): every rank draws the *same* full
-model from the seed and keeps its shard, Megatron style — the fused QKV and
-gate/up projections are column-parallel (query heads and KV heads split evenly
-across ranks), ``o_proj`` and ``down`` are row-parallel and followed by a
-``torch.distributed.all_reduce`` of the partial sums; embedding, norms and LM
-head are replicated.  So N ranks compute what one rank computes (up to the
-order of the float additions), and the captured graphs hold the collectives and
-shard shapes a tensor-parallel serving engine captures.  ``tp_size=1`` runs
-exactly the same ops as before (no collective, no extra op), so single-rank
-goldens are unchanged.
-"""
+"""The embedded decode runner: a small Llama-style decoder in plain torch."""
 
 from __future__ import annotations
 
@@ -89,11 +67,7 @@ def _columns(weight: torch.Tensor, tp_size: int, tp_rank: int) -> torch.Tensor:
 
 
 class TinyDecoder(torch.nn.Module):
-    """The decoder itself: a pure function of weights, KV cache and inputs.
-
-    ``tp_size``/``tp_rank`` select this rank's shard (see the module docs);
-    ``tp_group`` is the process group of the all-reduces (default: the world).
-    """
+    """The decoder itself: a pure function of weights, KV cache and inputs."""
 
     def __init__(self, config: DecoderConfig, *, tp_size: int = 1, tp_rank: int = 0, tp_group: Any = None) -> None:
         super().__init__()
@@ -163,11 +137,7 @@ class TinyDecoder(torch.nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
-        """One decode step: the logits of the next token of each sequence.
-
-        ``seq_lens[i]`` counts the tokens of sequence ``i`` including the new one;
-        its key/value are written to ``k_cache[layer, slots[i], seq_lens[i] - 1]``.
-        """
+        """One decode step: the logits of the next token of each sequence."""
         c = self.config
         bs = input_ids.shape[0]
         positions = seq_lens - 1
@@ -197,17 +167,7 @@ class TinyDecoder(torch.nn.Module):
 
 
 class TinyDecodeRunner(GraphRunner):
-    """Decode graph runner for :class:`TinyDecoder` with static, sliced buffers.
-
-    The KV cache has one slot per sequence plus a padding slot: rows padded on
-    replay write there, never into a real sequence's cache.
-
-    With ``tp_size > 1`` this is rank ``tp_rank``'s shard of a tensor-parallel
-    decoder (``torch.distributed`` must be initialized before the first forward;
-    ``tp_group`` defaults to the world group); it is then named
-    ``TinyDecodeRunner-tp<N>`` so its traces and goldens never mix with the
-    single-rank runner's.  Its KV cache holds this rank's KV heads only.
-    """
+    """Decode graph runner for :class:`TinyDecoder` with static, sliced buffers."""
 
     def __init__(
         self,
@@ -271,11 +231,7 @@ class TinyDecodeRunner(GraphRunner):
         self._backend = backend
 
     def padded_batch_size(self, n: int) -> int:
-        """The smallest captured batch size that holds ``n`` sequences.
-
-        Once :meth:`use_graphs` was given a capture, only its sizes count: a capture
-        narrowed to some sizes serves each batch from one of those.
-        """
+        """The smallest captured batch size that holds ``n`` sequences."""
         sizes = sorted(self._graphs) if self._graphs else self._batch_sizes
         index = bisect.bisect_left(sizes, n)
         if n < 1 or index == len(sizes):

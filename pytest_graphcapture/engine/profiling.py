@@ -1,17 +1,4 @@
-"""The profiler schedule: one recorded cycle — and at most one trace — per captured graph.
-
-:class:`PerBatchSizeProfiler` wraps one ``torch.profiler.profile`` for the whole
-capture phase with ``schedule(wait=warmups, warmup=0, active=1, repeat=0)``: each
-key's warmups (two unless the engine loop says otherwise) fall in the wait steps and
-its capture forward is the one recorded step.  A finished cycle is attributed to the key whose capture it recorded (set
-by :meth:`PerBatchSizeProfiler.begin_key`), never to a position in a list, so
-variants and failed captures cannot shift names.
-
-:class:`SingleTraceProfiler` is the older behaviour: one unscheduled profiler
-around the whole capture phase, exported once.
-
-Where traces go and how they are named is :mod:`pytest_graphcapture.naming`'s.
-"""
+"""The profiler schedule: one recorded cycle — and at most one trace — per captured graph."""
 
 from __future__ import annotations
 
@@ -35,29 +22,17 @@ from .._io import write_via
 from ..keys import CaptureKey
 from ..naming import per_bs_trace_path, single_trace_path
 
-#: Kineto's trace-point lines, printed to the stderr descriptor on every profiler start and stop
-#: (each whole line, its end of line included, in a buffer of many lines).
+#: Kineto's trace-point lines, printed to stderr on every profiler start and stop (whole lines, in a buffer).
 _KINETO_NOISE_LINES = re.compile(rb"^USDT:[^\n]*\bprofiler_(?:start|stop)[ \t\r\f\v]*(?:\n|\Z)", re.MULTILINE)
 
 
 class KinetoQuieter:
-    """Drops Kineto's ``USDT: … profiler_start/profiler_stop`` lines from the stderr descriptor.
-
-    Kineto writes two of them per profiled key straight to file descriptor 2,
-    past Python, so they fill every failure's captured stderr.  For the duration
-    of each block (``with quieter():``) descriptor 2 points at a temporary file;
-    afterwards every other line the block wrote is written back, in order, so no
-    other stderr output is lost.  One quieter keeps its temporary file for all its
-    blocks (a profiler steps three times per key, and opening a file each time cost
-    more than the rest of the block); each block reads from where the last one
-    ended, and the file is emptied once it grows past :attr:`RESET_BYTES`.
-    :meth:`close` removes it.
-    """
+    """Drops Kineto's ``USDT: … profiler_start/profiler_stop`` lines from the stderr descriptor."""
 
     RESET_BYTES = 1 << 20
 
     def __init__(self) -> None:
-        self._held: Optional[Any] = None
+        self._buffer: Optional[Any] = None
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
@@ -68,41 +43,41 @@ class KinetoQuieter:
             yield
             return
         try:
-            if self._held is None:
-                self._held = tempfile.TemporaryFile()
-            held = self._held.fileno()
+            if self._buffer is None:
+                self._buffer = tempfile.TemporaryFile()
+            buffer = self._buffer.fileno()
             # Descriptor 2 shares the file's offset while it points there: writes land after this.
-            start = os.lseek(held, 0, os.SEEK_END)
+            start = os.lseek(buffer, 0, os.SEEK_END)
             _flush_stderr()
-            os.dup2(held, fd)
+            os.dup2(buffer, fd)
             try:
                 yield
             finally:
                 _flush_stderr()
                 os.dup2(saved, fd)
-                self._write_back(held, start, fd)
+                self._write_back(buffer, start, fd)
         finally:
             os.close(saved)
 
-    def _write_back(self, held: int, start: int, fd: int) -> None:
-        """Write what ``held`` received from ``start`` on to ``fd``, less Kineto's noise."""
-        end = os.lseek(held, 0, os.SEEK_END)
+    def _write_back(self, buffer: int, start: int, fd: int) -> None:
+        """Write what ``buffer`` received from ``start`` on to ``fd``, less Kineto's noise."""
+        end = os.lseek(buffer, 0, os.SEEK_END)
         if end > start:
-            os.lseek(held, start, os.SEEK_SET)
+            os.lseek(buffer, start, os.SEEK_SET)
             chunks = []
-            while chunk := os.read(held, max(end - start, 1 << 16)):
+            while chunk := os.read(buffer, max(end - start, 1 << 16)):
                 chunks.append(chunk)
             kept = _KINETO_NOISE_LINES.sub(b"", b"".join(chunks))
             if kept:
                 os.write(fd, kept)
         if end >= self.RESET_BYTES:
-            os.ftruncate(held, 0)
-        os.lseek(held, 0, os.SEEK_END)
+            os.ftruncate(buffer, 0)
+        os.lseek(buffer, 0, os.SEEK_END)
 
     def close(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            held.close()
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None:
+            buffer.close()
 
 
 @contextlib.contextmanager
@@ -136,15 +111,7 @@ _LAZY_MODULES_LOADED = False
 
 
 def load_lazy_profiler_modules() -> None:
-    """Import, once per process, the modules torch imports lazily at the first profiler start.
-
-    The first ``torch.profiler.profile`` imports torch._dynamo and torch._inductor, whose
-    imports register operator libraries with torch's C++ registry.  A test runner that
-    drops the modules imported during a run (pytest's ``pytester`` in-process runs do)
-    makes the next profiler start import them again, and registering twice fails
-    ("Only a single TORCH_LIBRARY can be used ...").  Importing them up front, outside
-    such a run, keeps them loaded for good.
-    """
+    """Import, once per process, the modules torch imports lazily at the first profiler start."""
     global _LAZY_MODULES_LOADED
     if _LAZY_MODULES_LOADED:
         return
@@ -155,27 +122,15 @@ def load_lazy_profiler_modules() -> None:
     _LAZY_MODULES_LOADED = True
 
 
-def capture_schedule(warmups: int = 2) -> Callable[[int], Any]:
-    """``schedule(wait=warmups, warmup=0, active=1, repeat=0)`` without torch's warmup warning.
-
-    The waits are a key's warmup forwards (each followed by a step); the active step is
-    the capture, so the recorded cycle is the capture's whatever the warmup count.
-    torch warns that no warmup "can skew profiler results" — true for timings,
-    irrelevant for the kernel and shape summaries we take — so the warning is
-    silenced here instead of reaching users (a run under ``-W error`` passes).
-    """
+def _capture_schedule(warmups: int = 2) -> Callable[[int], Any]:
+    """``schedule(wait=warmups, warmup=0, active=1, repeat=0)`` without torch's warmup warning."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*won't be using warmup.*", category=UserWarning)
         return schedule(wait=warmups, warmup=0, active=1, repeat=0)
 
 
-def export_trace(prof: profile, path: Path) -> None:
-    """Export ``prof``'s cycle to ``path`` (gzipped for ``.gz``), atomically.
-
-    torch gzips its export line by line at level 9 (``writelines`` over a temp file),
-    which costs several times the export itself; we export plain JSON and gzip it in
-    large blocks at level 6: about a fifth of the time, files ~10% larger.
-    """
+def _export_trace(prof: profile, path: Path) -> None:
+    """Export ``prof``'s cycle to ``path`` (gzipped for ``.gz``), atomically."""
     if not path.name.endswith(".gz"):
         write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
         return
@@ -193,7 +148,7 @@ def export_trace(prof: profile, path: Path) -> None:
 
 
 @dataclass
-class ProfiledKey:
+class _ProfiledKey:
     """What one recorded cycle produced for its key."""
 
     key: CaptureKey
@@ -201,24 +156,17 @@ class ProfiledKey:
     summary: Any = None
 
 
-# Called with (profile, key) inside on_trace_ready; returns the key's summary.
 #: ``(profile, key, a function exporting the cycle's trace once and returning its path, or None) -> summary``.
-Summarizer = Callable[[profile, CaptureKey, Optional[Callable[[], Path]]], Any]
+_Summarizer = Callable[[profile, CaptureKey, Optional[Callable[[], Path]]], Any]
 
 
 @dataclass
 class PerBatchSizeProfiler:
-    """One scheduled profiler for the capture phase; one cycle per captured key.
-
-    ``export_dir`` set → each cycle is written to ``{export_dir}/graph_capture_profile/``;
-    ``summarizer`` set → each cycle is summarized in memory (no export needed).
-    Use as a context manager; call :meth:`begin_key` before each key's warmups,
-    :meth:`step` from the backend, and :meth:`abort_key` when a key fails.
-    """
+    """One scheduled profiler for the capture phase; one cycle per captured key."""
 
     device: torch.device
     export_dir: Optional[Path] = None
-    summarizer: Optional[Summarizer] = None
+    summarizer: Optional[_Summarizer] = None
     flags: frozenset = frozenset()
     #: Sub-folder of the trace folder (see :func:`~pytest_graphcapture.naming.trace_dir`).
     group: Optional[str] = None
@@ -234,7 +182,7 @@ class PerBatchSizeProfiler:
         export = self.export_dir is not None
         return profile(
             activities=profiler_activities(self.device),
-            schedule=capture_schedule(self.warmups),
+            schedule=_capture_schedule(self.warmups),
             on_trace_ready=self._on_trace_ready,
             record_shapes=True,
             # Stack, FLOPs and memory only matter for a human reading an exported
@@ -282,11 +230,7 @@ class PerBatchSizeProfiler:
                     self._prof.step()
 
     def add_metadata(self, metrics: dict) -> None:
-        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``).
-
-        Called when the capture is done and the cycle still records: the replay, timed after
-        the cycle's trace is written, is not among them.
-        """
+        """Record the current key's metrics in its cycle (the exported trace's ``graph_capture_metrics``)."""
         if self._prof is not None and self._active is not None:
             self._prof.add_metadata_json("graph_capture_metrics", json.dumps(metrics, sort_keys=True))
 
@@ -298,14 +242,14 @@ class PerBatchSizeProfiler:
         key, self._active = self._active, None
         if key is None or self._aborted:
             return  # a partial cycle of a failed key: no file, no summary
-        done = ProfiledKey(key)
+        done = _ProfiledKey(key)
 
         def export() -> Path:
             # Once: a profile exports only once, and reading its events after the export is unsafe
             # (torch frees them), so the summary reads the events first unless it needs the export.
             if done.trace_path is None:
                 path = per_bs_trace_path(self.export_dir, key, self.group)
-                export_trace(prof, path)
+                _export_trace(prof, path)
                 done.trace_path = path
             return done.trace_path
 
@@ -347,5 +291,5 @@ class SingleTraceProfiler:
             prof.__exit__(exc_type, exc, tb)
         if exc_type is None:
             path = single_trace_path(self.export_dir, self.runner_name, self.rank, self.group)
-            export_trace(prof, path)
+            _export_trace(prof, path)
             self.trace_path = path

@@ -1,10 +1,4 @@
-"""The runner contract: what a model under test gives the capture engine.
-
-A runner owns static input/output buffers sized for its largest batch size and,
-per capture key, returns a forward callable that works on slices of those
-buffers.  That is the contract CUDA graphs impose: the captured kernels read and
-write the same addresses on every replay.
-"""
+"""The runner contract: what a model under test gives the capture engine."""
 
 from __future__ import annotations
 
@@ -17,24 +11,11 @@ Forward = Callable[[], Any]
 
 
 class RunnerContractError(UsageError, NotImplementedError):
-    """A runner lacks a method of the runner contract; the message names the runner, the method and its job.
-
-    It is a :class:`~pytest_graphcapture.errors.UsageError` (one line, no traceback into
-    the plugin) and, as before, a ``NotImplementedError``.
-    """
+    """A runner lacks a method of the runner contract; the message names the runner, the method and its job."""
 
 
 class GraphRunner:
-    """Base class for runners; subclass it and implement :meth:`forward_for`.
-
-    * :attr:`name` names the runner in trace and golden file names (default: the
-      class name);
-    * :meth:`batch_sizes` lists the batch sizes to capture;
-    * :meth:`variants` lists graph variants per batch size (``None`` = the plain
-      graph), e.g. ``[None, "lora"]`` or ``["target", "draft"]``;
-    * :meth:`forward_for` returns the forward for one key, working on static buffers;
-    * :meth:`post_warmup` runs after each warmup forward (optional).
-    """
+    """Base class for runners; subclass it and implement :meth:`forward_for`."""
 
     #: Overrides the class name in file names when set.
     runner_name: Optional[str] = None
@@ -62,12 +43,7 @@ class GraphRunner:
         """Called after each warmup forward; the default does nothing."""
 
     def capture_keys(self, rank: int = 0) -> list[CaptureKey]:
-        """All keys of this runner in capture order (largest batch size first).
-
-        A batch size or variant listed twice is captured once, as
-        ``--graph-capture-batch-sizes`` does; anything that is not a positive
-        integer batch size is a ValueError naming the runner.
-        """
+        """All keys of this runner in capture order (largest batch size first)."""
         sizes = list(dict.fromkeys(_batch_size(self.name, bs) for bs in self.batch_sizes()))
         if not sizes:
             raise ValueError(f"runner {self.name} lists no batch sizes to capture")
@@ -89,11 +65,7 @@ def _batch_size(runner: str, value: Any) -> int:
 
 
 def default_batch_sizes(max_batch_size: int = 32) -> list[int]:
-    """The serving engines' decode batch-size list shape, cut at ``max_batch_size``.
-
-    ``[1, 2, 4, 8, 12, 16, 24, 32, 40, ..., 256]`` (steps of 8 from 16 to 256:
-    36 sizes up to 256) and steps of 16 beyond 256, as the reference engine lists them.
-    """
+    """The serving engines' decode batch-size list shape, cut at ``max_batch_size``."""
     if max_batch_size < 1:
         raise ValueError(f"max batch size must be at least 1, got {max_batch_size}")
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, max(max_batch_size, 272) + 1, 16))

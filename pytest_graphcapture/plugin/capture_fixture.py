@@ -124,13 +124,13 @@ class GraphCapture:
         ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size,
         variant)`` of ``runner_name``).  ``warmups`` is how many forwards the loop runs per key
         before its capture (2; 1 for vLLM's loop or a ``torch.compile(mode="reduce-overhead")``
-        model).  See :mod:`pytest_graphcapture.engine.engine_loop`.
+        model).  See :mod:`pytest_graphcapture.engine.loop`.
 
         The loop runs in the test process, on one rank: under ``graph_capture_isolated``,
         ``--graph-capture-isolate=on`` or ``graph_capture_ranks`` the call fails saying so
         rather than capture somewhere other than the settings ask.
         """
-        from ..engine.engine_loop import capture_engine_loop
+        from ..engine.loop import capture_engine_loop
 
         self._refuse_elsewhere()
         owner = forward[0] if isinstance(forward, tuple) and forward else None

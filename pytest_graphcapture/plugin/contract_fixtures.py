@@ -2,7 +2,7 @@
 
 ``fake_backend`` (a :class:`~pytest_graphcapture.testing.FakeBackend` and its call log),
 ``recording_profiler`` (steps land in the same log) and ``capture_contract`` (a
-:class:`~pytest_graphcapture.contract.CaptureContract` over both).  torch is imported
+:class:`~pytest_graphcapture.testing.CaptureContract` over both).  torch is imported
 when a test requests one of them, never when the plugin loads.
 """
 
@@ -37,6 +37,6 @@ def capture_contract(fake_backend: Any, recording_profiler: Any, tmp_path_factor
     the graph, largest batch size first, one trace per key; a failure shows the
     expected-vs-actual call listing.
     """
-    from ..contract import CaptureContract
+    from ..testing import CaptureContract
 
     return CaptureContract(fake_backend, recording_profiler, tmp_path_factory.mktemp("capture-contract"))

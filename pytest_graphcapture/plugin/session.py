@@ -36,7 +36,6 @@ class CaptureSession:
     merge: bool = False
     #: Where ``batch_sizes`` came from, as messages name it (the option, variable or ini key).
     batch_sizes_origin: str = "--graph-capture-batch-sizes"
-    memory_snapshot: bool = False
     isolate: bool = False
     #: Where ``isolate`` came from, as messages name it (the option, variable or ini key).
     isolate_origin: str = "--graph-capture-isolate"
@@ -68,7 +67,6 @@ class CaptureSession:
             rank_timeout=_rank_timeout(config),
             merge=s.resolve(config, s.MERGE) == "on",
             batch_sizes_origin=s.where(s.BATCH_SIZES, sizes_source),
-            memory_snapshot=s.resolve(config, s.MEMORY_SNAPSHOT) == "on",
             isolate=isolate == "on",
             isolate_origin=s.where(s.ISOLATE, isolate_source),
         )
@@ -100,7 +98,7 @@ class CaptureSession:
     def platform(self) -> str:
         """Platform key: the option, else the platform hook, else the detected device."""
         if self._platform is None:
-            from ..engine.device import detect_platform
+            from ..engine.backend import detect_platform
 
             key = self.platform_override
             if not key:
@@ -121,8 +119,8 @@ class CaptureSession:
         The session's batch sizes apply to every runner (the embedded one is built
         with them; any other captures only those of its sizes).
         """
+        from ..engine.backend import environment_from_device
         from ..engine.capture import CaptureSettings
-        from ..engine.device import environment_from_device
 
         trace = trace or self.trace
         environment = dict(environment_from_device(self.device))
@@ -141,7 +139,6 @@ class CaptureSession:
             batch_sizes=tuple(self.batch_sizes) if self.batch_sizes else None,
             batch_sizes_origin=self.batch_sizes_origin,
             trace_group=trace_group,
-            memory_snapshot=self.memory_snapshot,
         )
 
     def merge_rank_traces(self) -> None:

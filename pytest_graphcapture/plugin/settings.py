@@ -264,19 +264,6 @@ RANK_TIMEOUT = declare(
         metavar="SECONDS",
     )
 )
-MEMORY_SNAPSHOT = declare(
-    Setting(
-        "--graph-capture-memory-snapshot",
-        "GRAPH_CAPTURE_MEMORY_SNAPSHOT",
-        "record the CUDA allocator's history during capture and write one snapshot per runner and rank "
-        "({runner}_rank{r}_memory_snapshot.pickle in the test's trace folder, for pytorch.org/memory_viz); "
-        "GPU only, nothing is written on CPU",
-        default="off",
-        choices=("on", "off"),
-        const="on",
-        metavar="on|off",
-    )
-)
 ISOLATE = declare(
     Setting(
         "--graph-capture-isolate",

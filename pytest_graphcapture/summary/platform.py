@@ -52,7 +52,7 @@ CAPABILITIES: tuple[_Capability, ...] = (
     _Capability(
         "graph data with launch shapes",
         "CUDAGraph.get_graph_data",
-        "a captured graph's nodes are read through cuda-bindings (engine/graph_readout.py), else its kernels "
+        "a captured graph's nodes are read through cuda-bindings (engine/readout.py), else its kernels "
         "come from the profiled replay",
     ),
     _Capability(

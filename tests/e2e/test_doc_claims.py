@@ -243,7 +243,7 @@ def test_gpu_readiness_lists_the_steps_the_gpu_check_runs() -> None:
 
 
 def test_adapting_lists_exactly_the_cpu_stand_ins_an_engine_loop_gets() -> None:
-    from pytest_graphcapture.engine.stand_ins import eager_cuda_calls
+    from pytest_graphcapture.engine.observe import eager_cuda_calls
 
     text = _read("docs/adapting.md")
     start = text.index("**On a machine without a GPU**")

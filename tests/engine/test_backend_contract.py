@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_graphcapture.engine.contract import FORWARD, GRAPH_ENTER, GRAPH_EXIT, HOOK, STEP, key_sequence
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.testing import (
-    FORWARD,
-    GRAPH_ENTER,
-    GRAPH_EXIT,
-    HOOK,
-    STEP,
-    CallLog,
-    FakeBackend,
-    FakeRunner,
-    RecordingProfiler,
-    assert_call_sequence,
-    expected_key_sequence,
-)
+from pytest_graphcapture.testing import CallLog, FakeBackend, FakeRunner, RecordingProfiler, assert_call_sequence
 
 KEY = CaptureKey("FakeRunner", 4)
 
@@ -41,13 +30,13 @@ def test_no_profiling_runs_three_forwards_two_hooks_and_no_step() -> None:
     log, profiler = capture(profiling=False, with_profiler=True)
     assert (log.count(FORWARD), log.count(HOOK), log.count(STEP)) == (3, 2, 0)
     assert profiler.steps == 0
-    assert_call_sequence(log.names(), expected_key_sequence(profiling=False))
+    assert_call_sequence(log.names(), key_sequence(profiling=False, backend_calls=True))
 
 
 def test_profiling_enabled_without_a_profiler_is_no_error_and_no_step() -> None:
     log, _ = capture(profiling=True, with_profiler=False)
     assert log.count(STEP) == 0
-    assert_call_sequence(log.names(), expected_key_sequence(profiling=False))
+    assert_call_sequence(log.names(), key_sequence(profiling=False, backend_calls=True))
 
 
 def test_profiling_steps_three_times_the_last_after_the_graph_context_exits() -> None:
@@ -58,7 +47,7 @@ def test_profiling_steps_three_times_the_last_after_the_graph_context_exits() ->
     assert names[-1] == STEP, "the last step must come after the graph context has exited"
     inside = names[names.index(GRAPH_ENTER) : names.index(GRAPH_EXIT)]
     assert STEP not in inside, "stepping inside the capture context would synchronize the device"
-    assert_call_sequence(names, expected_key_sequence(profiling=True))
+    assert_call_sequence(names, key_sequence(backend_calls=True))
 
 
 def test_assert_call_sequence_shows_expected_against_actual() -> None:

@@ -6,13 +6,15 @@ import gc
 from pathlib import Path
 
 import pytest
+from fakes import GpuLikeBackend
 from helpers import cpu_op_names, load_trace
 
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
+from pytest_graphcapture.engine.contract import STEP
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.naming import trace_dir
-from pytest_graphcapture.testing import STEP, CallLog, FakeBackend, FakeRunner, InjectedFault
+from pytest_graphcapture.testing import CallLog, FakeBackend, FakeRunner, InjectedFault
 
 
 def per_bs(out: Path, **kwargs) -> CaptureSettings:
@@ -93,7 +95,7 @@ def test_single_mode_writes_one_trace_for_the_whole_capture_phase(tmp_path: Path
 @pytest.mark.parametrize("stage", ["warmup 1", "warmup 2", "capture", "step"])
 def test_a_failing_key_leaves_no_file_and_no_mislabeled_file(tmp_path: Path, stage: str) -> None:
     failing = CaptureKey("FakeRunner", 2)
-    backend = FakeBackend(fail_stage=stage, fail_key=failing)
+    backend = GpuLikeBackend(fail_stage=stage, fail_key=failing)
     with pytest.raises(CaptureError) as info:
         capture_runner(FakeRunner([1, 2, 4]), backend, per_bs(tmp_path))
     error = info.value
@@ -116,7 +118,7 @@ def test_a_failing_key_leaves_no_file_and_no_mislabeled_file(tmp_path: Path, sta
 
 
 def test_keyboard_interrupt_propagates_and_leaves_no_partial_file(tmp_path: Path) -> None:
-    backend = FakeBackend(fail_stage="capture", fail_key=CaptureKey("FakeRunner", 1), fault=KeyboardInterrupt)
+    backend = GpuLikeBackend(fail_stage="capture", fail_key=CaptureKey("FakeRunner", 1), fault=KeyboardInterrupt)
     with pytest.raises(KeyboardInterrupt):
         capture_runner(FakeRunner([1, 2]), backend, per_bs(tmp_path))
     assert files_in(tmp_path) == ["FakeRunner_bs_2_rank0.json.gz"]

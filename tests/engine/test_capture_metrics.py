@@ -8,29 +8,27 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from fakes import GpuLikeBackend
 from helpers import load_trace
 
 import pytest_graphcapture.engine.capture as capture_module
 from pytest_graphcapture.engine.backend import EagerBackend
-from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
-from pytest_graphcapture.engine.guard import EmptyCaptureError
+from pytest_graphcapture.engine.capture import CaptureSettings, EmptyCaptureError, capture_runner
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.keys import CaptureKey
-from pytest_graphcapture.naming import memory_snapshot_path
 from pytest_graphcapture.result import CaptureResult, KeyMetrics
 from pytest_graphcapture.summary.replay import KernelEvidenceWarning, with_replay
-from pytest_graphcapture.testing import FakeBackend, FakeRunner
+from pytest_graphcapture.testing import FakeRunner
 
 MIB = 1 << 20
 
 
-class MemoryBackend(FakeBackend):
+class MemoryBackend(GpuLikeBackend):
     """A fake GPU allocator: each capture grows the pool by ``grow[bs]`` MiB (reserved twice that)."""
 
     def __init__(self, grow: dict[int, int], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.grow, self.allocated, self.reserved = grow, 0, 0
-        self.history: Optional["FakeHistory"] = None
 
     def memory_stats(self) -> Optional[tuple[int, int]]:
         return self.allocated, self.reserved
@@ -42,26 +40,6 @@ class MemoryBackend(FakeBackend):
             self.allocated += self.grow[bs] * MIB
             self.reserved += 2 * self.grow[bs] * MIB
         return value
-
-    def memory_history(self) -> Any:
-        return self.history
-
-
-class FakeHistory:
-    """Records start/stop and writes a recognisable snapshot."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def start(self) -> None:
-        self.calls.append("start")
-
-    def dump(self, path: Path) -> None:
-        self.calls.append("dump")
-        path.write_bytes(b"snapshot")
-
-    def stop(self) -> None:
-        self.calls.append("stop")
 
 
 def test_each_key_gets_its_own_graph_memory_and_times_and_they_reach_progress_and_the_trace(tmp_path: Path) -> None:
@@ -99,39 +77,9 @@ def test_metrics_survive_the_process_boundary_and_cpu_has_no_memory_figures(tmp_
     assert KeyMetrics.from_dict(full.to_dict()) == full
 
 
-def test_memory_snapshot_one_file_per_runner_and_rank_only_when_asked(tmp_path: Path) -> None:
-    backend = MemoryBackend({1: 1, 2: 1})
-    backend.history = FakeHistory()
-    result = capture_runner(FakeRunner((1, 2)), backend, CaptureSettings(out_dir=tmp_path, memory_snapshot=True))
-    assert result.memory_snapshot_path == memory_snapshot_path(tmp_path, "FakeRunner", 0)
-    assert result.memory_snapshot_path.read_bytes() == b"snapshot"
-    assert backend.history.calls == ["start", "dump", "stop"]
-    names = {memory_snapshot_path(tmp_path, runner, rank).name for runner in ("A", "B") for rank in (0, 1)}
-    assert len(names) == 4, "ranks and runners never share a snapshot file"
-
-    off = MemoryBackend({1: 1, 2: 1})
-    off.history = FakeHistory()
-    assert (
-        capture_runner(FakeRunner((1, 2)), off, CaptureSettings(out_dir=tmp_path / "off")).memory_snapshot_path is None
-    )
-    assert off.history.calls == []
-    # On CPU there is no allocator history: nothing is written, nothing fails.
-    cpu = capture_runner(FakeRunner((1,)), EagerBackend("cpu"), CaptureSettings(out_dir=tmp_path, memory_snapshot=True))
-    assert cpu.memory_snapshot_path is None
-
-
-def test_a_failed_capture_writes_no_snapshot_and_stops_the_recorder(tmp_path: Path) -> None:
-    backend = MemoryBackend({1: 1, 2: 1}, fail_stage="capture", fail_key=CaptureKey("FakeRunner", 1))
-    backend.history = FakeHistory()
-    with pytest.raises(CaptureError):
-        capture_runner(FakeRunner((1, 2)), backend, CaptureSettings(out_dir=tmp_path, memory_snapshot=True))
-    assert backend.history.calls == ["start", "stop"]
-    assert not memory_snapshot_path(tmp_path, "FakeRunner", 0).exists()
-
-
 def test_a_gpu_capture_without_launch_events_fails_naming_the_causes_and_keeps_no_result(tmp_path: Path) -> None:
     # On CPU a capture records no launches: exactly what a dead GPU profiler looks like.
-    backend = FakeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
+    backend = GpuLikeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
     with pytest.raises(CaptureError) as info:
         capture_runner(FakeRunner((1, 2)), backend, CaptureSettings(out_dir=tmp_path))
     error = info.value
@@ -149,7 +97,7 @@ def test_a_gpu_capture_without_launch_events_fails_naming_the_causes_and_keeps_n
     ):
         assert needle in text, needle
     # The same capture without the guard (CPU semantics) passes.
-    capture_runner(FakeRunner((1, 2)), FakeBackend(replay_shows_kernels=True), CaptureSettings(out_dir=tmp_path))
+    capture_runner(FakeRunner((1, 2)), GpuLikeBackend(replay_shows_kernels=True), CaptureSettings(out_dir=tmp_path))
 
 
 def test_a_gpu_replay_without_kernels_fails_and_names_out_of_range_records(
@@ -163,7 +111,7 @@ def test_a_gpu_replay_without_kernels_fails_and_names_out_of_range_records(
         return summary
 
     monkeypatch.setattr(capture_module, "summarize_profile", with_launches)
-    backend = FakeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
+    backend = GpuLikeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
     with pytest.raises(CaptureError) as info:
         capture_runner(FakeRunner((1, 2)), backend, CaptureSettings(out_dir=tmp_path))
     assert info.value.stage == "replay" and isinstance(info.value.cause, EmptyCaptureError)

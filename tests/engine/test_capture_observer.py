@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_graphcapture.engine import capture_observer, engine_loop
+from pytest_graphcapture.engine import loop as engine_loop
+from pytest_graphcapture.engine import observe as capture_observer
 from pytest_graphcapture.engine.backend import EagerBackend
-from pytest_graphcapture.engine.capture import CaptureSettings
-from pytest_graphcapture.engine.capture_observer import HookFailure, observation_mode, observe_captures
-from pytest_graphcapture.engine.cupti_clients import INJECTION, CuptiConflictError, refuse_other_clients
-from pytest_graphcapture.engine.engine_loop import CaptureContractError, EagerCUDAGraph, capture_engine_loop
+from pytest_graphcapture.engine.capture import INJECTION, CaptureSettings, CuptiConflictError, refuse_other_clients
+from pytest_graphcapture.engine.contract import CaptureContractError
+from pytest_graphcapture.engine.loop import capture_engine_loop
+from pytest_graphcapture.engine.observe import EagerCUDAGraph, HookFailure, observation_mode, observe_captures
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.platform import graph_hooks
 
@@ -278,7 +279,7 @@ def test_an_engine_loops_summaries_take_the_kernels_read_from_the_instantiate_ho
     get_graph_data() answers (payload shaped as torch builds it) gives the summaries their kernels."""
     from test_graph_data import two_branch_payload
 
-    from pytest_graphcapture.engine.graph_data import graph_from_data
+    from pytest_graphcapture.engine.readout import graph_from_data
 
     class ReadingBackend(EagerBackend):
         def read_instantiated(self, key: CaptureKey, graph: Any) -> None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pytest_graphcapture.engine.backend import detect_platform
 from pytest_graphcapture.engine.capture import CaptureSettings
-from pytest_graphcapture.engine.device import detect_platform
-from pytest_graphcapture.engine.engine_loop import CaptureContractError, capture_engine_loop
+from pytest_graphcapture.engine.contract import CaptureContractError
+from pytest_graphcapture.engine.loop import capture_engine_loop
 
 # torch.compile's own modules, imported on the first compile, still use the deprecated torch.jit.script_method.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")

@@ -8,17 +8,19 @@ from typing import Any
 
 import pytest
 import torch
+from fakes import GpuLikeBackend
 
 import pytest_graphcapture.engine.capture as capture_module
-from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
-from pytest_graphcapture.engine.cupti_clients import (
+from pytest_graphcapture.engine.capture import (
     INJECTION,
+    CaptureSettings,
     CuptiConflictError,
     active_clients,
+    capture_runner,
     refuse_other_clients,
+    silent_replay_reason,
     suspected_clients,
 )
-from pytest_graphcapture.engine.guard import silent_replay_reason
 from pytest_graphcapture.golden.gate import check_result
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.result import CaptureResult, KeyResult
@@ -97,7 +99,7 @@ def test_a_gpu_capture_with_an_injection_library_set_is_refused_before_anything_
 ) -> None:
     monkeypatch.setenv(INJECTION, RECORDER)
     monkeypatch.setattr(torch.version, "hip", None)
-    backend = FakeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
+    backend = GpuLikeBackend(replay_shows_kernels=True, kernel_evidence_required=True)
     with pytest.raises(CuptiConflictError, match=f"graph capture FakeRunner: .*{INJECTION}={RECORDER}"):
         capture_runner(FakeRunner((1, 2)), backend, CaptureSettings(out_dir=tmp_path, trace="per-bs"))
     assert backend.log.calls == [] and list(tmp_path.iterdir()) == []
@@ -110,7 +112,7 @@ def test_cpu_and_rocm_captures_are_not_refused(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(torch.version, "hip", "6.4")
     monkeypatch.setattr(capture_module, "check_capture_evidence", lambda key, summary: None)
     monkeypatch.setattr(capture_module, "check_replay_evidence", lambda *args: None)
-    capture_runner(FakeRunner((1,)), FakeBackend(kernel_evidence_required=True), CaptureSettings(out_dir=tmp_path))
+    capture_runner(FakeRunner((1,)), GpuLikeBackend(kernel_evidence_required=True), CaptureSettings(out_dir=tmp_path))
 
 
 def test_a_replay_silenced_by_a_named_client_names_it_and_no_golden_is_written_or_replaced(tmp_path: Path) -> None:
@@ -153,7 +155,7 @@ def test_a_replay_silenced_by_a_named_client_names_it_and_no_golden_is_written_o
 
 
 def test_an_empty_replay_without_a_readout_fails_naming_the_cupti_suspects_first() -> None:
-    from pytest_graphcapture.engine.guard import EmptyCaptureError, check_replay_evidence
+    from pytest_graphcapture.engine.capture import EmptyCaptureError, check_replay_evidence
 
     suspect = "cupti-python is imported in this process (a subscriber it made holds CUPTI)"
     with pytest.raises(EmptyCaptureError) as info:

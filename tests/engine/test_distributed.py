@@ -9,9 +9,14 @@ import torch
 from helpers import assert_gone
 
 from pytest_graphcapture.engine.decode_model import DecoderConfig, TinyDecodeRunner, check_tensor_parallel
-from pytest_graphcapture.engine.ranks.diagnose import RankError
-from pytest_graphcapture.engine.ranks.supervisor import free_port, run_on_ranks, spawned_pids
-from pytest_graphcapture.engine.ranks.target import check_picklable, resolve_target
+from pytest_graphcapture.engine.ranks.supervisor import (
+    RankError,
+    check_picklable,
+    free_port,
+    resolve_target,
+    run_on_ranks,
+    spawned_pids,
+)
 from pytest_graphcapture.errors import UsageError
 from pytest_graphcapture.keys import CaptureKey, key_label
 from pytest_graphcapture.naming import golden_file_name

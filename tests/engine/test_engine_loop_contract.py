@@ -6,14 +6,14 @@ import tracemalloc
 
 import pytest
 
-from pytest_graphcapture.engine.engine_loop import (
+from pytest_graphcapture.engine.contract import (
     FORWARD,
     GRAPH_ENTER,
     GRAPH_EXIT,
     STEP,
     CaptureContractError,
     StepContract,
-    user_key_sequence,
+    key_sequence,
 )
 from pytest_graphcapture.keys import CaptureKey
 
@@ -31,7 +31,7 @@ def key_calls(key: CaptureKey, sequence: list[str]) -> list[tuple[str, CaptureKe
 
 def test_the_documented_sequence_of_every_key_is_accepted() -> None:
     contract = StepContract()
-    feed(contract, key_calls(BIG, user_key_sequence()) + key_calls(SMALL, user_key_sequence()))
+    feed(contract, key_calls(BIG, key_sequence()) + key_calls(SMALL, key_sequence()))
     contract.finish()
     assert contract.done == [BIG, SMALL]
 
@@ -48,11 +48,11 @@ def test_the_documented_sequence_of_every_key_is_accepted() -> None:
             "Engine bs=4: warmup 2: expected a forward, but the loop ran the start of the graph capture",
         ),
         (
-            key_calls(BIG, user_key_sequence()) + key_calls(BIG, [GRAPH_ENTER]),
+            key_calls(BIG, key_sequence()) + key_calls(BIG, [GRAPH_ENTER]),
             "Engine bs=4: after the capture: the start of the graph capture of a key already captured",
         ),
         (
-            key_calls(BIG, user_key_sequence()) + key_calls(SMALL, user_key_sequence()) + key_calls(BIG, [FORWARD]),
+            key_calls(BIG, key_sequence()) + key_calls(SMALL, key_sequence()) + key_calls(BIG, [FORWARD]),
             "Engine bs=4: warmup 1: this key was captured already; an engine captures one graph per key",
         ),
         (
@@ -81,7 +81,7 @@ def test_a_loop_that_returns_early_or_captures_nothing_fails_on_finish() -> None
 def test_variants_of_one_size_may_come_in_any_order_but_sizes_only_descend() -> None:
     contract = StepContract()
     draft, plain = CaptureKey("Engine", 4, "draft"), CaptureKey("Engine", 4)
-    feed(contract, key_calls(draft, user_key_sequence()) + key_calls(plain, user_key_sequence()))
+    feed(contract, key_calls(draft, key_sequence()) + key_calls(plain, key_sequence()))
     with pytest.raises(CaptureContractError, match="Engine bs=8: warmup 1: captured after bs=4; keys must be"):
         contract.feed(FORWARD, CaptureKey("Engine", 8))
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_graphcapture.engine import capture_observer, stand_ins
-from pytest_graphcapture.engine.capture_observer import observation_mode
-from pytest_graphcapture.engine.engine_loop import capture_engine_loop
+from pytest_graphcapture.engine import observe as capture_observer
+from pytest_graphcapture.engine import observe as stand_ins
+from pytest_graphcapture.engine.loop import capture_engine_loop
+from pytest_graphcapture.engine.observe import observation_mode
 from pytest_graphcapture.errors import CaptureError
 from pytest_graphcapture.summary.platform import graph_hooks
 

@@ -20,7 +20,7 @@ import torch
 from pytest_graphcapture.engine import backend as backend_module
 from pytest_graphcapture.engine import capture as capture_module
 from pytest_graphcapture.engine.backend import CudaGraphBackend, read_any
-from pytest_graphcapture.engine.graph_data import GraphDataUnusable, graph_from_data, read_graph_data
+from pytest_graphcapture.engine.readout import GraphDataUnusable, graph_from_data, read_graph_data
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary

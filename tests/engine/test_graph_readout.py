@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from pytest_graphcapture.engine import graph_readout
-from pytest_graphcapture.engine.graph_readout import (
+from pytest_graphcapture.engine import readout as graph_readout
+from pytest_graphcapture.engine.readout import (
     CALLS,
     CONDITIONAL_BODIES_SINCE,
     NODE_TYPES,

@@ -18,7 +18,7 @@ from test_graph_readout import Error, FakeDriver, FakeRuntime13, _two_branch
 from pytest_graphcapture.engine import backend as backend_module
 from pytest_graphcapture.engine import capture as capture_module
 from pytest_graphcapture.engine.backend import NO_KEEP_GRAPH, CudaGraphBackend
-from pytest_graphcapture.engine.graph_readout import GraphReadoutWarning, read_captured_graph
+from pytest_graphcapture.engine.readout import GraphReadoutWarning, read_captured_graph
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary

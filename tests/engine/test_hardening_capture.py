@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import GpuLikeBackend
 from helpers import cpu_op_names, load_trace
 
 import pytest_graphcapture.engine.capture as summary_module
@@ -41,7 +42,7 @@ def assert_profiler_reusable(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_an_error_at_each_stage_keeps_the_other_keys_intact(tmp_path: Path, stage: str) -> None:
-    backend = FakeBackend(fail_stage=stage, fail_key=FAILING, replay_shows_kernels=True)
+    backend = GpuLikeBackend(fail_stage=stage, fail_key=FAILING, replay_shows_kernels=True)
     with pytest.raises(CaptureError) as info:
         capture_runner(FakeRunner(SIZES), backend, settings(tmp_path))
     error = info.value
@@ -65,7 +66,7 @@ def test_an_error_at_each_stage_keeps_the_other_keys_intact(tmp_path: Path, stag
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_ctrl_c_at_each_stage_propagates_and_leaves_no_partial_file(tmp_path: Path, stage: str) -> None:
-    backend = FakeBackend(fail_stage=stage, fail_key=FAILING, fault=KeyboardInterrupt, replay_shows_kernels=True)
+    backend = GpuLikeBackend(fail_stage=stage, fail_key=FAILING, fault=KeyboardInterrupt, replay_shows_kernels=True)
     with pytest.raises(KeyboardInterrupt):
         capture_runner(FakeRunner(SIZES), backend, settings(tmp_path))
     files = all_files(tmp_path)
@@ -98,7 +99,8 @@ def test_a_failure_inside_a_pytest_run_names_the_key(pytester: pytest.Pytester) 
         from pytest_graphcapture.testing import FakeBackend, FakeRunner
 
         def test_capture(graph_capture):
-            backend = FakeBackend(fail_stage="capture", fail_key=CaptureKey("FakeRunner", 2))
+            backend = FakeBackend()
+            backend.inject_fault("capture", CaptureKey("FakeRunner", 2))
             graph_capture(FakeRunner([1, 2, 4]), backend=backend)
     """)
     result = pytester.runpytest("--graph-capture-trace", "--graph-capture-dir=out")
@@ -111,7 +113,7 @@ def test_a_failure_inside_a_pytest_run_names_the_key(pytester: pytest.Pytester) 
 
 
 def test_trace_of_the_capture_before_a_failure_holds_only_its_own_forward(tmp_path: Path) -> None:
-    backend = FakeBackend(fail_stage="warmup 2", fail_key=FAILING)
+    backend = GpuLikeBackend(fail_stage="warmup 2", fail_key=FAILING)
     with pytest.raises(CaptureError):
         capture_runner(FakeRunner(SIZES), backend, settings(tmp_path))
     ops = cpu_op_names(load_trace(trace_dir(tmp_path) / "FakeRunner_bs_4_rank0.json.gz"))

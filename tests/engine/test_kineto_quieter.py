@@ -41,9 +41,9 @@ def test_the_file_is_emptied_once_it_grows_past_the_reset_size(
         with quieter():
             os.write(2, START + f"line {index}\n".encode())
         assert capfd.readouterr().err == f"line {index}\n"
-        assert os.fstat(quieter._held.fileno()).st_size < 64 + len(START) + 8
+        assert os.fstat(quieter._buffer.fileno()).st_size < 64 + len(START) + 8
     quieter.close()
-    assert quieter._held is None
+    assert quieter._buffer is None
     quieter.close()  # twice is harmless
 
 

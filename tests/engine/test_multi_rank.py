@@ -17,7 +17,7 @@ from helpers import REPO_ROOT, assert_gone, load_trace, run, wait_gone
 
 from pytest_graphcapture.engine.ranks import supervisor as distributed
 from pytest_graphcapture.engine.ranks.capture import capture_on_ranks
-from pytest_graphcapture.engine.ranks.diagnose import RankError
+from pytest_graphcapture.engine.ranks.supervisor import RankError
 from pytest_graphcapture.naming import TRACE_SUBDIR, trace_dir, trace_group_for
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly", "--graph-capture-device=cpu")

@@ -20,9 +20,9 @@ import torch
 from helpers import assert_gone
 
 import pytest_graphcapture
-from pytest_graphcapture.engine.ranks import diagnose, supervisor
-from pytest_graphcapture.engine.ranks.diagnose import RankError
-from pytest_graphcapture.engine.ranks.supervisor import run_on_ranks, spawned_pids
+from pytest_graphcapture.engine.ranks import supervisor
+from pytest_graphcapture.engine.ranks import supervisor as diagnose
+from pytest_graphcapture.engine.ranks.supervisor import RankError, run_on_ranks, spawned_pids
 
 PACKAGE = Path(pytest_graphcapture.__file__).resolve().parent
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pytest_graphcapture.engine.device import detect_platform, environment_from_device
+from pytest_graphcapture.engine.backend import detect_platform, environment_from_device
 from pytest_graphcapture.golden.change import environment_note, toolchain_changes
 from pytest_graphcapture.summary import platform as plat
 from pytest_graphcapture.summary.platform import (
@@ -175,7 +175,7 @@ def test_trace_and_live_runtime_versions_read_the_same(monkeypatch: pytest.Monke
         _trace(9, 4, name="Fake GPU", hip_runtime_version=70253211, hip_driver_version=70253211)
     )
     assert trace["hip_runtime_version"] == trace["hip_driver_version"] == "7.2.53211"
-    # torch.version.hip keeps its git hash on the live side (engine/device.py); the comparison drops it
+    # torch.version.hip keeps its git hash on the live side (engine/backend.py); the comparison drops it
     assert toolchain_changes(live, trace) == []
 
 

@@ -1,13 +1,4 @@
-"""Capture on N ranks: each rank builds its runner from a factory, captures it and sends back plain data.
-
-The engine behind the ``graph_capture_ranks(n)`` marker and ``graph_capture(...,
-ranks=n)``: :func:`capture_on_ranks` runs :func:`~pytest_graphcapture.engine.capture.capture_runner`
-on every rank through :func:`~.supervisor.run_on_ranks`.  The runner comes from a
-*factory* (a module-level callable or a ``"module:function"`` string — the test
-function itself cannot be sent to another process).  The parent gets one
-:class:`MultiRankCaptureResult` holding the keys of **all** ranks, so
-``golden.check(result)`` checks every rank.
-"""
+"""Capture on N ranks: each rank builds its runner from a factory, captures it and sends back plain data."""
 
 from __future__ import annotations
 
@@ -23,21 +14,24 @@ from ...result import CaptureResult
 from ..backend import make_backend
 from ..capture import CaptureSettings, capture_runner
 from ..decode_model import TinyDecodeRunner
-from .rank_process import progress_to_parent, report_stage
-from .supervisor import DEFAULT_TIMEOUT, run_on_ranks
-from .target import RankContext, Target, check_picklable, default_backend, resolve_target
+from .supervisor import (
+    DEFAULT_TIMEOUT,
+    RankContext,
+    Target,
+    check_picklable,
+    default_backend,
+    progress_to_parent,
+    report_stage,
+    resolve_target,
+    run_on_ranks,
+)
 
 DEFAULT_FACTORY = "pytest_graphcapture.engine.ranks.capture:tensor_parallel_decode_runner"
 
 
 @dataclass
 class MultiRankCaptureResult(CaptureResult):
-    """A :class:`CaptureResult` over all ranks: ``keys`` holds every rank's keys.
-
-    ``world_size`` is the number of ranks, ``per_rank[r]`` rank ``r``'s own
-    result, ``single_trace_paths`` the per-rank single traces (``trace="single"``).
-    Graphs stay in the rank processes (``KeyResult.graph`` is None).
-    """
+    """A :class:`CaptureResult` over all ranks: ``keys`` holds every rank's keys."""
 
     world_size: int = 1
     per_rank: dict[int, CaptureResult] = field(default_factory=dict)
@@ -91,14 +85,7 @@ def capture_on_ranks(
     graphs: bool = True,
     progress: Optional[Callable[[str], None]] = None,
 ) -> MultiRankCaptureResult:
-    """Capture the runner ``factory(ctx)`` builds on each of ``world_size`` ranks.
-
-    ``settings`` is the :class:`~pytest_graphcapture.engine.capture.CaptureSettings` of
-    every rank (sent as a plain dict; its ``progress`` callback stays here and
-    receives the ranks' progress lines).  Each rank's keys carry its rank, so
-    trace files get the ``_rank<r>`` / ``-TP-<r>`` suffix and goldens their
-    per-rank names.  Raises :class:`RankError` as :func:`run_on_ranks` does.
-    """
+    """Capture the runner ``factory(ctx)`` builds on each of ``world_size`` ranks."""
     settings = settings or CaptureSettings()
     check_picklable(factory)
     backend = backend or default_backend(device_type)
@@ -146,9 +133,5 @@ def capture_on_ranks(
 
 
 def tensor_parallel_decode_runner(ctx: RankContext) -> Any:
-    """Default runner factory of multi-rank captures: rank ``ctx.rank``'s shard of the embedded decoder.
-
-    Built for all its batch sizes, not ``ctx.batch_sizes``: the capture takes only the
-    selected sizes, each with the graph a full run captures.
-    """
+    """Default runner factory of multi-rank captures: rank ``ctx.rank``'s shard of the embedded decoder."""
     return TinyDecodeRunner(device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)

@@ -1,32 +1,11 @@
-"""Observe every graph capture while an engine's capture function runs.
-
-Two ways, chosen by probing torch (:func:`~pytest_graphcapture.summary.platform.graph_hooks`):
-
-* **torch's global hooks** where they exist (torch 2.15): a capture-start, capture-end
-  and instantiate hook registered with ``torch.cuda.graphs.register_graph_capture_start_hook``
-  and its siblings, removed when the block ends.  Nothing of torch is patched, and every
-  graph is seen — the engine's, inductor's, a library's.  torch runs the start hook right
-  after ``capture_begin`` made the capture live, the end hook after ``capture_end_pre``
-  while the captured ``cudaGraph_t`` is still live, and the instantiate hook after each
-  ``instantiate()`` (``capture_end`` instantiates a ``keep_graph=False`` graph itself);
-* **patching** ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end`` (what
-  ``torch.cuda.graph`` calls) for the block, on torch 2.8–2.14.
-
-torch swallows every exception a global hook raises (``_run_global_hooks``), so nothing
-raised in ours may be lost: each failure inside a hook — the listener's, a check's, a bug —
-is kept in :attr:`CaptureObserver.failures`, handed to ``on_failure`` at once, and
-:meth:`CaptureObserver.raise_kept` raises the first when the capture ends.  On the patching
-path the same failures are kept too, and raised into the engine as before.
-
-Off CUDA the eager stand-in graph fires torch's global hooks the way ``torch/cuda/graphs.py``
-does (:func:`fire_torch_hooks`), so the hook path runs on CPU as it does on a GPU.
-"""
+"""Observe every graph capture while an engine's capture function runs."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Iterator, Optional, Protocol
+import re
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -41,14 +20,6 @@ _REGISTRIES = {
     "replay start": "_global_replay_start_hooks",
     "replay end": "_global_replay_end_hooks",
 }
-
-
-class CaptureListener(Protocol):
-    """What the observer tells of each graph (``capture_failed`` and ``graph_instantiated`` are optional)."""
-
-    def capture_begin(self, graph: Any) -> bool: ...
-
-    def capture_end(self, graph: Any) -> None: ...
 
 
 class HookFailure(GraphCaptureError):
@@ -93,11 +64,8 @@ class CaptureObserver:
             raise self.failures[0].error
 
 
-def fire_torch_hooks(event: str, graph: Any) -> None:
-    """Run torch's global hooks of ``event`` with ``graph``, as ``torch/cuda/graphs.py`` runs them (a stand-in's use).
-
-    A no-op where torch has no such registry (before 2.15): there the capture is observed by patching.
-    """
+def _fire_torch_hooks(event: str, graph: Any) -> None:
+    """Run torch's global hooks of ``event`` with ``graph``, as ``torch/cuda/graphs.py`` runs them (a stand-in's use)."""
     graphs = getattr(torch.cuda, "graphs", None)
     registry = getattr(graphs, _REGISTRIES[event], None)
     run = getattr(graphs, "_run_global_hooks", None)
@@ -105,8 +73,8 @@ def fire_torch_hooks(event: str, graph: Any) -> None:
         run(registry, graph)
 
 
-def stand_in_fires_hooks() -> bool:
-    """Whether :func:`fire_torch_hooks` reaches torch's registries (so the hook path can run off CUDA)."""
+def _stand_in_fires_hooks() -> bool:
+    """Whether :func:`_fire_torch_hooks` reaches torch's registries (so the hook path can run off CUDA)."""
     graphs = getattr(torch.cuda, "graphs", None)
     return callable(getattr(graphs, "_run_global_hooks", None)) and all(
         isinstance(getattr(graphs, name, None), dict) for name in _REGISTRIES.values()
@@ -114,13 +82,7 @@ def stand_in_fires_hooks() -> bool:
 
 
 def still_capturing(graph: Any, beginning: Any = None) -> bool:
-    """Whether ``graph``'s capture is still under way (asked on torch's hooks, where a failed end runs no hook).
-
-    The CPU stand-in says so itself (``capturing``); a real graph is capturing while the
-    current stream is (the loop's calls run on the capture stream inside the graph's
-    context).  ``beginning``: a real graph whose capture begins now makes the stream
-    capture, so that answer would be its own — the open graph then counts as capturing.
-    """
+    """Whether ``graph``'s capture is still under way (asked on torch's hooks, where a failed end runs no hook)."""
     capturing = getattr(graph, "capturing", None)
     if isinstance(capturing, bool):
         return capturing
@@ -134,7 +96,7 @@ def observation_mode(real_graphs: bool) -> str:
     """``"hooks"`` where torch has the global capture hooks (and, off CUDA, the stand-in can fire them), else ``"patch"``."""
     if graph_hooks(torch) is None:
         return "patch"
-    return "hooks" if real_graphs or stand_in_fires_hooks() else "patch"
+    return "hooks" if real_graphs or _stand_in_fires_hooks() else "patch"
 
 
 @contextlib.contextmanager
@@ -146,12 +108,7 @@ def observe_captures(
     on_failure: Optional[Callable[[BaseException], None]] = None,
     mode: Optional[str] = None,
 ) -> Iterator[CaptureObserver]:
-    """Tell ``listener`` of every graph captured in the block; yield the :class:`CaptureObserver`.
-
-    ``before_begin()`` runs as each capture begins, before the listener hears of it (a check
-    that raises refuses the capture).  ``mode`` forces ``"hooks"`` or ``"patch"`` (default:
-    :func:`observation_mode`).  Everything registered or patched is undone when the block ends.
-    """
+    """Tell ``listener`` of every graph captured in the block; yield the :class:`CaptureObserver`."""
     mode = mode or observation_mode(real_graphs)
     observer = CaptureObserver(mode, on_failure)
     with contextlib.ExitStack() as stack:
@@ -248,13 +205,126 @@ def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
             setattr(owner, name, before)
 
 
-__all__ = [
-    "CaptureListener",
-    "CaptureObserver",
-    "HookFailure",
-    "fire_torch_hooks",
-    "observation_mode",
-    "observe_captures",
-    "stand_in_fires_hooks",
-    "still_capturing",
-]
+class EagerCUDAGraph:
+    """Stand-in for ``torch.cuda.CUDAGraph`` off CUDA: capture runs the body once, replay runs it again."""
+
+    def __init__(self, keep_graph: bool = False, *args: Any, **kwargs: Any) -> None:
+        self.calls: list[tuple[Callable[..., Any], tuple, dict]] = []
+        self.capturing = False
+        self.keep_graph = keep_graph
+        self.instantiated = False
+        self.key: Any = None
+        self.replays = 0
+
+    @classmethod
+    def of(cls, forward: Callable[[], Any], key: Any = None) -> EagerCUDAGraph:
+        """A captured stand-in whose replay runs ``forward()``: the graph of the eager and fake backends."""
+        graph = cls()
+        graph.calls.append((forward, (), {}))
+        graph.key, graph.instantiated = key, True
+        return graph
+
+    def capture_begin(self, *args: Any, **kwargs: Any) -> None:
+        self.capturing = True
+        _fire_torch_hooks("capture start", self)
+
+    def capture_end(self) -> None:
+        self.capturing = False
+        _fire_torch_hooks("capture end", self)
+        if not self.keep_graph:
+            self.instantiate()
+
+    def instantiate(self) -> None:
+        self.instantiated = True
+        _fire_torch_hooks("instantiate", self)
+
+    def replay(self) -> None:
+        self.replays += 1
+        if not self.instantiated:
+            self.instantiate()
+        _fire_torch_hooks("replay start", self)
+        try:
+            for forward, args, kwargs in self.calls:
+                forward(*args, **kwargs)
+        finally:
+            _fire_torch_hooks("replay end", self)
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.instantiated = False
+
+    def pool(self) -> object:
+        return object()
+
+
+class _eager_graph:  # noqa: N801 - stands in for the class torch.cuda.graph
+    """Stand-in for the ``torch.cuda.graph`` context: begins and ends the (stand-in) graph's capture."""
+
+    def __init__(self, cuda_graph: Any, pool: Any = None, stream: Any = None, **kwargs: Any) -> None:
+        self.cuda_graph = cuda_graph
+
+    def __enter__(self) -> Any:
+        self.cuda_graph.capture_begin()
+        return self.cuda_graph
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.cuda_graph.capture_end()
+
+
+class _EagerSync:
+    """Stand-in for ``torch.cuda.Stream`` and ``Event`` off CUDA: nothing to wait for, timings are 0."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, *args: Any) -> None:
+        pass
+
+    record = wait = synchronize = wait_stream
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, other: Any) -> float:
+        return 0.0
+
+
+def eager_cuda_calls(synchronize: Callable[..., Any] = lambda *args, **kwargs: None) -> dict[str, Any]:
+    """The ``torch.cuda`` attributes an engine's capture loop uses, as eager stand-ins (``synchronize`` given)."""
+    return {
+        "CUDAGraph": EagerCUDAGraph,
+        "graph": _eager_graph,
+        "synchronize": synchronize,
+        "graph_pool_handle": lambda: object(),
+        "Stream": _EagerSync,
+        "Event": _EagerSync,
+        "stream": lambda *args, **kwargs: contextlib.nullcontext(),
+        "current_stream": lambda *args, **kwargs: _EagerSync(),
+    }
+
+
+#: The message torch's CPU build raises when one of its CUDA placeholder classes is instantiated.
+_PLACEHOLDER = re.compile(r"Tried to instantiate dummy base class (\w+)|torch\.cuda\.(\w+) requires CUDA support")
+
+
+def placeholder_message(name: str, where: str = "") -> str:
+    """The one line saying that the engine used torch's CPU placeholder of ``torch.cuda.<name>``."""
+    return (
+        f"graph_capture.engine: {where}the engine made a torch.cuda.{name} from a name bound before the gate put "
+        f"its CPU stand-ins in place (as `from torch.cuda import {name}` at import does), so it got torch's CPU "
+        f"placeholder; look it up as torch.cuda.{name} where it is called (docs/adapting.md, 'On a machine "
+        f"without a GPU')"
+    )
+
+
+def placeholder_classes(torch_cuda: Any) -> dict[str, type]:
+    """torch's own classes (CPU placeholders off CUDA) that :func:`eager_cuda_calls` stands in for, by name."""
+    stood_in = eager_cuda_calls()
+    return {name: value for name, value in vars(torch_cuda).items() if name in stood_in and isinstance(value, type)}
+
+
+def bound_too_early(exc: BaseException) -> Optional[str]:
+    """The ``torch.cuda`` name behind ``exc`` when it is torch's CPU placeholder of a stood-in class, else None."""
+    found = _PLACEHOLDER.search(str(exc)) if isinstance(exc, (RuntimeError, TypeError)) else None
+    name = found and (found.group(1) or found.group(2))
+    return name if name in eager_cuda_calls() else None

@@ -1,31 +1,4 @@
-"""Read a captured CUDA graph's nodes in process, through NVIDIA's cuda-bindings.
-
-Why: after capture the graph object knows exactly what it launches — each node's
-type, each kernel's function, grid, block and dynamic shared memory, memsets,
-copies, child graphs and the dependencies — so the kernel set need not come
-second-hand from a profiled replay.  This module walks a raw ``cudaGraph_t`` into
-the same :class:`~pytest_graphcapture.summary.graph.CapturedGraph` the DOT reader
-(:mod:`pytest_graphcapture.summary.dot`) builds from a dump, so everything after
-the readout is shared.
-
-The calls are listed in :data:`CALLS`, spelled as cuda-bindings 12.8 to 13.5
-spell them (``cuda.bindings.runtime`` and ``cuda.bindings.driver``; the older
-``cuda.cudart`` path is a deprecated alias in 12.x and gone in 13.x).  Each
-returns its error first.  A kernel is read through the driver
-(``cuGraphKernelNodeGetParams``, then ``cuFuncGetName``, or ``cuKernelGetName``
-for a node that holds a library kernel instead of a function): the runtime's
-kernel parameters hold a function pointer that no call in cuda-bindings names
-(it has no ``cudaFuncGetName``).  The edges come from ``cudaGraphGetEdges_v2``
-on 12.x — the plain call there has no edge data and fails with
-``cudaErrorLossyQuery`` on a graph with programmatic edges — which 13.x renamed
-``cudaGraphGetEdges``.  A conditional node's body graphs need
-``cudaGraphNodeGetParams``, new in CUDA 13.2; with older bindings the readout of
-such a graph fails with one error that says so.
-
-cuda-bindings is an optional extra (``pip install pytest-graphcapture[cuda]``).
-Without it :func:`read_captured_graph` says so once (a :class:`GraphReadoutWarning`)
-and returns None: the caller falls back to what it had (the profiler replay).
-"""
+"""Read a captured CUDA graph's nodes in process, through NVIDIA's cuda-bindings."""
 
 from __future__ import annotations
 
@@ -35,6 +8,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import GraphCaptureError
 from ..summary.graph import CapturedGraph, GraphNode, Launch, copy_direction
+from ..summary.platform import graph_data_has_launches
 
 #: The runtime's node type names (``cudaGraphNodeType<Name>``) → the model's node types.
 NODE_TYPES = {
@@ -80,10 +54,7 @@ class GraphReadoutWarning(UserWarning):
 
 
 class GraphReadoutError(GraphCaptureError):
-    """A call of the readout failed: ``call`` names it and ``error`` is the error the runtime returned.
-
-    ``problem`` replaces "failed with <error>" where the call could not be made at all.
-    """
+    """A call of the readout failed: ``call`` names it and ``error`` is the error the runtime returned."""
 
     def __init__(self, call: str, error: object, problem: Optional[str] = None) -> None:
         self.call = call
@@ -110,11 +81,7 @@ def load_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
 def read_captured_graph(
     graph: Any, *, runtime: Optional[ModuleType] = None, driver: Optional[ModuleType] = None
 ) -> Optional[CapturedGraph]:
-    """The nodes and edges of the raw CUDA graph ``graph`` (a ``cudaGraph_t`` or its address as an int).
-
-    ``runtime`` and ``driver`` are the cuda-bindings modules (loaded when not given);
-    None when they are not installed.  Raises :class:`GraphReadoutError` when a call fails.
-    """
+    """The nodes and edges of the raw CUDA graph ``graph`` (a ``cudaGraph_t`` or its address as an int)."""
     if runtime is None or driver is None:
         loaded = load_bindings()
         if loaded is None:
@@ -165,11 +132,7 @@ class _Reader:
         return tuple(result[1:])
 
     def graph(self, graph: Any, ident: str) -> CapturedGraph:
-        """Nodes in the runtime's order, then the edges between them; child graphs and bodies likewise.
-
-        Graphs still to read wait on a list, not on the call stack: a graph nested
-        thousands deep reads like a flat one.
-        """
+        """Nodes in the runtime's order, then the edges between them; child graphs and bodies likewise."""
         root = CapturedGraph(ident=ident)
         pending: list[tuple[Any, CapturedGraph, Any]] = [(graph, root, None)]
         while pending:
@@ -185,9 +148,9 @@ class _Reader:
         position = {}
         for i, handle in enumerate(handles[:count]):
             position[int(handle)] = i
-            node, held, keep = self.node(handle, f"{ident}.{i}")
+            node, children, keep = self.node(handle, f"{ident}.{i}")
             model.nodes.append(node)
-            for child_handle, child_ident in held:
+            for child_handle, child_ident in children:
                 child = CapturedGraph(ident=child_ident)
                 node.children.append(child)
                 pending.append((child_handle, child, keep))
@@ -205,7 +168,7 @@ class _Reader:
         kind = self.call("cudaGraphNodeGetType", handle)[0]
         name = getattr(kind, "name", str(kind)).removeprefix("cudaGraphNodeType")
         node = GraphNode(ident, NODE_TYPES.get(name, name.lower()))
-        held: list[tuple[Any, str]] = []
+        children: list[tuple[Any, str]] = []
         keep = None
         if node.type == "kernel":
             node.name, node.launch = self.kernel(handle)
@@ -214,7 +177,7 @@ class _Reader:
             kind_name = getattr(params.kind, "name", str(params.kind))
             node.name = copy_direction(kind_name)
         elif node.type == "graph":
-            held.append((self.call("cudaGraphChildGraphNodeGetGraph", handle)[0], f"{ident}/graph"))
+            children.append((self.call("cudaGraphChildGraphNodeGetGraph", handle)[0], f"{ident}/graph"))
         elif node.type == "conditional":
             if not hasattr(self.runtime, "cudaGraphNodeGetParams"):
                 raise GraphReadoutError(
@@ -228,9 +191,9 @@ class _Reader:
             keep = params = self.call("cudaGraphNodeGetParams", handle)[0]
             conditional = params.conditional
             bodies = list(conditional.phGraph_out)[: int(conditional.size)]
-            node.name = condition_kind(getattr(conditional, "type", None))
-            held += [(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
-        return node, held, keep
+            node.name = _condition_kind(getattr(conditional, "type", None))
+            children += [(body, f"{ident}/body{b}") for b, body in enumerate(bodies)]
+        return node, children, keep
 
     def kernel(self, handle: Any) -> tuple[str, Launch]:
         """The kernel's name and launch shape, through the driver: its function, else its library kernel."""
@@ -245,16 +208,90 @@ class _Reader:
         return _text(self.call("cuKernelGetName", params.kern)[0]), launch
 
 
-#: The kinds of a conditional node (``cudaGraphCondType<Kind>``): one body of an ``if`` (``if``/``else`` with
-#: two) or ``switch`` runs, or none; a ``while`` body runs any number of times.
-CONDITION_KINDS = {"If": "if", "While": "while", "Switch": "switch"}
+#: A conditional node's kinds (``cudaGraphCondType<Kind>``): ``if``/``switch`` run one body or none, ``while`` any.
+_CONDITION_KINDS = {"If": "if", "While": "while", "Switch": "switch"}
 
 
-def condition_kind(kind: Any) -> str:
+def _condition_kind(kind: Any) -> str:
     """A conditional node's kind (``if``, ``while``, ``switch``) from the runtime's enum; empty when unknown."""
     name = str(getattr(kind, "name", "") or "").removeprefix("cudaGraphCondType")
-    return CONDITION_KINDS.get(name, "")
+    return _CONDITION_KINDS.get(name, "")
 
 
 def _text(name: Any) -> str:
     return name.decode("utf-8", "replace") if isinstance(name, (bytes, bytearray)) else str(name)
+
+
+#: ``get_graph_data()``'s ``node_type`` names (torch/cuda/graphs.py) → the model's node types.
+_DATA_NODE_TYPES = {
+    "kernel": "kernel",
+    "memset": "memset",
+    "host": "host",
+    "empty": "empty",
+    "wait_event": "event_wait",
+    "event_record": "event_record",
+    "mem_alloc": "mem_alloc",
+    "mem_free": "mem_free",
+    "batch_mem_op": "batch_mem_op",
+}
+#: Node types whose content the answer lacks: torch does not descend into bodies, nor say a copy's direction.
+UNREADABLE = {
+    "child_graph": "a child-graph node, whose body torch's walk does not descend into",
+    "conditional": "a conditional node, whose bodies torch's walk does not descend into",
+    "memcpy": "a memcpy node, whose direction the answer does not give",
+}
+
+
+class GraphDataUnusable(GraphCaptureError):
+    """``get_graph_data()`` gave no answer, or one that lacks what the summary needs; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"CUDAGraph.get_graph_data(): {reason}")
+
+
+def graph_from_data(payload: Any) -> CapturedGraph:
+    """The :class:`CapturedGraph` of a ``get_graph_data()`` answer; :class:`GraphDataUnusable` where it is not whole."""
+    if not graph_data_has_launches(payload):
+        raise GraphDataUnusable("the answer has no launch shapes or no edges (torch before 2.15)")
+    graph = CapturedGraph(ident="graph")
+    nodes = payload["nodes"]
+    for position, entry in enumerate(nodes):
+        kind = entry["node_type"]
+        if entry["index"] != position:
+            raise GraphDataUnusable(f"node {position} says it is node {entry['index']!r}")
+        if kind in UNREADABLE:
+            raise GraphDataUnusable(f"node {position} is {UNREADABLE[kind]}")
+        node = GraphNode(f"graph.{position}", _DATA_NODE_TYPES.get(kind, str(kind)))
+        if node.type == "kernel":
+            name, grid, block, shared = (entry[f] for f in ("kernel_name", "grid_dim", "block_dim", "shared_mem_bytes"))
+            if not name or grid is None or block is None or shared is None:
+                raise GraphDataUnusable(f"kernel node {position} has no name or no launch shape")
+            node.name = str(name)
+            node.launch = Launch(_dims(grid), _dims(block), int(shared))
+        graph.nodes.append(node)
+    for edge in payload["edges"]:
+        source, target = edge.get("from"), edge.get("to")
+        if not all(isinstance(i, int) and 0 <= i < len(nodes) for i in (source, target)):
+            raise GraphDataUnusable(f"an edge names a node that is not listed ({source!r} -> {target!r})")
+        graph.edges.append((source, target))
+    return graph
+
+
+def _dims(value: Any) -> tuple[int, int, int]:
+    x, y, z = (int(v) for v in value)
+    return (x, y, z)
+
+
+def read_graph_data(cuda_graph: Any) -> CapturedGraph:
+    """``cuda_graph.get_graph_data()`` as a :class:`CapturedGraph`; :class:`GraphDataUnusable` saying why not."""
+    method = getattr(cuda_graph, "get_graph_data", None)
+    if not callable(method):
+        raise GraphDataUnusable("this torch has no CUDAGraph.get_graph_data")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's warning on nested graphs: the nodes say it too
+        try:
+            payload = method()
+        except (RuntimeError, AttributeError, TypeError) as exc:
+            raise GraphDataUnusable(f"{type(exc).__name__}: {exc}") from None
+    return graph_from_data(payload)
