@@ -107,10 +107,8 @@ class CaptureResult:
     keys: dict[CaptureKey, KeyResult] = field(default_factory=dict)
     single_trace_path: Optional[Path] = None
     mode: str = "per-bs"
-    #: The allocator history of the capture (``--graph-capture-memory-snapshot`` on a GPU).
-    memory_snapshot_path: Optional[Path] = None
     world_size: int = 1
-    #: The engine traces read (``summary.split.TraceKeys``); empty for a capture run.
+    #: The engine traces read (``summary.files.TraceKeys``); empty for a capture run.
     traces: list = field(default_factory=list)
     #: False when only named traces were read: a golden of a key they do not hold is not checked.
     whole: bool = True
@@ -140,7 +138,6 @@ class CaptureResult:
             "rank": self.rank,
             "mode": self.mode,
             "single_trace_path": str(self.single_trace_path) if self.single_trace_path else None,
-            "memory_snapshot_path": str(self.memory_snapshot_path) if self.memory_snapshot_path else None,
             "keys": [item.to_dict() for item in self],
         }
 
@@ -153,7 +150,6 @@ class CaptureResult:
             rank=int(data.get("rank", 0)),
             mode=data.get("mode", "per-bs"),
             single_trace_path=Path(data["single_trace_path"]) if data.get("single_trace_path") else None,
-            memory_snapshot_path=Path(data["memory_snapshot_path"]) if data.get("memory_snapshot_path") else None,
         )
         for item in data["keys"]:
             key_result = KeyResult.from_dict(item, source=source)
