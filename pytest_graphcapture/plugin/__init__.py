@@ -1,7 +1,4 @@
-"""The pytest plugin (entry point ``graphcapture``): hooks that hand off to the :class:`~.session.Session`.
-
-Settings are declared in :mod:`.settings`, fixtures live in :mod:`.fixtures`; loading the plugin imports no torch.
-"""
+"""The pytest plugin (entry point ``graphcapture``): hooks hand off to the session; loading it imports no torch."""
 
 from __future__ import annotations
 
@@ -120,13 +117,4 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     config.stash[SESSION].terminal_summary(terminalreporter, exitstatus)
 
 
-__all__ = [
-    "graph_capture_config",
-    "SETTINGS",
-    "capture_contract",
-    "decode_runner",
-    "fake_backend",
-    "recording_profiler",
-    "golden",
-    "graph_capture",
-]
+__all__ = ["capture_contract", "decode_runner", "fake_backend", "golden", "graph_capture", "recording_profiler"]

@@ -1,7 +1,4 @@
-"""The fixtures users request: ``graph_capture`` (capture), ``golden`` (compare), ``decode_runner`` and the contract ones.
-
-Loading them imports no torch; the capturing is the engine's and the comparing the golden gate's.
-"""
+"""The fixtures users request: ``graph_capture``, ``golden``, ``decode_runner`` and the contract ones."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ import pytest
 
 from ..errors import GraphCaptureError, UsageError
 from ..golden.diff import SECTIONS
-from ..golden.gate import CheckOptions, CheckOutcome, check_result
+from ..golden.gate import CheckOptions, check_result
 from ..golden.store import golden_folder
 from ..naming import trace_group_for
 from .session import SESSION, Session
@@ -30,7 +27,7 @@ class GraphCapture:
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
         self._request = request
-        self._state = request.config.stash[SESSION]
+        self._session = request.config.stash[SESSION]
         self.backend: Any = None
         self._captures = 0
 
@@ -46,22 +43,20 @@ class GraphCapture:
     ) -> Any:
         """Capture every key of ``runner`` (default: the ``decode_runner`` fixture).
 
-        ``trace`` overrides the session's ``--graph-capture-trace`` mode for this
-        call; ``summarize=False`` skips the summaries (no golden checks then).
+        ``trace`` overrides the session's ``--graph-capture-trace`` mode for this call; ``summarize=False`` skips the
+        summaries (no golden checks then).
 
-        ``ranks=n`` (or the test's ``graph_capture_ranks(n)`` marker) captures on
-        ``n`` spawned ranks instead: ``runner`` is then a runner *factory* — a
-        module-level function taking a :class:`~pytest_graphcapture.engine.ranks.supervisor.RankContext`,
-        or a ``"module:function"`` string (default: the tensor-parallel embedded
-        decoder) — and the result holds every rank's keys.  ``timeout`` overrides
+        ``ranks=n`` (or the test's ``graph_capture_ranks(n)`` marker) captures on ``n`` spawned ranks instead:
+        ``runner`` is then a runner *factory* — a module-level function taking a
+        :class:`~pytest_graphcapture.engine.ranks.supervisor.RankContext`, or a ``"module:function"`` string (default:
+        the tensor-parallel embedded decoder) — and the result holds every rank's keys.  ``timeout`` overrides
         ``--graph-capture-rank-timeout``.
 
-        The ``graph_capture_isolated`` marker (or ``--graph-capture-isolate=on``) captures
-        in one fresh subprocess the same way (a factory, default: the embedded decoder),
-        so no profiler session that ran earlier in this process can leave its kernel
-        collection dead.  Where the project supplies the default runner (a ``decode_runner``
-        fixture or the ``pytest_graphcapture_make_runner`` hook), which cannot run in the
-        subprocess, an isolated call without a factory fails saying so.
+        The ``graph_capture_isolated`` marker (or ``--graph-capture-isolate=on``) captures in one fresh subprocess the
+        same way (a factory, default: the embedded decoder), so no profiler session that ran earlier in this process can
+        leave its kernel collection dead.  Where the project supplies the default runner (a ``decode_runner`` fixture or
+        the ``pytest_graphcapture_make_runner`` hook), which cannot run in the subprocess, an isolated call without a
+        factory fails saying so.
         """
         from ..engine.backend import make_backend
         from ..engine.capture import capture_runner
@@ -76,7 +71,7 @@ class GraphCapture:
             problem = str(exc)
         if problem is not None:  # failed outside the except block: no chained traceback in the report
             pytest.fail(problem, pytrace=False)
-        if ranks is None and (isolated or self._state.options.isolate):
+        if ranks is None and (isolated or self._session.options.isolate):
             if runner is None:
                 self._refuse_project_runner(isolated)
             return self._capture_on_ranks(
@@ -89,13 +84,11 @@ class GraphCapture:
         if runner is None:
             runner = self._request.getfixturevalue("decode_runner")
         try:
-            device = getattr(runner, "device", None) or self._state.device
+            device = getattr(runner, "device", None) or self._session.device
         except UsageError as exc:
             pytest.fail(str(exc), pytrace=False)
         self.backend = backend if backend is not None else make_backend(device)
-        capture_settings = self._state.capture_settings(
-            trace=trace, summarize=summarize, progress=self._progress(), trace_group=self._trace_group()
-        )
+        capture_settings = self._settings(trace, summarize)
         started = time.perf_counter()
         result = capture_runner(runner, self.backend, capture_settings)
         seconds = time.perf_counter() - started
@@ -116,29 +109,22 @@ class GraphCapture:
     ) -> Any:
         """Gate the engine's own capture loop: run ``fn`` for real and return the usual CaptureResult.
 
-        ``fn(profiler)`` steps the plugin's per-batch-size profiler where the engine steps
-        its own; ``fn()`` (no parameter) has it stepped on the observed forwards and graph
-        captures.  ``forward=(obj, "method")`` is the body each graph holds and
-        ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size,
-        variant)`` of ``runner_name``).  ``warmups`` is how many forwards the loop runs per key
-        before its capture (2; 1 for vLLM's loop or a ``torch.compile(mode="reduce-overhead")``
-        model).  See :mod:`pytest_graphcapture.engine.engine_loop`.
-
-        The loop runs in the test process, on one rank: under ``graph_capture_isolated``,
-        ``--graph-capture-isolate=on`` or ``graph_capture_ranks`` the call fails saying so
-        rather than capture somewhere other than the settings ask.
+        ``fn(profiler)`` steps the plugin's per-batch-size profiler where the engine steps its own; ``fn()`` has it
+        stepped on the observed forwards and captures.  ``forward=(obj, "method")`` is the body each graph holds and
+        ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size, variant)`` of ``runner_name``);
+        ``warmups`` forwards run per key before its capture (1 for vLLM's loop or
+        ``torch.compile(mode="reduce-overhead")``).  The loop runs in the test process on one rank: under an isolation
+        or ranks setting the call fails saying so (docs/adapting.md).
         """
         from ..engine.engine_loop import capture_engine_loop
 
         self._refuse_elsewhere()
         owner = forward[0] if isinstance(forward, tuple) and forward else None
         try:
-            device = getattr(owner, "device", None) or self._state.device
+            device = getattr(owner, "device", None) or self._session.device
         except UsageError as exc:
             pytest.fail(str(exc), pytrace=False)
-        capture_settings = self._state.capture_settings(
-            trace=trace, summarize=summarize, progress=self._progress(), trace_group=self._trace_group()
-        )
+        capture_settings = self._settings(trace, summarize)
         return capture_engine_loop(
             fn,
             forward=forward,
@@ -156,23 +142,21 @@ class GraphCapture:
         from ..engine.ranks.supervisor import RankError
 
         try:
-            device = self._state.device
+            device = self._session.device
             if factory is not None and callable(getattr(factory, "capture_keys", None)):
                 raise UsageError(
                     f"{what} got a runner object ({type(factory).__name__}); "
                     f"each process builds its own runner: pass a module-level factory function "
                     f"(RankContext -> runner) or a 'module:function' string"
                 )
-            capture_settings = self._state.capture_settings(
-                trace=trace, summarize=summarize, progress=self._progress(), trace_group=self._trace_group()
-            )
+            capture_settings = self._settings(trace, summarize)
             result = capture_on_ranks(
                 factory or DEFAULT_FACTORY,
                 ranks,
                 capture_settings,
                 device_type=device.type,
-                timeout=timeout if timeout is not None else self._state.options.rank_timeout,
-                batch_sizes=self._state.options.batch_sizes,
+                timeout=timeout if timeout is not None else self._session.options.rank_timeout,
+                batch_sizes=self._session.options.batch_sizes,
             )
             problem = None
         except RankError as exc:
@@ -184,12 +168,10 @@ class GraphCapture:
         return result
 
     def _refuse_elsewhere(self) -> None:
-        """Fail with one line when the test asks ``graph_capture.engine`` to capture isolated or on ranks.
+        """Fail in one line when ``graph_capture.engine`` is asked to capture isolated or on ranks.
 
-        The engine's loop, its engine object and its key function are live objects of the
-        test process: they cannot be sent to a fresh subprocess or to spawned ranks, so
-        the settings that ask for one cannot apply, and capturing in-process on one rank
-        instead would pass a test that was meant to run elsewhere.
+        Its loop, engine and key function are live objects of the test process; capturing in-process instead would
+        pass a test meant to run elsewhere.
         """
         node = self._request.node
         ranks = node.get_closest_marker(RANKS)
@@ -197,8 +179,8 @@ class GraphCapture:
             where, what = f"@pytest.mark.{RANKS}", "on spawned ranks"
         elif node.get_closest_marker(ISOLATED) is not None:
             where, what = f"@pytest.mark.{ISOLATED}", "in a fresh subprocess"
-        elif self._state.options.isolate:
-            where, what = f"{self._state.options.where(ISOLATE)}=on", "in a fresh subprocess"
+        elif self._session.options.isolate:
+            where, what = f"{self._session.options.where(ISOLATE)}=on", "in a fresh subprocess"
         else:
             return
         pytest.fail(
@@ -210,18 +192,14 @@ class GraphCapture:
         )
 
     def _refuse_project_runner(self, marked: bool) -> None:
-        """Fail with one line when an isolated ``graph_capture()`` would not capture what it captures in-process.
+        """Fail in one line when an isolated ``graph_capture()`` would lose the project's own default runner.
 
-        In-process, ``graph_capture()`` captures the ``decode_runner`` fixture, which a
-        project overrides or builds through the ``pytest_graphcapture_make_runner`` hook.
-        An isolated capture builds its runner in a fresh subprocess, where neither a fixture
-        nor a hook can run: capturing the embedded decoder there instead would check goldens
-        of keys the project never asked for.
+        Its fixture or hook cannot run in the fresh subprocess; the embedded decoder there would check other keys.
         """
         own = self._project_runner()
         if own is None:
             return
-        why = "@pytest.mark.graph_capture_isolated" if marked else f"{self._state.options.where(ISOLATE)}=on"
+        why = "@pytest.mark.graph_capture_isolated" if marked else f"{self._session.options.where(ISOLATE)}=on"
         pytest.fail(
             f"{why}: graph_capture() would capture the runner of {own}, but an isolated capture builds its "
             f"runner in a fresh subprocess, where fixtures and hooks do not run; pass a module-level factory "
@@ -251,10 +229,13 @@ class GraphCapture:
             return f"this project's pytest_graphcapture_make_runner hook ({shown(filename or impls[-1].plugin_name)})"
         return None
 
-    def _trace_group(self) -> str:
-        """This capture's trace folder: the test's own, as unique as its golden folder (see ``trace_group_for``)."""
+    def _settings(self, trace: Optional[str], summarize: bool) -> Any:
+        """The engine's settings for this capture, into its own trace folder (as unique as its golden folder)."""
         self._captures += 1
-        return trace_group_for(self._request.node.nodeid, self._captures)
+        group = trace_group_for(self._request.node.nodeid, self._captures)
+        return self._session.capture_settings(
+            trace=trace, summarize=summarize, progress=self._progress(), trace_group=group
+        )
 
     def _write(self, line: str) -> None:
         """Write a line to the terminal now, past pytest's output capturing (so it shows without ``-s``)."""
@@ -311,27 +292,23 @@ class GoldenChecker:
     ) -> None:
         """Compare every key of ``result`` (a CaptureResult) with its golden; fail once listing all mismatches.
 
-        ``level`` defaults to ``--golden-level``; ``ignore_kernels`` / ``ignore_ops``
-        are regexes (``re.search``) of names left out on both sides; ``sections``
-        is a subset of ``("kernels", "ops", "launches")`` (default: all three).
+        ``level`` defaults to ``--golden-level``; ``ignore_kernels`` / ``ignore_ops`` are regexes (``re.search``) of
+        names left out on both sides; ``sections`` is a subset of ``("kernels", "ops", "launches")`` (default: all
+        three).
 
-        Multi-rank results (``world_size > 1``) use per-rank goldens
-        ``…_bs_<bs>_rank<r>.json`` (rank 0 included).  ``share_ranks=True`` uses one
-        golden without rank suffix for all ranks when their summaries are identical
-        (tensor-parallel ranks usually are) and fails naming the ranks that differ.
-        ``max_launches`` is a launch budget — one int for every key or
-        ``{batch_size: int}`` — checked like a golden's ``launch_budget`` field:
-        a capture recording more launches fails with the numbers.
+        Multi-rank results (``world_size > 1``) use per-rank goldens ``…_bs_<bs>_rank<r>.json`` (rank 0 included).
+        ``share_ranks=True`` uses one golden without rank suffix for all ranks when their summaries are identical
+        (tensor-parallel ranks usually are) and fails naming the ranks that differ. ``max_launches`` is a launch budget
+        — one int for every key or ``{batch_size: int}`` — checked like a golden's ``launch_budget`` field: a capture
+        recording more launches fails with the numbers.
 
-        ``name`` gives a check its own goldens, in the sub-folder ``<name>/`` of
-        the test's folder: a test that checks the same runner twice (say a second
-        time at ``level="family"``) names the second check; checking the same
-        runner twice under one name is a usage error.
-        ``max_graph_memory`` (bytes, an int or ``{batch_size: int}``, like a golden's
-        ``graph_memory_budget`` field) bounds the reserved memory a capture adds, up to
-        ``memory_tolerance`` (a fraction) over it; only checked where memory is measured (GPU).
-        ``expect`` lists kernel expectations (:class:`~pytest_graphcapture.golden.expect.Expect`
-        or their dicts) that must hold per batch size, whatever the goldens say.
+        ``name`` gives a check its own goldens, in the sub-folder ``<name>/`` of the test's folder: a test that checks
+        the same runner twice (say a second time at ``level="family"``) names the second check; checking the same runner
+        twice under one name is a usage error. ``max_graph_memory`` (bytes, an int or ``{batch_size: int}``, like a
+        golden's ``graph_memory_budget`` field) bounds the reserved memory a capture adds, up to ``memory_tolerance`` (a
+        fraction) over it; only checked where memory is measured (GPU). ``expect`` lists kernel expectations
+        (:class:`~pytest_graphcapture.golden.expect.Expect` or their dicts) that must hold per batch size, whatever the
+        goldens say.
         """
         s = self._session
         try:
@@ -345,7 +322,7 @@ class GoldenChecker:
                 max_graph_memory=max_graph_memory,
                 memory_tolerance=memory_tolerance,
                 share_ranks=share_ranks,
-                rename=self._rename(),
+                rename=self._hook("pytest_graphcapture_normalize_kernel", "name", "level"),
                 op_classes=s.options.op_classes,
                 expect=expect,  # type: ignore[arg-type]
             )
@@ -364,7 +341,7 @@ class GoldenChecker:
                 out_folder=out_folder,
                 update=s.options.update,
                 options=options,
-                postprocess=self._postprocess(),
+                postprocess=self._hook("pytest_graphcapture_postprocess_summary", "summary"),
                 display=lambda p: s.display(Path(p)),
                 selected=None if s.selected() is None else (s.selected(), s.options.selection),
             )
@@ -374,7 +351,7 @@ class GoldenChecker:
             problem = None
         if problem is not None:  # failed outside the except block: no chained traceback in the report
             pytest.fail(problem, pytrace=False)
-        self._record(outcome, result)
+        s.record(self._nodeid, outcome, result)
 
     def check_traces(
         self,
@@ -392,14 +369,12 @@ class GoldenChecker:
     ) -> None:
         """The gate of :meth:`check` over capture traces an engine wrote (files, or folders searched for them).
 
-        Each trace is split into its capture keys by the engine's markers: vLLM's
-        ``capture_{bs}_{mode}`` ranges, sglang's per-size file names, or, for one trace
-        of a whole capture, its windows mapped to ``batch_sizes`` (capture order: sglang
-        captures the largest first).  ``runner`` names every key's runner.  A folder
-        without traces, a trace without a capture window or a key that captured
-        nothing fails the test in one line: nothing to check is never a pass.  So does a
-        capture window in no ``capture_{bs}_{mode}`` range, unless ``ignore_unkeyed_windows``
-        (then a warning names it).
+        Each trace is split into its capture keys by the engine's markers: vLLM's ``capture_{bs}_{mode}`` ranges,
+        sglang's per-size file names, or, for one trace of a whole capture, its windows mapped to ``batch_sizes``
+        (capture order: sglang captures the largest first).  ``runner`` names every key's runner.  A folder without
+        traces, a trace without a capture window or a key that captured nothing fails the test in one line: nothing to
+        check is never a pass.  So does a capture window in no ``capture_{bs}_{mode}`` range, unless
+        ``ignore_unkeyed_windows`` (then a warning names it).
         """
         from ..golden.traces import collect_traces, unkeyed_windows
 
@@ -447,31 +422,17 @@ class GoldenChecker:
             )
         self._checked.add((folder, runner))
 
-    def _rename(self) -> Optional[Callable[[str, str], Optional[str]]]:
-        """The ``pytest_graphcapture_normalize_kernel`` hook as a callable, when a project implements it."""
+    def _hook(self, name: str, *params: str) -> Optional[Callable[..., Any]]:
+        """A project's hook ``name`` as a callable taking ``params`` in order (config bound), or None when none."""
         config = self._session.config
-        hook = getattr(config.hook, "pytest_graphcapture_normalize_kernel", None)
+        hook = getattr(config.hook, name, None)
         if hook is None or not hook.get_hookimpls():
             return None
-        return lambda name, level: hook(config=config, name=name, level=level)
-
-    def _postprocess(self) -> Optional[Callable[[dict], None]]:
-        config = self._session.config
-        hook = getattr(config.hook, "pytest_graphcapture_postprocess_summary", None)
-        if hook is None or not hook.get_hookimpls():
-            return None
-        return lambda data: hook(config=config, summary=data)
-
-    def _record(self, outcome: CheckOutcome, result: Any) -> None:
-        self._session.record(self._nodeid, outcome, result)
+        return lambda *args: hook(config=config, **dict(zip(params, args)))
 
 
 def _check_is_result(result: Any) -> None:
-    """UsageError naming the fix when ``golden.check`` is given something other than a capture result.
-
-    The likely slips are the ``graph_capture`` fixture itself (not called) and the runner
-    (not captured); anything else that is not a CaptureResult is named by its type.
-    """
+    """UsageError naming the fix when ``golden.check`` gets no capture result (likely: the fixture, or the runner)."""
     from ..engine.result import CaptureResult
     from ..golden.traces import TraceResult
 

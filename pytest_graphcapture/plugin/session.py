@@ -1,7 +1,4 @@
-"""The plugin's one state per pytest process (controller or xdist worker): options, capture device, golden report.
-
-The hooks in :mod:`pytest_graphcapture.plugin` hand off to it; comparing summaries is :mod:`..golden.gate`'s.
-"""
+"""The plugin's one state per pytest process (controller or xdist worker): options, capture device, golden report."""
 
 from __future__ import annotations
 
@@ -41,18 +38,18 @@ class Session:
         self._device: Any = None
         self._platform: Optional[str] = None
         self._check_paths()
-        self.written: list[Path] = []  # report files written at session end (only those are announced)
-        self.lock = GoldenLock(options.golden_dir)
+        self._written: list[Path] = []  # report files written at session end (only those are announced)
+        self._lock = GoldenLock(options.golden_dir)
         self.report = SessionReport(
             golden_dir=self.display(options.golden_dir),
             update_mode=options.update,
             obtained_dir=self.display(options.golden_out) if options.golden_out else None,
         )
-        self.test_passed: dict[str, bool] = {}  # nodeid -> whether every phase passed
-        self.collected: set[str] = set()  # node ids of every collected test (xdist: as workers report them)
-        self.protected: set[str] = set()  # skipped or broken collectors: their goldens are never orphans
-        self.deselected = False
-        self.finalized = False
+        self._test_passed: dict[str, bool] = {}  # nodeid -> whether every phase passed
+        self._collected: set[str] = set()  # node ids of every collected test (xdist: as workers report them)
+        self._protected: set[str] = set()  # skipped or broken collectors: their goldens are never orphans
+        self._deselected = False
+        self._finalized = False
         self._diff_dir: Optional[Path] = None
         if options.update:
             ci_var = ci_environment()
@@ -63,7 +60,7 @@ class Session:
                 )
             if not self.is_worker:  # xdist workers write on behalf of their controller, which holds the lock
                 try:
-                    self.lock.acquire()
+                    self._lock.acquire()
                 except GoldenError as exc:
                     raise UsageError(f"--update-golden: {exc}") from None
 
@@ -141,23 +138,23 @@ class Session:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Remember which tests passed every phase (the controller also hears xdist workers' reports)."""
         if report.failed:
-            self.test_passed[report.nodeid] = False
+            self._test_passed[report.nodeid] = False
         elif report.when == "call":
-            self.test_passed.setdefault(report.nodeid, report.passed)
+            self._test_passed.setdefault(report.nodeid, report.passed)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if not report.passed:  # a skipped or broken module: its goldens are not orphans
-            self.protected.add(report.nodeid)
+            self._protected.add(report.nodeid)
 
     def pytest_deselected(self, items: Any) -> None:
-        self.deselected = True
+        self._deselected = True
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.collected.update(item.nodeid for item in session.items)
+        self._collected.update(item.nodeid for item in session.items)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
-        self.collected.update(ids)
+        self._collected.update(ids)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -198,14 +195,14 @@ class Session:
         out = self.options.golden_out
         if out is not None:
             reset_harvest(out, f"{self.options.where(GOLDEN_OUT)} {self.display(out)}")
-        reset_folder(self.diff_dir())
+        reset_folder(self._diff_dir())
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Session end: a worker hands its report to the controller; the controller finalizes it."""
         if self.is_worker:
             self.config.workeroutput[_WORKER_OUTPUT_KEY] = self.report.to_dict()  # type: ignore[attr-defined]
             return
-        self.finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        self._finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         if self.report.errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked-for output is missing: not a success
 
@@ -213,7 +210,7 @@ class Session:
         """End of the session: let the next writer of the golden tree in."""
         if self.config.pluginmanager.is_registered(self):
             self.config.pluginmanager.unregister(self)
-        self.lock.release()
+        self._lock.release()
 
     def display(self, path: Path) -> str:
         """``path`` relative to the invocation dir when below it, else absolute."""
@@ -222,8 +219,8 @@ class Session:
         except ValueError:
             return str(path)
 
-    def rerun_command(self, nodeid: str) -> str:
-        """``pytest <test>`` that runs ``nodeid`` from the directory pytest was invoked in (node ids are rootdir-relative)."""
+    def _rerun_command(self, nodeid: str) -> str:
+        """``pytest <test>`` running ``nodeid`` from the directory pytest was invoked in (node ids are rootdir-relative)."""
         module, sep, rest = nodeid.partition("::")
         path = Path(self.config.rootpath) / module
         try:
@@ -235,7 +232,7 @@ class Session:
     def rel(self, path: Path) -> str:
         return Path(path).relative_to(self.options.golden_dir).as_posix()
 
-    def diff_dir(self) -> Path:
+    def _diff_dir(self) -> Path:
         """Where full diffs go without --golden-out: the pytest cache, else one temp folder per rootdir."""
         if self._diff_dir is None:
             cache = getattr(self.config, "cache", None)
@@ -247,21 +244,21 @@ class Session:
                 self._diff_dir = Path(tempfile.gettempdir()) / f"graphcapture-diffs-{user}" / root
         return self._diff_dir
 
-    def finalize(self, interrupted: bool = False) -> None:
+    def _finalize(self, interrupted: bool = False) -> None:
         """Controller only: list unused goldens (delete them under --update-golden=all), write the reports.
 
         Only folders of tests that passed every phase are looked at; an interrupted session deletes nothing.
         """
-        if self.finalized or self.is_worker:
+        if self._finalized or self.is_worker:
             return
-        self.finalized = True
+        self._finalized = True
         options = self.options
         used = {(f.platform, f.path) for f in self.report.used}
-        folders = [(f.platform, f.path, self.test_passed.get(f.nodeid, False)) for f in self.report.folders]
+        folders = [(f.platform, f.path, self._test_passed.get(f.nodeid, False)) for f in self.report.folders]
         delete = options.update == "all" and not interrupted
         for platform, path in store.unused_goldens(options.golden_dir, folders, used, self.selected()):
             self._unused(FileRecord(platform, self.rel(path)), path, delete=delete)
-        if self.whole_suite():
+        if self._whole_suite():
             self._orphans(delete=delete)
         if options.report_md is not None and options.golden_out is not None and self.report.folders:
             self._write_picture(options.report_md, options.golden_out)
@@ -276,14 +273,14 @@ class Session:
             except FileError as exc:
                 self.report.errors.append(f"{setting.option} {self.display(target)}: not written: {exc.problem}")
             else:
-                self.written.append(target)
+                self._written.append(target)
 
     def selected(self) -> Optional[Callable[[CaptureKey], bool]]:
         """Whether the batch-size selection lets a key be captured; None when nothing narrows it."""
         sizes = self.options.batch_sizes
         return None if sizes is None else (lambda key: key.batch_size in sizes)
 
-    def whole_suite(self) -> bool:
+    def _whole_suite(self) -> bool:
         """Whether this run collected the whole suite, so a golden of no collected test is an orphan."""
         from _pytest.config import Config
 
@@ -292,19 +289,15 @@ class Session:
             getattr(option, name, None)
             for name in ("keyword", "markexpr", "deselect", "ignore", "ignore_glob", "lf", "stepwise", "collectonly")
         )
-        return (
-            self.config.args_source != Config.ArgsSource.ARGS
-            and not narrowed
-            and not self.deselected
-            and bool(self.collected)
-        )
+        args_given = self.config.args_source == Config.ArgsSource.ARGS
+        return not (args_given or narrowed or self._deselected) and bool(self._collected)
 
     def _orphans(self, *, delete: bool) -> None:
         """Report (or, deleting, remove) the goldens of no collected test."""
         from ..golden.orphans import orphaned_goldens
 
         listed = {(f.platform, f.path) for f in self.report.unused + self.report.deleted}
-        for platform, path in orphaned_goldens(self.options.golden_dir, self.collected, self.protected):
+        for platform, path in orphaned_goldens(self.options.golden_dir, self._collected, self._protected):
             if (platform, self.rel(path)) not in listed:
                 self._unused(FileRecord(platform, self.rel(path), orphan=True), path, delete=delete)
 
@@ -343,12 +336,12 @@ class Session:
         """The controller's golden summary at the end of the terminal output."""
         if self.is_worker:
             return
-        self.finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        self._finalize(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         if self.report.empty:
             return
         reporter.write_sep("=", "graph capture goldens")
         lines = self.report.terminal_lines(verbose=self.config.getoption("verbose", 0) > 0)
-        for line in lines + [f"report written to {self.display(target)}" for target in self.written]:
+        for line in lines + [f"report written to {self.display(target)}" for target in self._written]:
             reporter.write_line(line)
 
     # ------------------------------------------------------------------ one check's outcome
@@ -385,12 +378,12 @@ class Session:
         diff_path: Optional[Path] = (
             outcome.out_folder / HARVEST_DIFF_NAME
             if outcome.out_folder is not None
-            else self.diff_dir() / f"{safe_name(nodeid)}.txt"
+            else self._diff_dir() / f"{safe_name(nodeid)}.txt"
         )
 
         def parts(where: Optional[Path]) -> tuple[str, list[str], list[str]]:
             return outcome.failure_parts(
-                rerun=self.rerun_command(nodeid),
+                rerun=self._rerun_command(nodeid),
                 display=lambda p: self.display(Path(p)),
                 ci_var=ci_environment(),
                 full_diff=self.display(where) if where is not None else None,

@@ -1,7 +1,4 @@
-"""Every setting of the plugin (option, environment variable, ini key), read once into :class:`Options`.
-
-Precedence: command line > environment variable > ini key > default; docs/configuration.md is generated from SETTINGS.
-"""
+"""Every setting (option > environment variable > ini key > default), read once into :class:`Options`."""
 
 from __future__ import annotations
 
@@ -41,7 +38,8 @@ class _Setting:
 SETTINGS: dict[str, _Setting] = {}
 
 
-def _declare(setting: _Setting) -> _Setting:
+def _declare(*args: Any, **kwargs: Any) -> _Setting:
+    setting = _Setting(*args, **kwargs)
     SETTINGS[setting.ini] = setting
     return setting
 
@@ -253,8 +251,7 @@ def capture_arguments(
 ) -> tuple[Optional[int], Optional[float], bool]:
     """``(ranks, timeout, isolated)`` of a ``graph_capture()`` call: its arguments, else the test's markers.
 
-    Every argument is checked like an option (UsageError naming the argument or
-    the marker), markers whether or not they decide anything here.
+    Every argument and marker is checked like an option (UsageError naming it), whether or not it decides anything.
     """
     if ranks is not None:
         ranks = _rank_count(ranks, "graph_capture(ranks=...)")
@@ -279,177 +276,141 @@ def capture_arguments(
 # --------------------------------------------------------------------------- the capture engine
 
 TRACE = _declare(
-    _Setting(
-        "--graph-capture-trace",
-        "GRAPH_CAPTURE_TRACE",
-        "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture "
-        "phase, and no per-batch-size summaries: every golden.check then fails, saying so)",
-        choices=("per-bs", "single", "off"),
-        const="per-bs",
-        metavar="MODE",
-    )
+    "--graph-capture-trace",
+    "GRAPH_CAPTURE_TRACE",
+    "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture "
+    "phase, and no per-batch-size summaries: every golden.check then fails, saying so)",
+    choices=("per-bs", "single", "off"),
+    const="per-bs",
+    metavar="MODE",
 )
 DIR = _declare(
-    _Setting(
-        "--graph-capture-dir",
-        "GRAPH_CAPTURE_DIR",
-        "directory under which traces go: DIR/graph_capture_profile/<test file>/<test>/, the folder of the test's goldens below the platform",
-        default=".",
-        metavar="DIR",
-    )
+    "--graph-capture-dir",
+    "GRAPH_CAPTURE_DIR",
+    "directory under which traces go: DIR/graph_capture_profile/<test file>/<test>/, the folder of the test's goldens below the platform",
+    default=".",
+    metavar="DIR",
 )
 BATCH_SIZES = _declare(
-    _Setting(
-        "--graph-capture-batch-sizes",
-        "GRAPH_CAPTURE_BATCH_SIZES",
-        "comma-separated batch sizes to capture, e.g. 1,2,4 (ASCII digits, 1 to 65536): every runner, the "
-        "embedded one included, is built as for a full run and captures only these of its sizes (a size it does "
-        "not list is an error), so each is checked against the goldens a full run wrote; a runner of your own must "
-        "size its static buffers the same whichever sizes are selected (docs/adapting.md)",
-        metavar="LIST",
-    )
+    "--graph-capture-batch-sizes",
+    "GRAPH_CAPTURE_BATCH_SIZES",
+    "comma-separated batch sizes to capture, e.g. 1,2,4 (ASCII digits, 1 to 65536): every runner, the "
+    "embedded one included, is built as for a full run and captures only these of its sizes (a size it does "
+    "not list is an error), so each is checked against the goldens a full run wrote; a runner of your own must "
+    "size its static buffers the same whichever sizes are selected (docs/adapting.md)",
+    metavar="LIST",
 )
 DEVICE = _declare(
-    _Setting(
-        "--graph-capture-device",
-        "GRAPH_CAPTURE_DEVICE",
-        "device to capture on: auto (GPU when present), cpu or cuda",
-        default="auto",
-        choices=("auto", "cpu", "cuda"),
-        metavar="DEVICE",
-    )
+    "--graph-capture-device",
+    "GRAPH_CAPTURE_DEVICE",
+    "device to capture on: auto (GPU when present), cpu or cuda",
+    default="auto",
+    choices=("auto", "cpu", "cuda"),
+    metavar="DEVICE",
 )
 PLATFORM = _declare(
-    _Setting(
-        "--graph-capture-platform",
-        "GRAPH_CAPTURE_PLATFORM",
-        "platform key goldens are stored under, instead of the detected one (e.g. cuda-sm90)",
-        metavar="KEY",
-    )
+    "--graph-capture-platform",
+    "GRAPH_CAPTURE_PLATFORM",
+    "platform key goldens are stored under, instead of the detected one (e.g. cuda-sm90)",
+    metavar="KEY",
 )
 PROFILER_FLAGS_SETTING = _declare(
-    _Setting(
-        "--graph-capture-profiler-flags",
-        "GRAPH_CAPTURE_PROFILER_FLAGS",
-        "extra recording in exported traces: any of stack,flops,memory, or all / none",
-        default="all",
-        metavar="FLAGS",
-    )
+    "--graph-capture-profiler-flags",
+    "GRAPH_CAPTURE_PROFILER_FLAGS",
+    "extra recording in exported traces: any of stack,flops,memory, or all / none",
+    default="all",
+    metavar="FLAGS",
 )
 REPLAY = _declare(
-    _Setting(
-        "--graph-capture-replay",
-        "GRAPH_CAPTURE_REPLAY",
-        "replay each captured graph once under the profiler to read its kernels (auto = on GPU graphs)",
-        default="auto",
-        choices=("auto", "on", "off"),
-        metavar="WHEN",
-    )
+    "--graph-capture-replay",
+    "GRAPH_CAPTURE_REPLAY",
+    "replay each captured graph once under the profiler to read its kernels (auto = on GPU graphs)",
+    default="auto",
+    choices=("auto", "on", "off"),
+    metavar="WHEN",
 )
 RANK_TIMEOUT = _declare(
-    _Setting(
-        "--graph-capture-rank-timeout",
-        "GRAPH_CAPTURE_RANK_TIMEOUT",
-        "seconds a multi-rank capture (graph_capture_ranks marker) may take once its rank processes have started; "
-        "a rank that hangs longer fails the test and every rank process is stopped",
-        default="120",
-        metavar="SECONDS",
-    )
+    "--graph-capture-rank-timeout",
+    "GRAPH_CAPTURE_RANK_TIMEOUT",
+    "seconds a multi-rank capture (graph_capture_ranks marker) may take once its rank processes have started; "
+    "a rank that hangs longer fails the test and every rank process is stopped",
+    default="120",
+    metavar="SECONDS",
 )
 ISOLATE = _declare(
-    _Setting(
-        "--graph-capture-isolate",
-        "GRAPH_CAPTURE_ISOLATE",
-        "run every graph_capture() call in a fresh subprocess (as the graph_capture_isolated marker does), "
-        "so no profiler session of another test can leave kernel collection dead; the runner then comes "
-        "from a module-level factory, and graph_capture.engine() (which runs in the test process) fails "
-        "saying so",
-        default="off",
-        choices=("on", "off"),
-        const="on",
-        metavar="on|off",
-    )
+    "--graph-capture-isolate",
+    "GRAPH_CAPTURE_ISOLATE",
+    "run every graph_capture() call in a fresh subprocess (as the graph_capture_isolated marker does), "
+    "so no profiler session of another test can leave kernel collection dead; the runner then comes "
+    "from a module-level factory, and graph_capture.engine() (which runs in the test process) fails "
+    "saying so",
+    default="off",
+    choices=("on", "off"),
+    const="on",
+    metavar="on|off",
 )
 # --------------------------------------------------------------------------- the golden gate
 
 GOLDEN_DIR = _declare(
-    _Setting(
-        GOLDEN_DIR_OPTION,
-        GOLDEN_DIR_ENV,
-        "directory of golden files",
-        default=GOLDEN_DIR_DEFAULT,
-        metavar="DIR",
-    )
+    GOLDEN_DIR_OPTION,
+    GOLDEN_DIR_ENV,
+    "directory of golden files",
+    default=GOLDEN_DIR_DEFAULT,
+    metavar="DIR",
 )
 UPDATE_GOLDEN = _declare(
-    _Setting(
-        "--update-golden",
-        "GRAPH_CAPTURE_UPDATE_GOLDEN",
-        "write goldens: all (bare flag: create, rewrite changed, delete unused ones) or new (only create missing); "
-        "refused on CI",
-        choices=("all", "new"),
-        const="all",
-        metavar="MODE",
-    )
+    "--update-golden",
+    "GRAPH_CAPTURE_UPDATE_GOLDEN",
+    "write goldens: all (bare flag: create, rewrite changed, delete unused ones) or new (only create missing); "
+    "refused on CI",
+    choices=("all", "new"),
+    const="all",
+    metavar="MODE",
 )
 GOLDEN_OUT = _declare(
-    _Setting(
-        "--golden-out",
-        "GRAPH_CAPTURE_GOLDEN_OUT",
-        "also write the obtained summaries under DIR in the golden layout, goldens untouched (allowed on CI)",
-        metavar="DIR",
-    )
+    "--golden-out",
+    "GRAPH_CAPTURE_GOLDEN_OUT",
+    "also write the obtained summaries under DIR in the golden layout, goldens untouched (allowed on CI)",
+    metavar="DIR",
 )
 GOLDEN_LEVEL = _declare(
-    _Setting(
-        "--golden-level",
-        "GRAPH_CAPTURE_GOLDEN_LEVEL",
-        "kernel-name normalization level of golden checks",
-        default="name",
-        choices=("exact", "name", "family"),
-        metavar="LEVEL",
-    )
+    "--golden-level",
+    "GRAPH_CAPTURE_GOLDEN_LEVEL",
+    "kernel-name normalization level of golden checks",
+    default="name",
+    choices=("exact", "name", "family"),
+    metavar="LEVEL",
 )
 VIEW_OPS = _declare(
-    _Setting(
-        "--golden-view-ops",
-        "GRAPH_CAPTURE_GOLDEN_VIEW_OPS",
-        "more view/metadata ops (fnmatch globs over op names, comma- or space-separated, e.g. mylib::view_*): "
-        "a failure folds their lines into one line and lists compute ops first; added to the built-in list "
-        "(as_strided, view, reshape, t, transpose, ...; see docs/golden-workflow.md)",
-        metavar="GLOBS",
-    )
+    "--golden-view-ops",
+    "GRAPH_CAPTURE_GOLDEN_VIEW_OPS",
+    "more view/metadata ops (fnmatch globs over op names, comma- or space-separated, e.g. mylib::view_*): "
+    "a failure folds their lines into one line and lists compute ops first; added to the built-in list "
+    "(as_strided, view, reshape, t, transpose, ...; see docs/golden-workflow.md)",
+    metavar="GLOBS",
 )
 COMPUTE_OPS = _declare(
-    _Setting(
-        "--golden-compute-ops",
-        "GRAPH_CAPTURE_GOLDEN_COMPUTE_OPS",
-        "more compute ops (fnmatch globs over op names, e.g. sglang::*): their lines lead a failure, before the "
-        "built-in GEMM, attention, norm, activation, embedding, collective and fused classes",
-        metavar="GLOBS",
-    )
+    "--golden-compute-ops",
+    "GRAPH_CAPTURE_GOLDEN_COMPUTE_OPS",
+    "more compute ops (fnmatch globs over op names, e.g. sglang::*): their lines lead a failure, before the "
+    "built-in GEMM, attention, norm, activation, embedding, collective and fused classes",
+    metavar="GLOBS",
 )
 REPORT_MD = _declare(
-    _Setting(
-        "--graph-capture-report",
-        "GRAPH_CAPTURE_REPORT",
-        "add the golden session report as Markdown (with the diffs) to FILE, e.g. $GITHUB_STEP_SUMMARY",
-        metavar="FILE",
-    )
+    "--graph-capture-report",
+    "GRAPH_CAPTURE_REPORT",
+    "add the golden session report as Markdown (with the diffs) to FILE, e.g. $GITHUB_STEP_SUMMARY",
+    metavar="FILE",
 )
 REPORT_JSON = _declare(
-    _Setting(
-        "--graph-capture-json", "GRAPH_CAPTURE_JSON", "write the golden session report as JSON to FILE", metavar="FILE"
-    )
+    "--graph-capture-json", "GRAPH_CAPTURE_JSON", "write the golden session report as JSON to FILE", metavar="FILE"
 )
 XDIST_GPU = _declare(
-    _Setting(
-        "--graph-capture-xdist-gpu",
-        "GRAPH_CAPTURE_XDIST_GPU",
-        "under pytest-xdist, pin worker gwN to visible GPU N mod count",
-        default="off",
-        choices=("on", "off"),
-        const="on",
-        metavar="on|off",
-    )
+    "--graph-capture-xdist-gpu",
+    "GRAPH_CAPTURE_XDIST_GPU",
+    "under pytest-xdist, pin worker gwN to visible GPU N mod count",
+    default="off",
+    choices=("on", "off"),
+    const="on",
+    metavar="on|off",
 )

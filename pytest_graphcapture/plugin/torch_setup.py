@@ -1,7 +1,4 @@
-"""Importing and placing torch where users' test setups would otherwise break it.
-
-With warnings as errors, torch's import-time warnings could abort its import half-way: it is imported early, warnings kept.
-"""
+"""Importing torch early (so warnings as errors cannot break its import) and placing it on the right GPU."""
 
 from __future__ import annotations
 
@@ -107,13 +104,9 @@ def gpu_missing_reason() -> Optional[str]:
 
 
 def pin_worker_gpu(worker_id: str, environ: Optional[dict] = None) -> Optional[str]:
-    """Pin xdist worker ``gwN`` to visible device ``N mod count``; returns what was done.
+    """Pin xdist worker ``gwN`` to visible device ``N mod count``; returns what was done (None: no device).
 
-    When ``CUDA_VISIBLE_DEVICES`` (or ``HIP_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES``)
-    lists devices, it is narrowed to the chosen one.  Otherwise the devices are counted
-    with torch (NVML, without creating a CUDA context where torch allows it) and
-    ``CUDA_VISIBLE_DEVICES`` is set — or, when CUDA is already initialized,
-    ``torch.cuda.set_device`` is called.
+    Narrows ``*_VISIBLE_DEVICES`` when set, else sets ``CUDA_VISIBLE_DEVICES`` (or the device once CUDA is up).
     """
     environ = os.environ if environ is None else environ
     match = re.fullmatch(r"gw(\d+)", worker_id or "")
