@@ -50,7 +50,7 @@ class Session:
         self._protected: set[str] = set()  # skipped or broken collectors: their goldens are never orphans
         self._deselected = False
         self._finalized = False
-        self._diff_dir: Optional[Path] = None
+        self._diffs: Optional[Path] = None
         if options.update:
             ci_var = ci_environment()
             if ci_var is not None:
@@ -234,15 +234,15 @@ class Session:
 
     def _diff_dir(self) -> Path:
         """Where full diffs go without --golden-out: the pytest cache, else one temp folder per rootdir."""
-        if self._diff_dir is None:
+        if self._diffs is None:
             cache = getattr(self.config, "cache", None)
             if cache is not None:
-                self._diff_dir = Path(cache.mkdir("graphcapture-diffs"))
+                self._diffs = Path(cache.mkdir("graphcapture-diffs"))
             else:
                 root = hashlib.sha256(str(self.config.rootpath).encode()).hexdigest()[:12]
                 user = str(os.getuid()) if hasattr(os, "getuid") else "user"
-                self._diff_dir = Path(tempfile.gettempdir()) / f"graphcapture-diffs-{user}" / root
-        return self._diff_dir
+                self._diffs = Path(tempfile.gettempdir()) / f"graphcapture-diffs-{user}" / root
+        return self._diffs
 
     def _finalize(self, interrupted: bool = False) -> None:
         """Controller only: list unused goldens (delete them under --update-golden=all), write the reports.
@@ -351,7 +351,7 @@ class Session:
         metrics = {kr.key: kr.metrics.to_dict() for kr in result if getattr(kr, "metrics", None) is not None}
         for message in outcome.warnings:  # output that could not be written: the run fails at its end
             self.report.errors.append(message)
-            warnings.warn(pytest.PytestWarning(message), stacklevel=4)
+            warnings.warn(pytest.PytestWarning(message), stacklevel=3)
         for key in outcome.keys:
             status = "failed" if key.outcome == "passed" and key.failed else key.outcome
             self.report.add_record(

@@ -146,7 +146,7 @@ class Options:
             platform=values[PLATFORM.ini],
             profiler_flags=flags,
             replay={"auto": None, "on": True, "off": False}[values[REPLAY.ini] or "auto"],
-            rank_timeout=parse_seconds(str(values[RANK_TIMEOUT.ini]), where(RANK_TIMEOUT)),
+            rank_timeout=_parse_seconds(str(values[RANK_TIMEOUT.ini]), where(RANK_TIMEOUT)),
             isolate=values[ISOLATE.ini] == "on",
             golden_dir=path(GOLDEN_DIR),  # type: ignore[arg-type]
             update=values[UPDATE_GOLDEN.ini],
@@ -164,7 +164,7 @@ def _where(setting: _Setting, source: str) -> str:
     return setting.option if source == "option" else source
 
 
-PROFILER_FLAGS = ("stack", "flops", "memory")
+_PROFILER_FLAGS = ("stack", "flops", "memory")
 
 
 def _profiler_flags(text: str, where: str) -> frozenset[str]:
@@ -173,18 +173,18 @@ def _profiler_flags(text: str, where: str) -> frozenset[str]:
     if text in ("", "none", "off"):
         return frozenset()
     if text == "all":
-        return frozenset(PROFILER_FLAGS)
+        return frozenset(_PROFILER_FLAGS)
     flags = frozenset(part.strip() for part in text.split(",") if part.strip())
-    unknown = sorted(flags - set(PROFILER_FLAGS))
+    unknown = sorted(flags - set(_PROFILER_FLAGS))
     if unknown:
         raise UsageError(
             f"{where}: unknown profiler flag(s) {', '.join(unknown)}; use any of "
-            f"{', '.join(PROFILER_FLAGS)}, 'all' or 'none'"
+            f"{', '.join(_PROFILER_FLAGS)}, 'all' or 'none'"
         )
     return flags
 
 
-def parse_seconds(value: object, where: str) -> float:
+def _parse_seconds(value: object, where: str) -> float:
     """A positive, finite number of seconds from an option's text or a marker's argument, else UsageError.
 
     0 is not "the default", and NaN or infinity would never time out.
@@ -236,7 +236,7 @@ def _marker_arguments(marker: Any, positional: Sequence[str]) -> dict[str, Any]:
             raise UsageError(f"{where}: {name} given twice")
         values[name] = value
     if values.get("timeout") is not None:
-        values["timeout"] = parse_seconds(values["timeout"], f"{where}(timeout=...)")
+        values["timeout"] = _parse_seconds(values["timeout"], f"{where}(timeout=...)")
     return values
 
 
@@ -256,7 +256,7 @@ def capture_arguments(
     if ranks is not None:
         ranks = _rank_count(ranks, "graph_capture(ranks=...)")
     if timeout is not None:
-        timeout = parse_seconds(timeout, "graph_capture(timeout=...)")
+        timeout = _parse_seconds(timeout, "graph_capture(timeout=...)")
     isolated = _marker_arguments(isolated_marker, ()) if isolated_marker is not None else None
     if ranks_marker is not None:
         values = _marker_arguments(ranks_marker, ("n",))
