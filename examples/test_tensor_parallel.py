@@ -4,8 +4,8 @@
 torch.distributed initialized (gloo on CPU, NCCL/RCCL on GPUs), build the runner on each rank
 from a factory, capture there, and bring every rank's summaries back.  Goldens are per rank:
 ``goldens/<platform>/test_tensor_parallel.py/<test>/TinyDecodeRunner-tp2_bs_<bs>_rank<r>.json``.
-With ``--graph-capture-trace --graph-capture-merge`` each batch size also gets one merged
-Chrome trace holding both ranks (``TinyDecodeRunner-tp2_bs_<bs>_merged.json.gz``).
+With ``--graph-capture-trace`` each rank writes its own trace per batch size
+(``TinyDecodeRunner-tp2_bs_<bs>_rank<r>.json.gz``).
 """
 
 import pytest

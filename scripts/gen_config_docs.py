@@ -81,7 +81,7 @@ def undocumented_env() -> list[str]:
 
 def _ci_variables() -> list[str]:
     """The CI-detection variables, read from ``settings.CI_VARIABLES`` and ``settings.CI_OFF_VALUES``."""
-    from pytest_graphcapture.plugin.settings import CI_OFF_VALUES, CI_VARIABLES
+    from pytest_graphcapture.golden.store import CI_OFF_VALUES, CI_VARIABLES
 
     off = ", ".join(f"`{v}`" for v in CI_OFF_VALUES)
     return [

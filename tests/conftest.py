@@ -72,7 +72,7 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     The package is imported here, not at the top: a conftest importing it before pytest's
     assertion rewriting would make inner ``-W error`` runs fail ("already imported").
     """
-    from pytest_graphcapture.plugin.settings import CI_VARIABLES
+    from pytest_graphcapture.golden.store import CI_VARIABLES
 
     for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES + XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -1,8 +1,4 @@
-"""Hooks a project implements in its ``conftest.py`` (or a plugin) to adapt the gate.
-
-They are added with ``pytest_addhooks``; all are ``firstresult`` hooks except
-:func:`pytest_graphcapture_postprocess_summary`, which every implementation sees in turn.
-"""
+"""Hooks a project implements in its ``conftest.py`` (or a plugin) to adapt the gate."""
 
 from __future__ import annotations
 
@@ -12,10 +8,10 @@ import pluggy
 import pytest
 
 # Hooks live in pytest's own namespace, so projects implement them like any pytest hook.
-hookspec = pluggy.HookspecMarker("pytest")
+_hookspec = pluggy.HookspecMarker("pytest")
 
 
-@hookspec(firstresult=True)
+@_hookspec(firstresult=True)
 def pytest_graphcapture_platform(config: pytest.Config, device: Any) -> Optional[str]:
     """Return the platform key goldens are stored under (e.g. ``cuda-sm90``).
 
@@ -25,7 +21,7 @@ def pytest_graphcapture_platform(config: pytest.Config, device: Any) -> Optional
     """
 
 
-@hookspec(firstresult=True)
+@_hookspec(firstresult=True)
 def pytest_graphcapture_normalize_kernel(config: pytest.Config, name: str, level: str) -> Optional[str]:
     """Return the normalized form of kernel ``name`` at ``level`` (``exact``, ``name`` or ``family``).
 
@@ -37,7 +33,7 @@ def pytest_graphcapture_normalize_kernel(config: pytest.Config, name: str, level
     """
 
 
-@hookspec
+@_hookspec
 def pytest_graphcapture_postprocess_summary(config: pytest.Config, summary: dict) -> None:
     """Edit a summary dict in place before it is compared or written.
 
@@ -47,7 +43,7 @@ def pytest_graphcapture_postprocess_summary(config: pytest.Config, summary: dict
     """
 
 
-@hookspec(firstresult=True)
+@_hookspec(firstresult=True)
 def pytest_graphcapture_make_runner(config: pytest.Config, device: Any, batch_sizes: list) -> Any:
     """Return the runner the ``decode_runner`` fixture provides.
 

@@ -1,31 +1,14 @@
-"""Importing torch where users' test setups would otherwise break it.
-
-* Warnings as errors (``-W error``, ``filterwarnings = error``): torch warns while it
-  is being imported (for one, "Failed to initialize NumPy" where numpy is missing).
-  Raised as an error, that warning aborts torch's import half-way; the next module
-  importing torch then sees a half-initialized torch (circular-import errors) and the
-  process can die with a segmentation fault.  :func:`import_torch_early` imports torch
-  before any conftest or test module does, with its warnings recorded instead of
-  raised; they are shown in the terminal summary.  A torch that still fails to import
-  is one line naming the cause.
-* ``pytester`` in-process runs drop the modules imported during the run, among them
-  those torch imports at the first profiler start; :func:`before_test` loads them
-  before a test that requests ``pytester`` (see
-  :func:`~pytest_graphcapture.engine.profiling.load_lazy_profiler_modules`).
-* pytest attaches its log capture to every logger that does not propagate, among
-  them ``torch.__trace``: torch's structured compile trace (the ``TORCH_TRACE`` files
-  tlparse reads), always at DEBUG.  A failing test of a runner under ``torch.compile``
-  then shows hundreds of empty ``DEBUG torch.__trace`` lines as its captured log.
-  :func:`keep_torch_trace_out_of_logs` filters those records out of pytest's handlers
-  only, so ``TORCH_TRACE`` files are written as before.
-"""
+"""Importing torch early (so warnings as errors cannot break its import) and placing it on the right GPU."""
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import re
 import sys
 import warnings
+from typing import Optional
 
 import pytest
 
@@ -35,7 +18,7 @@ TORCH_WARNINGS = pytest.StashKey[list]()
 _PYTESTER_FIXTURES = frozenset({"pytester", "testdir"})
 
 
-def warnings_are_errors(config: pytest.Config) -> bool:
+def _warnings_are_errors(config: pytest.Config) -> bool:
     """Whether any warning filter of this run (``-W``, ``PYTHONWARNINGS``, ini) turns warnings into errors."""
     filters = list(sys.warnoptions)
     filters += list(getattr(config.known_args_namespace, "pythonwarnings", None) or [])
@@ -47,11 +30,8 @@ def warnings_are_errors(config: pytest.Config) -> bool:
 
 
 def import_torch_early(config: pytest.Config) -> None:
-    """Import torch now, its import-time warnings recorded (see the module docstring).
-
-    Only where warnings are errors and torch is installed but not yet imported.
-    """
-    if "torch" in sys.modules or not warnings_are_errors(config) or importlib.util.find_spec("torch") is None:
+    """Import torch now, its import-time warnings recorded, where warnings are errors and torch is not yet imported."""
+    if "torch" in sys.modules or not _warnings_are_errors(config) or importlib.util.find_spec("torch") is None:
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -76,7 +56,10 @@ def torch_warning_lines(config: pytest.Config) -> list[str]:
 
 
 def before_test(item: pytest.Item) -> None:
-    """Before a test requesting ``pytester``: load torch's lazily imported profiler modules (if torch is there)."""
+    """Before a test requesting ``pytester``: load torch's lazily imported profiler modules (docs/troubleshooting.md).
+
+    pytester drops what an in-process run imported, and torch cannot register its operator libraries twice.
+    """
     if _PYTESTER_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
         return
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
@@ -86,18 +69,17 @@ def before_test(item: pytest.Item) -> None:
     load_lazy_profiler_modules()
 
 
-#: The logger of torch's structured compile trace: machine records for tlparse, not log lines for people.
-TORCH_TRACE_LOGGER = "torch.__trace"
-#: pytest's log handlers (captured-log report sections, ``caplog``, ``--log-file``, live logs).
+# The logger of torch's structured compile trace: machine records for tlparse, not log lines for people.
+_TORCH_TRACE_LOGGER = "torch.__trace"
 _PYTEST_LOG_HANDLERS = ("report_handler", "caplog_handler", "log_file_handler", "log_cli_handler")
 
 
 def _not_torch_trace(record: logging.LogRecord) -> bool:
-    return record.name != TORCH_TRACE_LOGGER and not record.name.startswith(TORCH_TRACE_LOGGER + ".")
+    return record.name != _TORCH_TRACE_LOGGER and not record.name.startswith(_TORCH_TRACE_LOGGER + ".")
 
 
 def keep_torch_trace_out_of_logs(config: pytest.Config) -> None:
-    """Keep torch's structured-trace records out of what pytest's logging plugin reports (see the module docstring).
+    """Keep torch's structured-trace records out of pytest's captured logs (hundreds of empty DEBUG lines).
 
     A filter on pytest's own handlers, not on torch's logger: a ``TORCH_TRACE`` file still gets every record.
     """
@@ -106,3 +88,51 @@ def keep_torch_trace_out_of_logs(config: pytest.Config) -> None:
         handler = getattr(plugin, name, None)
         if isinstance(handler, logging.Handler) and _not_torch_trace not in handler.filters:
             handler.addFilter(_not_torch_trace)
+
+
+def gpu_missing_reason() -> Optional[str]:
+    """Why a ``gpu``-marked test is skipped here, or None when torch sees a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    build = "ROCm" if getattr(torch.version, "hip", None) else ("CUDA" if torch.version.cuda else "CPU-only")
+    return (
+        f"needs a CUDA or ROCm GPU: torch.cuda.is_available() is False (torch {torch.__version__}, "
+        f"{build} build); run on a GPU runner to include this test"
+    )
+
+
+def pin_worker_gpu(worker_id: str, environ: Optional[dict] = None) -> Optional[str]:
+    """Pin xdist worker ``gwN`` to visible device ``N mod count``; returns what was done (None: no device).
+
+    Narrows ``*_VISIBLE_DEVICES`` when set, else sets ``CUDA_VISIBLE_DEVICES`` (or the device once CUDA is up).
+    """
+    environ = os.environ if environ is None else environ
+    match = re.fullmatch(r"gw(\d+)", worker_id or "")
+    if match is None:
+        return None
+    n = int(match.group(1))
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        value = environ.get(var)
+        if value is not None and value.strip():
+            devices = [d.strip() for d in value.split(",") if d.strip()]
+            chosen = devices[n % len(devices)]
+            environ[var] = chosen
+            return f"{var}={chosen}"
+    import torch
+
+    count_nvml = getattr(torch.cuda, "_device_count_amdsmi" if torch.version.hip else "_device_count_nvml", None)
+    count = count_nvml() if callable(count_nvml) else -1
+    via_runtime = count < 0
+    if via_runtime:
+        count = torch.cuda.device_count()
+    if count <= 0:
+        return None
+    index = n % count
+    if via_runtime or torch.cuda.is_initialized():
+        # The CUDA runtime has read the environment already: select the device instead.
+        torch.cuda.set_device(index)
+        return f"torch.cuda.set_device({index})"
+    environ["CUDA_VISIBLE_DEVICES"] = str(index)
+    return f"CUDA_VISIBLE_DEVICES={index}"

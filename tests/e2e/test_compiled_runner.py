@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, run, use_this_checkout
 
-from pytest_graphcapture.plugin.settings import CI_VARIABLES
+from pytest_graphcapture.golden.store import CI_VARIABLES
 
 EXAMPLES = REPO_ROOT / "examples"
 

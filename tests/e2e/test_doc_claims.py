@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_graphcapture.golden.store import CI_OFF_VALUES, CI_VARIABLES
 from pytest_graphcapture.naming import TRACE_SUBDIR, trace_group_for
-from pytest_graphcapture.plugin.settings import CI_OFF_VALUES, CI_VARIABLES, TRACE
+from pytest_graphcapture.plugin.settings import TRACE
 from pytest_graphcapture.plugin.torch_setup import TORCH_WARNINGS, torch_warning_lines
 
 REPO = Path(__file__).resolve().parents[2]

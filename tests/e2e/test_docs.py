@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from warm_python import warm_path, warm_python
 
-from pytest_graphcapture.plugin.settings import CI_VARIABLES
+from pytest_graphcapture.golden.store import CI_VARIABLES
 
 REPO = Path(__file__).resolve().parents[2]  # tests/e2e/ -> the repository
 sys.path.insert(0, str(REPO / "scripts"))

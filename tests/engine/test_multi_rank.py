@@ -1,5 +1,5 @@
 """Multi-rank capture as users run it (pytester): per-rank goldens, shared goldens, shard-layout
-regressions, failing and hanging ranks, merged traces and pytest-xdist (issue #9)."""
+regressions, failing and hanging ranks, rank traces and pytest-xdist (issue #9)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def golden_bytes(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_regression(
+def test_two_ranks_per_rank_and_shared_goldens_traces_and_a_shard_layout_regression(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.makepyfile(test_tp=TP_TESTS)
@@ -124,29 +124,17 @@ def test_two_ranks_per_rank_and_shared_goldens_merged_traces_and_a_shard_layout_
     assert [op["input_dims"][0] for op in rank1["ops"] if op["name"] == "c10d::allreduce_"] == [[[2, 64]]]
     before = golden_bytes(goldens)
 
-    # Unchanged model: passes, goldens byte-identical, one merged trace per batch size.
-    passed = pytester.runpytest(
-        *QUIET, "-k", "per_rank", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}", "--graph-capture-merge"
-    )
+    # Unchanged model: passes, goldens byte-identical, one trace per rank and batch size.
+    passed = pytester.runpytest(*QUIET, "-k", "per_rank", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
     passed.assert_outcomes(passed=1, deselected=1)
     assert golden_bytes(goldens) == before
     traces = trace_dir(tmp_path, trace_group_for("test_tp.py::test_per_rank"))
-    assert sorted(p.name for p in traces.glob("*_merged.json.gz")) == [
-        f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz" for bs in (1, 2)
+    assert sorted(p.name for p in traces.glob("*.json.gz")) == [
+        f"TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json.gz" for bs in (1, 2) for r in (0, 1)
     ]
-    for bs in (1, 2):
-        merged = load_trace(traces / f"TinyDecodeRunner-tp2_bs_{bs}_merged.json.gz")
-        events = merged["traceEvents"]
-        names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-        ops = [e for e in events if e.get("cat") == "cpu_op"]
-        by_rank = {label: [e for e in ops if names[e["pid"]].startswith(label)] for label in ("[TP00]", "[TP01]")}
-        for label, rank_ops in by_rank.items():  # both ranks' events, each under its own labelled pid
-            assert any(e["name"] == "c10d::allreduce_" for e in rank_ops), label
-            own = load_trace(traces / f"TinyDecodeRunner-tp2_bs_{bs}_rank{int(label[3:5])}.json.gz")
-            assert len(rank_ops) == len([e for e in own["traceEvents"] if e.get("cat") == "cpu_op"])
-        assert {e["pid"] for e in by_rank["[TP00]"]}.isdisjoint({e["pid"] for e in by_rank["[TP01]"]})
-        timed = [e for e in events if e.get("ph") != "M"]
-        assert [e["ts"] for e in timed] == sorted(e["ts"] for e in timed)
+    for path in traces.glob("*.json.gz"):
+        ops = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "cpu_op"]
+        assert any(e["name"] == "c10d::allreduce_" for e in ops), path.name
 
     # Rank 1's MLP shard changes: both tests fail naming rank 1 and each batch size, rank 0 passes.
     monkeypatch.setenv("SKEW_RANK", "1")
@@ -237,7 +225,6 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
         "--update-golden",
         "--graph-capture-trace",
         f"--graph-capture-dir={tmp_path}",
-        "--graph-capture-merge",
         subprocess=True,
         warm=True,
         timeout=300,
@@ -253,14 +240,12 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
         "ModelB_bs_2_rank1.json",
     ]
     assert len({p.parent for p in files}) == 2 and all(p.parent.name.startswith("test_model_") for p in files)
-    # Each parametrization exports to its own folder (as its goldens' folder), merged there.
+    # Each parametrization exports to its own folder (as its goldens' folder).
     traces = sorted(p.relative_to(tmp_path / TRACE_SUBDIR).as_posix() for p in tmp_path.rglob("*.gz"))
     a, b = (trace_group_for(f"test_x.py::test_model[{param}]") for param in "ab")
     assert traces == [
-        f"{a}/ModelA_bs_1_merged.json.gz",
         f"{a}/ModelA_bs_1_rank0.json.gz",
         f"{a}/ModelA_bs_1_rank1.json.gz",
-        f"{b}/ModelB_bs_2_merged.json.gz",
         f"{b}/ModelB_bs_2_rank0.json.gz",
         f"{b}/ModelB_bs_2_rank1.json.gz",
     ]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphcapture.plugin.settings import CI_VARIABLES
+from pytest_graphcapture.golden.store import CI_VARIABLES
 from pytest_graphcapture.tools.cli import main
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_graphcapture.golden.change import MAX_LINE_WIDTH
-from pytest_graphcapture.plugin.settings import CI_VARIABLES
+from pytest_graphcapture.golden.store import CI_VARIABLES
 from pytest_graphcapture.tools.cli import main
 
 FOLDER = Path("rocm-gfx942") / "engine-traces"

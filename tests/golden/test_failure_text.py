@@ -10,7 +10,7 @@ import pytest
 from helpers import FAKE_CONFTEST, TEST_DECODE, run
 
 from pytest_graphcapture.golden.change import DEFAULT_CLASSES
-from pytest_graphcapture.plugin.settings import CI_VARIABLES
+from pytest_graphcapture.golden.store import CI_VARIABLES
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]
 

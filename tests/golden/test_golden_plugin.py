@@ -16,8 +16,8 @@ from helpers import FAKE_CONFTEST, PLUGIN, QUIET, TEST_DECODE, run, use_this_che
 
 from pytest_graphcapture.golden import store
 from pytest_graphcapture.golden.change import MAX_DIFF_LINES
-from pytest_graphcapture.plugin.settings import CI_VARIABLES, ci_environment
-from pytest_graphcapture.plugin.xdist import pin_worker_gpu
+from pytest_graphcapture.golden.store import CI_VARIABLES, ci_environment
+from pytest_graphcapture.plugin.torch_setup import pin_worker_gpu
 
 
 @pytest.fixture

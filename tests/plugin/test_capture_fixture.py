@@ -6,7 +6,7 @@ import pytest
 from helpers import run, use_this_checkout
 
 from pytest_graphcapture.keys import safe_name
-from pytest_graphcapture.plugin import capture_fixture as fixtures
+from pytest_graphcapture.plugin import fixtures
 
 RUNNER_CONFTEST = """
 import os
