@@ -133,6 +133,32 @@ def batch_size_text(batch_size: int) -> str:
     return "?" if batch_size == UNKNOWN_BATCH_SIZE else str(batch_size)
 
 
+#: The largest batch size accepted: far above what engines capture, far below an allocation that cannot succeed.
+MAX_BATCH_SIZE = 65536
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """``"8,4,2"`` → ``[8, 4, 2]`` in the order given; ValueError saying the problem (callers name the option).
+
+    ASCII digits only (``int()`` would also take ``1_0`` and other scripts' digits), each from 1 to MAX_BATCH_SIZE.
+    """
+    sizes: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        if not (part.isascii() and part.isdigit()):
+            raise ValueError(f"{part!r} is not an integer batch size (expected e.g. 1,2,4)")
+        size = int(part)
+        if size < 1:
+            raise ValueError(f"batch size {size} must be at least 1")
+        if size > MAX_BATCH_SIZE:
+            raise ValueError(f"batch size {size} is larger than the largest accepted, {MAX_BATCH_SIZE}")
+        sizes.append(size)
+    if not sizes:
+        raise ValueError("no batch sizes given (expected e.g. 1,2,4)")
+    return sizes
+
+
 def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
     """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``."""
     label = f"bs={batch_size_text(key.batch_size)}"
