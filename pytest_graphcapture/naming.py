@@ -1,11 +1,10 @@
-"""Every file name the plugin writes or reads back: per-bs traces, single traces, merged traces, goldens.
+"""Every file name the plugin writes or reads back: per-bs traces, single traces, goldens.
 
 One module owns the conventions so that a writer and its reader can never drift:
 
 * per-bs trace ``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz`` (:func:`trace_file_name`),
   read back by :func:`key_from_trace_name`;
 * single trace ``cuda_graph_capture-{runner}-TP-{rank}.json.gz`` (:func:`single_trace_name`);
-* merged trace ``{stem}_merged.json.gz`` / ``{stem}-merged.json.gz`` (:func:`parse_rank_trace`);
 * golden ``{runner}_bs_{bs}[_{variant}][_rank{r}].json`` in the folder
   ``<platform>/<module path>/<class>.../<test>/`` (:func:`golden_file_name`,
   :func:`nodeid_components`);
@@ -23,9 +22,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from .errors import TraceFormatError
 from .keys import UNKNOWN_BATCH_SIZE, CaptureKey, is_int, safe_name
@@ -39,7 +37,6 @@ GOLDEN_SUFFIX = ".json"
 HARVEST_DIFF_NAME = "diff.txt"
 #: The kernel × batch-size picture, written into the harvest when the report cannot link a file beside it.
 HARVEST_PICTURE_NAME = "picture.html"
-MERGED_SUFFIX = "_merged.json.gz"
 #: The golden tree's setting, shared by the plugin's option and ``graphcapture accept``.
 GOLDEN_DIR_OPTION = "--golden-dir"
 GOLDEN_DIR_ENV = "GRAPH_CAPTURE_GOLDEN_DIR"
@@ -47,11 +44,7 @@ GOLDEN_DIR_DEFAULT = "goldens"
 
 
 def is_merged_trace(path: PathLike) -> bool:
-    """A merged multi-rank trace (``{stem}_merged.json.gz`` / ``{stem}-merged.json.gz``, or gunzipped).
-
-    It holds the traces of its ranks, which are read on their own, so readers of a
-    folder's summaries and traces skip it: read again, it would be an extra runner.
-    """
+    """A merged multi-rank trace an older release wrote: readers of a folder skip it (it repeats its ranks' traces)."""
     return Path(path).name.endswith(tuple(f"{sep}merged{suffix}" for sep in "_-" for suffix in TRACE_SUFFIXES))
 
 
@@ -219,48 +212,6 @@ def key_from_trace_name(
         dist_rank = trace["distributedInfo"].get("rank")
         rank = dist_rank if is_int(dist_rank) and dist_rank >= 0 else None
     return CaptureKey(stem, batch, None, rank or 0)
-
-
-# --------------------------------------------------------------------------- per-rank traces and merging
-
-_PER_RANK = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?:\.gz)?$")
-_SINGLE_RANK = re.compile(r"^(?P<stem>.+)-TP-(?P<rank>\d+)\.json(?:\.gz)?$")
-
-
-@dataclass(frozen=True)
-class RankTrace:
-    """One per-rank trace file: its group stem, rank and path."""
-
-    stem: str
-    rank: int
-    path: Path
-    single: bool = False
-
-    @property
-    def merged_name(self) -> str:
-        return f"{self.stem}-merged.json.gz" if self.single else f"{self.stem}{MERGED_SUFFIX}"
-
-
-def parse_rank_trace(path: PathLike) -> Optional[RankTrace]:
-    """The :class:`RankTrace` of a per-rank trace file name, or None for other files."""
-    path = Path(path)
-    if is_hidden(path):
-        return None
-    for pattern, single in ((_PER_RANK, False), (_SINGLE_RANK, True)):
-        match = pattern.match(path.name)
-        if match:
-            return RankTrace(match["stem"], int(match["rank"]), path, single)
-    return None
-
-
-def group_rank_traces(paths: Iterable[PathLike]) -> dict[tuple[str, bool], dict[int, Path]]:
-    """``{(stem, single): {rank: path}}`` of the per-rank trace files among ``paths``."""
-    groups: dict[tuple[str, bool], dict[int, Path]] = {}
-    for path in paths:
-        parsed = parse_rank_trace(path)
-        if parsed is not None:
-            groups.setdefault((parsed.stem, parsed.single), {})[parsed.rank] = parsed.path
-    return groups
 
 
 # --------------------------------------------------------------------------- goldens

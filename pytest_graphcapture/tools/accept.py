@@ -31,7 +31,7 @@ from ..golden import store
 from ..golden.lock import GoldenLock
 from ..keys import UNKNOWN_BATCH_SIZE, safe_name
 from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, HARVEST_PICTURE_NAME, golden_file_name, is_hidden
-from .dirdiff import describe_differences
+from .matrix import describe_differences
 
 
 @dataclass
