@@ -32,7 +32,6 @@ from ..summary.normalize import LEVELS, check_level
 from ..summary.replay import with_replay
 from ..summary.split import batch_sizes_problem
 from .matrix import (
-    DirDiff,
     at_level,
     coarsest,
     collect_tree,
@@ -45,6 +44,8 @@ from .matrix import (
     op_matrix,
     path_kind,
     render_matrix_text,
+    table_key,
+    table_title,
 )
 
 _PROG = "graphcapture"
@@ -62,6 +63,14 @@ def _refuse_input_as_output(option: str, out: str, inputs: Iterable[Union[str, P
                 raise UsageError(
                     f"{option} {out}: is the input {path}; writing there would replace it, name another file"
                 )
+
+
+def _write(option: str, out: str, text: str) -> None:
+    """Write an output file atomically (a failure leaves an existing one as it was); a failure is the option's error."""
+    try:
+        write_atomic(Path(out), text)
+    except GraphCaptureError as exc:
+        raise UsageError(f"{option} {out}: {getattr(exc, 'problem', exc)}") from None
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
@@ -91,10 +100,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
             texts.append(summary.to_json())
     text = texts[0] if len(texts) == 1 else "[\n" + ",\n".join(t.rstrip("\n") for t in texts) + "\n]\n"
     if args.out:
-        try:
-            write_atomic(Path(args.out), text)  # a failure leaves an existing file as it was
-        except GraphCaptureError as exc:
-            raise UsageError(f"--out {args.out}: {getattr(exc, 'problem', exc)}") from None
+        _write("--out", args.out, text)
     else:
         sys.stdout.write(text)
     return 0
@@ -139,7 +145,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 1
 
 
-def _print_keyed(result: DirDiff) -> int:
+def _print_keyed(result) -> int:
     sys.stdout.write("\n".join(result.lines) + "\n")
     return 0 if result.equal else 1
 
@@ -154,31 +160,20 @@ def _cmd_show(args: argparse.Namespace) -> int:
         _refuse_input_as_output("--html", args.html, (p for root in roots if root.is_dir() for p in root.rglob("*")))
 
         page = picture_from_dirs(args.directory, against=args.against, level=args.level, batch_sizes=args.batch_sizes)
-        try:
-            write_atomic(Path(args.html), page)
-        except GraphCaptureError as exc:
-            raise UsageError(f"--html {args.html}: {getattr(exc, 'problem', exc)}") from None
+        _write("--html", args.html, page)
         print(f"wrote {args.html}")
         return 0
-    # One table per folder (searched recursively, as the HTML picture does) / runner / variant / rank / platform.
-    groups: dict[tuple, list[Summary]] = {}
-    for folder, s in at_level(
-        collect_tree(args.directory, batch_size=args.batch_size, batch_sizes=args.batch_sizes), args.level
-    ):
-        k = s.key  # type: ignore[attr-defined]
-        groups.setdefault((folder, k.runner, k.variant_name or "", k.rank, s.platform), []).append(s)  # type: ignore[attr-defined]
+    groups: dict[tuple, list[Summary]] = {}  # one table per folder (searched recursively), runner, variant, rank
+    pairs = collect_tree(args.directory, batch_size=args.batch_size, batch_sizes=args.batch_sizes)
+    for folder, summary in at_level(pairs, args.level):
+        groups.setdefault(table_key(folder, summary), []).append(summary)
     blocks = []
-    for (folder, runner, variant, rank, platform), members in sorted(groups.items()):
-        batch_sizes, rows = kernel_matrix(members)
-        what = "kernel"
+    for table, members in sorted(groups.items()):
+        (batch_sizes, rows), what = kernel_matrix(members), "kernel"
         if not rows:  # no kernels (a CPU capture): its ops are what its goldens compare
             (batch_sizes, rows), what = op_matrix(members), "op"
-        where = f"{folder} — " if folder not in ("", ".") else ""
-        title = (
-            f"{where}{runner}"
-            + (f" [{variant}]" if variant else "")
-            + f" rank {rank}, {platform}, level {members[0].level}"
-            + (" (no kernels recorded: ops × batch size)" if what == "op" else "")
+        title = table_title(table, members[0].level) + (
+            " (no kernels recorded: ops × batch size)" if what == "op" else ""
         )
         blocks.append("\n".join(render_matrix_text(title, batch_sizes, rows, what=what)))
     sys.stdout.write("\n\n".join(blocks) + "\n")
@@ -333,10 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_with_clean_warnings(args: argparse.Namespace) -> int:
-    """Run the command; each warning it raises becomes one ``graphcapture: warning: …`` line on stderr.
-
-    A command-line user gets no Python warning text (category, source file and line).
-    """
+    """Run the command; each warning it raises becomes one ``graphcapture: warning: …`` line on stderr (no Python text)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -444,10 +436,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _unused(folder: Path, kept: set, *, root: Path) -> None:
-    """Under ``--update``, remove the goldens in ``folder`` of keys the traces should hold and do not, naming each.
-
-    Goldens of keys the named traces do not cover (``kept``) are another trace's: never removed.
-    """
+    """Under ``--update``, remove the goldens in ``folder`` outside ``kept`` (keys the traces should hold), naming each."""
     for path in store.golden_files(folder):
         if path not in kept:
             store.remove_golden(path, root)
@@ -544,9 +533,7 @@ def _write_picture(report_md: Path, out_folder: Path, golden_dir: Path, outcome,
 # (JSON's spelling, so printed JSON stays valid); stdout is written whole, so a reader that leaves
 # ends the command in BrokenPipeError (exit 141), never in silently cut output.
 
-#: Characters that steer a terminal rather than show: C0 controls but newline and tab, DEL, C1
-#: controls (U+0080-U+009F, among them the one-character CSI), and the bidirectional-text
-#: embeddings, overrides and isolates, which reorder what is shown.
+# Characters that steer a terminal: C0 controls but newline and tab, DEL, C1 controls (CSI among them), bidi controls.
 _STEERING = [*(c for c in range(0x20) if chr(c) not in "\n\t"), *range(0x7F, 0xA0), *range(0x202A, 0x202F)]
 _STEERING += [*range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C]
 _ESCAPES = {code: f"\\u{code:04x}" for code in _STEERING}
@@ -576,11 +563,7 @@ class _Printable:
 
 
 class _WholeWrites:
-    """A text stream writing straight to ``stream``'s file descriptor until every byte is out.
-
-    A short write is followed by another, so a reader that left ends the command in
-    ``BrokenPipeError`` (the command's exit code 141), never in output silently cut.
-    """
+    """A text stream writing straight to ``stream``'s file descriptor until every byte is out (a short write: again)."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
@@ -654,12 +637,9 @@ def _pytest_setup(invocation_dir: Path) -> tuple[Path, Optional[Path], dict[str,
     return Path(rootdir), (Path(inipath) if inipath else None), values
 
 
-def _golden_dir(option: Optional[str], invocation_dir: Optional[Path] = None) -> Path:
-    """The golden tree: ``--golden-dir`` > ``GRAPH_CAPTURE_GOLDEN_DIR`` > ini ``golden_dir`` > ``goldens`` in the rootdir.
-
-    The same precedence and the same relative-path rule as the plugin's ``--golden-dir``.
-    """
-    here = Path(invocation_dir) if invocation_dir is not None else Path.cwd()
+def _golden_dir(option: Optional[str]) -> Path:
+    """The golden tree as the plugin finds it: ``--golden-dir`` > environment > ini ``golden_dir`` > rootdir's ``goldens``."""
+    here = Path.cwd()
     if option:
         return _folder(setting_path(option, "option", invocation_dir=here, inipath=None, rootdir=here), "--golden-dir")
     env = os.environ.get(GOLDEN_DIR_ENV, "").strip()
@@ -685,10 +665,9 @@ def _folder(path: Path, where: str) -> Path:
     return path
 
 
-def _shown(path: Path, invocation_dir: Optional[Path] = None) -> Path:
+def _shown(path: Path) -> Path:
     """``path`` relative to the invocation directory when it lies below it (shorter to read), else as is."""
-    here = Path(invocation_dir) if invocation_dir is not None else Path.cwd()
     try:
-        return path.relative_to(here)
+        return path.relative_to(Path.cwd())
     except ValueError:
         return path

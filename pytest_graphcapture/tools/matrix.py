@@ -73,7 +73,6 @@ def _looks_like_summary(path: Path) -> bool:
     return b'"schema_version"' in head and b'"traceEvents"' not in head
 
 
-#: Bytes looked at to tell a summary JSON file from a trace: a summary's identity fields come first.
 _HEAD_BYTES = 64 * 1024
 
 
@@ -151,6 +150,18 @@ def op_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
             bs = summary.key.batch_size
             row["counts"][bs] = row["counts"].get(bs, 0) + int(entry["count"])
     return batch_sizes, [rows[k] for k in sorted(rows)]
+
+
+def table_key(folder: str, summary: Summary) -> tuple:
+    """The table a summary shows in: ``(folder, runner, variant, rank, platform)``."""
+    key = summary.key
+    return (folder, key.runner, key.variant_name or "", key.rank, summary.platform)
+
+
+def table_title(table: tuple, level: str) -> str:
+    folder, runner, variant, rank, platform = table
+    where = f"{folder} — " if folder not in ("", ".") else ""
+    return f"{where}{runner}{f' [{variant}]' if variant else ''} rank {rank}, {platform}, level {level}"
 
 
 def render_matrix_text(

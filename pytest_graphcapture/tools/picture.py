@@ -12,7 +12,7 @@ from typing import Iterable, Optional, Sequence
 
 from ..golden.op_classes import DEFAULT_CLASSES
 from ..keys import batch_size_text
-from .matrix import PathLike, at_level, coarsest, collect, collect_tree, kernel_matrix
+from .matrix import PathLike, at_level, coarsest, collect, collect_tree, kernel_matrix, table_key, table_title
 
 #: Cell / row states against the goldens.
 _SAME, _ADDED, _REMOVED, _CHANGED, _NO_GOLDEN = "same", "added", "removed", "changed", "no-golden"
@@ -64,14 +64,11 @@ class _Table:
     kernels: list[_Row]
     ops: list[_Row]
     incomplete: dict[int, str] = field(default_factory=dict)
-    #: Why no golden matched this table (set only when compared and none did).
-    unmatched: Optional[str] = None
+    unmatched: Optional[str] = None  # why no golden matched (compared only)
 
     @property
     def title(self) -> str:
-        variant = f" [{self.variant}]" if self.variant else ""
-        folder = f"{self.folder} — " if self.folder not in ("", ".") else ""
-        return f"{folder}{self.runner}{variant} rank {self.rank}, {self.platform}, level {self.level}"
+        return table_title((self.folder, self.runner, self.variant, self.rank, self.platform), self.level)
 
     def counts(self, rows: Optional[Sequence[_Row]] = None) -> dict[str, int]:
         """How many kernel rows (or ``rows``) are added / removed / changed against the goldens."""
@@ -167,16 +164,12 @@ def build_tables(
     target = level or coarsest(s.level for _, s in obtained + goldens)  # type: ignore[attr-defined]
     obtained, goldens = at_level(obtained, target), at_level(goldens, target)
 
-    def group_key(folder: str, s: object) -> tuple:
-        k = s.key  # type: ignore[attr-defined]
-        return (folder, k.runner, k.variant or "", k.rank, s.platform)  # type: ignore[attr-defined]
-
     groups: dict[tuple, tuple[list, list]] = {}
     for folder, s in obtained:
-        groups.setdefault(group_key(folder, s), ([], []))[0].append(s)
-    golden_groups = sorted({group_key(folder, s) for folder, s in goldens})
+        groups.setdefault(table_key(folder, s), ([], []))[0].append(s)
+    golden_groups = sorted({table_key(folder, s) for folder, s in goldens})
     for folder, s in goldens:
-        key = group_key(folder, s)
+        key = table_key(folder, s)
         if key in groups:  # goldens without an obtained summary in that folder are not pictured
             groups[key][1].append(s)
     tables = []
@@ -191,6 +184,8 @@ def build_tables(
         (now_ops, now_shapes), (old_ops, old_shapes) = _op_matrix(now), _op_matrix(before)
         ops = _merge_rows(now_ops, old_ops, set(golden_sizes), now_shapes, old_shapes)
         incomplete = {s.key.batch_size: s.incomplete_reason or "no reason given" for s in now if not s.complete}
+        group, sizes = (folder, runner, variant, rank, platform), sorted(set(sizes) | set(golden_sizes))
+        unmatched = None if before or not compared else _why_no_golden(group, golden_groups)
         tables.append(
             _Table(
                 folder,
@@ -199,14 +194,12 @@ def build_tables(
                 rank,
                 platform,
                 target,
-                sorted(set(sizes) | set(golden_sizes)),
+                sizes,
                 set(golden_sizes),
                 kernels,
                 ops,
                 incomplete,
-                None
-                if before or not compared
-                else _why_no_golden((folder, runner, variant, rank, platform), golden_groups),
+                unmatched,
             )
         )
     return tables
@@ -239,26 +232,21 @@ _CELL_SHAPES = 3
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1f2328;background:#fff}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 6px}
-.meta{color:#59636e;margin:0 0 10px}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 6px} .meta{color:#59636e;margin:0 0 10px}
 .legend span{display:inline-block;padding:1px 8px;margin-right:6px;border-radius:3px;border:1px solid #d1d9e0}
-table{border-collapse:collapse;margin:4px 0 8px}
-th,td{border:1px solid #d1d9e0;padding:2px 8px}
+table{border-collapse:collapse;margin:4px 0 8px} th,td{border:1px solid #d1d9e0;padding:2px 8px}
 th{background:#f6f8fa;font-weight:600;position:sticky;top:0}
 td.n{text-align:right;font-variant-numeric:tabular-nums;min-width:3.5em}
 td.name{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;max-width:70ch;
- overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-td.kind{color:#59636e;font-size:12px}
+ overflow:hidden;text-overflow:ellipsis;white-space:nowrap} td.kind{color:#59636e;font-size:12px}
 .added{background:#dafbe1} .removed{background:#ffebe9} .changed{background:#fff8c5}
 tr.added td.name{border-left:4px solid #1a7f37} tr.removed td.name{border-left:4px solid #cf222e}
 tr.changed td.name{border-left:4px solid #9a6700}
 td.removed s{color:#cf222e} .zero{color:#8c959f} th.nogolden{background:#eaeef2;color:#59636e}
-.counts b{margin-right:10px} .note{color:#59636e;font-size:13px}
-details{margin:2px 0 12px}
+.counts b{margin-right:10px} .note{color:#59636e;font-size:13px} details{margin:2px 0 12px}
 .shapes{font:11px/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;text-align:left;white-space:normal;
  min-width:14ch;max-width:30ch;color:#1f2328} .shapes .was{color:#cf222e} .shapes .now{color:#1a7f37}
-.toggle{margin:6px 0 10px} .onlysame{display:none}
-#only-changed:checked ~ .tables tr.same{display:none}
+.toggle{margin:6px 0 10px} .onlysame{display:none} #only-changed:checked ~ .tables tr.same{display:none}
 #only-changed:checked ~ .tables .onlysame{display:block}
 """
 
