@@ -36,7 +36,6 @@ from .matrix import (
     coarsest,
     collect_tree,
     describe_differences,
-    diff_dirs,
     diff_keys,
     kernel_matrix,
     keyed,
@@ -107,8 +106,9 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    kinds = [path_kind(p) for p in (args.expected, args.actual)]
-    for path, kind in zip((args.expected, args.actual), kinds):
+    sides = (args.expected, args.actual)
+    kinds = [path_kind(p) for p in sides]
+    for path, kind in zip(sides, kinds):
         if kind == "missing":
             raise UsageError(f"{path}: no such file or directory")
     if "a directory" in kinds:
@@ -117,22 +117,13 @@ def _cmd_diff(args: argparse.Namespace) -> int:
                 f"diff compares two files or two directories; got {kinds[0]} ({args.expected}) "
                 f"and {kinds[1]} ({args.actual})"
             )
-        result = diff_dirs(
-            Path(args.expected),
-            Path(args.actual),
-            level=args.level,
-            batch_size=args.batch_size,
-            batch_sizes=args.batch_sizes,
-        )
-        return _print_keyed(result)
-    sides = [
-        load_summaries(path, batch_size=args.batch_size, batch_sizes=args.batch_sizes)
-        for path in (args.expected, args.actual)
-    ]
-    if len(sides[0]) != 1 or len(sides[1]) != 1:  # a trace of several keys: compared key by key
-        a, b = (keyed([(".", s) for s in side], path) for side, path in zip(sides, (args.expected, args.actual)))
-        return _print_keyed(diff_keys(a, b, args.expected, args.actual, level=args.level))
-    (expected,), (actual,) = sides
+        a, b = (keyed(collect_tree(d, batch_size=args.batch_size, batch_sizes=args.batch_sizes), d) for d in sides)
+        return _print_keyed(diff_keys(a, b, *sides, level=args.level))
+    read = [load_summaries(path, batch_size=args.batch_size, batch_sizes=args.batch_sizes) for path in sides]
+    if len(read[0]) != 1 or len(read[1]) != 1:  # a trace of several keys: compared key by key
+        a, b = (keyed([(".", s) for s in summaries], path) for summaries, path in zip(read, sides))
+        return _print_keyed(diff_keys(a, b, *sides, level=args.level))
+    (expected,), (actual,) = read
     target = coarsest([expected.level, actual.level] + ([args.level] if args.level else []))
     expected, actual = expected.normalized(target), actual.normalized(target)
     if expected == actual:
@@ -223,7 +214,6 @@ def _batch_size_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _version() -> str:
-    """The installed distribution's version (what ``pip`` reports)."""
     try:
         return importlib.metadata.version("pytest-graphcapture")
     except importlib.metadata.PackageNotFoundError:
@@ -529,9 +519,8 @@ def _write_picture(report_md: Path, out_folder: Path, golden_dir: Path, outcome,
 
 
 # --------------------------------------------------------------------------- terminal output
-# Kernel, op and file names come from files anyone writes: every control character printed is escaped
-# (JSON's spelling, so printed JSON stays valid); stdout is written whole, so a reader that leaves
-# ends the command in BrokenPipeError (exit 141), never in silently cut output.
+# Names come from files anyone writes: control characters print escaped (JSON's spelling, so JSON stays valid);
+# stdout is written whole, so a reader that leaves ends in BrokenPipeError (exit 141), never in cut output.
 
 # Characters that steer a terminal: C0 controls but newline and tab, DEL, C1 controls (CSI among them), bidi controls.
 _STEERING = [*(c for c in range(0x20) if chr(c) not in "\n\t"), *range(0x7F, 0xA0), *range(0x202A, 0x202F)]
@@ -605,9 +594,8 @@ def _escaped_output() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
-# --------------------------------------------------------------------------- the project a pytest run here would see
-# Without --golden-dir, accept and check find the golden tree a pytest started here would use: pytest's own
-# discovery of the rootdir and ini file, and the plugin's one relative-path rule (naming.setting_path).
+# --------------------------------------------------------------------------- the golden tree a pytest run here uses
+# Found by pytest's own rootdir and ini discovery and the plugin's relative-path rule (naming.setting_path).
 
 _GOLDEN_DIR_INI = GOLDEN_DIR_OPTION.lstrip("-").replace("-", "_")
 

@@ -1,6 +1,6 @@
 """Summaries from whatever a user points at, and the kernel × batch-size matrix and key-by-key diff of them.
 
-:func:`load_summaries` reads a summary JSON, a trace (one summary per key) or a graph dump; :func:`diff_dirs` compares two trees key by key.
+:func:`load_summaries` reads a summary JSON, a trace (one summary per key) or a graph dump; :func:`diff_keys` compares two trees key by key.
 """
 
 from __future__ import annotations
@@ -314,19 +314,6 @@ def _group_title(folder: str, key: CaptureKey) -> str:
     where = f"{folder}: " if folder != "." else ""
     variant = f" [{key.variant}]" if key.variant is not None else ""
     return f"{where}{key.runner}{variant} rank {key.rank}"
-
-
-def diff_dirs(
-    dir_a: Path,
-    dir_b: Path,
-    *,
-    level: Optional[str] = None,
-    batch_size: Optional[int] = None,
-    batch_sizes: Optional[Sequence[int]] = None,
-) -> DirDiff:
-    """Compare every key of ``dir_a`` with the key in the same folder of ``dir_b``: a change matrix, then per-key lines."""
-    a, b = (keyed(collect_tree(d, batch_size=batch_size, batch_sizes=batch_sizes), d) for d in (dir_a, dir_b))
-    return diff_keys(a, b, dir_a, dir_b, level=level)
 
 
 def diff_keys(
