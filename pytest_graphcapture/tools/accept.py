@@ -54,7 +54,7 @@ def _layout_problem(rel: Path, data: dict) -> Optional[str]:
     return None
 
 
-def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[_Planned]:
+def _plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[_Planned]:
     """Check every harvested file and work out what accepting it does; UsageError naming every refused file."""
     harvest, golden_dir = Path(harvest), Path(golden_dir)
     if not harvest.is_dir():
@@ -154,7 +154,7 @@ def _after_failure(head: str, started: list[_Planned], golden_dir: Path, finish:
     return f"{head}; putting back stopped: {count} the harvest's version ({names}); finish accepting with: {finish}"
 
 
-def apply(planned: list[_Planned], golden_dir: Path, *, finish: str = "graphcapture accept") -> None:
+def _apply(planned: list[_Planned], golden_dir: Path, *, finish: str = "graphcapture accept") -> None:
     """Write every created or changed golden; on a failure (UsageError) or Ctrl-C put back those written, then raise.
 
     ``finish`` is the command that accepts the harvest again, named when putting back cannot complete."""
@@ -195,7 +195,7 @@ def accept(harvest: Path, golden_dir: Path, *, only: Optional[str] = None, dry_r
 
 
 def _accept(harvest: Path, golden_dir: Path, only: Optional[str], dry_run: bool) -> list[str]:
-    planned = plan(harvest, golden_dir, only)
+    planned = _plan(harvest, golden_dir, only)
     lines: list[str] = []
     for item in planned:
         lines.append(f"{item.action:<9} {item.rel}")
@@ -205,6 +205,6 @@ def _accept(harvest: Path, golden_dir: Path, only: Optional[str], dry_run: bool)
     if dry_run:
         lines.append(f"dry run: {tally} in {golden_dir}; nothing written")
     else:
-        apply(planned, golden_dir, finish=_command(harvest, golden_dir, only))
+        _apply(planned, golden_dir, finish=_command(harvest, golden_dir, only))
         lines.append(f"accepted into {golden_dir}: {tally}")
     return lines

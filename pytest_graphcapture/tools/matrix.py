@@ -100,7 +100,7 @@ def path_kind(path: PathLike) -> str:
     return "a special file" if path.exists() else "missing"
 
 
-def require_directory(path: PathLike) -> Path:
+def _require_directory(path: PathLike) -> Path:
     """``path`` when it is a directory; otherwise a TraceFormatError saying what it is instead."""
     path = Path(path)
     kind = path_kind(path)
@@ -198,7 +198,7 @@ def collect(
     batch_sizes: Optional[Sequence[int]] = None,
 ) -> list[tuple[str, Summary]]:
     """``(folder relative to root, Summary)`` for each summary, and each key of each trace, under ``root``."""
-    root = require_directory(root)
+    root = _require_directory(root)
     pairs = []
     for path in _summary_files(root, recursive=recursive):
         folder = path.parent.relative_to(root).as_posix()
@@ -295,7 +295,7 @@ def _changed_cells(a: Summary, b: Summary) -> dict[tuple[str, str], str]:
 
 
 @dataclass
-class DirDiff:
+class _DirDiff:
     """The comparison of two directories: equal when :attr:`lines` hold no change."""
 
     level: str
@@ -318,10 +318,10 @@ def _group_title(folder: str, key: CaptureKey) -> str:
 
 def diff_keys(
     a: dict[_Ident, Summary], b: dict[_Ident, Summary], name_a: object, name_b: object, *, level: Optional[str] = None
-) -> DirDiff:
+) -> _DirDiff:
     """Compare the summaries of ``a`` and ``b`` key by key: two trees, or two traces of several keys."""
     target = coarsest([s.level for s in list(a.values()) + list(b.values())] + ([level] if level else []))
-    result = DirDiff(target)
+    result = _DirDiff(target)
     groups: dict[tuple, dict[int, dict]] = {}
     per_key: list[str] = []
     for ident in sorted(
