@@ -106,7 +106,6 @@ def main(argv: list[str]) -> int:
     mode, path = argv[0], argv[1]
     if mode in ("ours", "summarize", "check", "cli"):
         import pytest_graphcapture.summary  # noqa: F401  (import cost excluded)
-        import pytest_graphcapture.tools.check  # noqa: F401
         import pytest_graphcapture.tools.cli  # noqa: F401
     elif mode == "hta":
         _hta_prepare()

@@ -1,10 +1,6 @@
 """pytest-graphcapture: guard LLM inference engines against silent CUDA-graph regressions.
 
-Capture one graph per decode batch size under a scheduled torch profiler,
-summarize each into its kernel set and op shapes, and compare with golden files.
-
-The public names below are imported lazily so that loading the pytest plugin
-does not import torch until a capture actually runs.
+Public names are imported lazily, so loading the pytest plugin does not import torch until a capture runs.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
-"""File plumbing shared by every layer: atomic writes, a paused GC, strict JSON.
+"""File plumbing shared by every layer: atomic writes (nothing half-written is ever visible), a paused GC, strict JSON.
 
-* :func:`write_atomic` / :func:`write_via` — nothing half-written is ever visible:
-  the content goes to a dot-file in the target's folder (readers skip dot-files),
-  is fsynced and renamed over the target; on any failure the previous file is left
-  intact and the temp file removed.
-* :func:`gc_paused` — parsing a trace or a golden, or summarizing a profile,
-  allocates many containers in bursts; each burst makes the cyclic collector
-  re-traverse everything already built (with torch loaded, a large heap), although
-  JSON data cannot form cycles.  Pausing it for the duration is a large saving.
-* :func:`loads_strict` — JSON as goldens and traces must be: no NaN/Infinity,
-  optionally no duplicate keys, and a message a person can act on for each fault;
-  :func:`loads_unique` gives the same without the slow duplicate-key hook where a
-  count shows that no key can be repeated.
-* :func:`require_regular` — reading a FIFO (or a device) blocks forever: every
-  reader of a user-named file refuses anything but a regular file first.
-
-Temp files are named ``.<target>.<pid>-<random>.partial<suffixes>``; a process
-killed mid-write leaves one behind, so the first write into a folder removes the
-leftovers of writers that are no longer running (:func:`sweep_leftovers`).
-Anything the exporter adds to a temp name (Kineto's ``….tmp``) shares the prefix
-and goes with it.
+Temp files are dot-files ``.<target>.<pid>-<random>.partial<suffixes>``; a write sweeps those of writers no longer running.
 """
 
 from __future__ import annotations
@@ -42,7 +23,7 @@ try:  # a C JSON parser that builds plain dicts and lists faster than the stdlib
 except ImportError:  # pragma: no cover - the stdlib parses instead, to the same objects
     msgspec = None
 
-PARTIAL_MARK = ".partial"
+_PARTIAL_MARK = ".partial"
 #: ``.<target>.<pid>-<random>.partial…``: the writer's pid tells whether a leftover is still being written.
 _LEFTOVER = re.compile(r"^\..+\.(?:(?P<pid>\d+)-)?[A-Za-z0-9_]{8}\.partial")
 #: Leftovers without a pid (written by older versions) are removed once this old (seconds).
@@ -52,7 +33,7 @@ _swept: set[str] = set()
 
 def is_scratch(name: str) -> bool:
     """A temp file of an atomic write (ours, or what an exporter made of its name): never an input."""
-    return name.startswith(".") or f"{PARTIAL_MARK}." in name or name.endswith((PARTIAL_MARK, ".tmp"))
+    return name.startswith(".") or f"{_PARTIAL_MARK}." in name or name.endswith((_PARTIAL_MARK, ".tmp"))
 
 
 def _running(pid: int) -> bool:
@@ -65,13 +46,8 @@ def _running(pid: int) -> bool:
     return True
 
 
-def sweep_leftovers(folder: Union[str, Path]) -> list[Path]:
-    """Remove the temp files in ``folder`` that killed writers left behind; return what was removed.
-
-    A leftover is removed when its writer's pid no longer runs (on POSIX; elsewhere
-    only by age), or when it has no pid and is older than an hour.  Other files,
-    and temp files of writers still running (another xdist worker), are kept.
-    """
+def _sweep_leftovers(folder: Union[str, Path]) -> list[Path]:
+    """Remove the temp files in ``folder`` whose writer no longer runs (no pid, or not POSIX: older than an hour)."""
     removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
@@ -99,10 +75,10 @@ def _sweep_once(folder: Path) -> None:
     key = os.path.abspath(folder)
     if key not in _swept:
         _swept.add(key)
-        sweep_leftovers(folder)
+        _sweep_leftovers(folder)
 
 
-def file_kind(mode: int) -> str:
+def _file_kind(mode: int) -> str:
     """What a non-regular file is, for messages."""
     for test, name in (
         (stat.S_ISDIR, "a directory"),
@@ -117,11 +93,7 @@ def file_kind(mode: int) -> str:
 
 
 def require_regular(path: Union[str, Path], *, error: type[FileError] = FileError, missing_ok: bool = False) -> bool:
-    """Raise ``error(path, …)`` unless ``path`` is a regular file (links followed); False when missing and ``missing_ok``.
-
-    Reading a FIFO blocks until someone writes to it, a device may never end: refuse
-    them before opening.
-    """
+    """Raise ``error(path, …)`` unless ``path`` is a regular file (a FIFO would block); False when missing and ``missing_ok``."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -131,7 +103,7 @@ def require_regular(path: Union[str, Path], *, error: type[FileError] = FileErro
     except OSError as exc:
         raise error(path, f"cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
-        raise error(path, f"is {file_kind(mode)}, not a regular file")
+        raise error(path, f"is {_file_kind(mode)}, not a regular file")
     return True
 
 
@@ -161,12 +133,9 @@ def gc_paused() -> Iterator[None]:
 
 
 def write_via(path: Union[str, Path], export: Callable[[Path], None], *, error: type[FileError] = FileError) -> None:
-    """Run ``export(tmp)`` on a temp path beside ``path``, fsync it and rename it onto ``path``.
+    """Run ``export(tmp)`` on a temp dot-file beside ``path`` (same suffixes), fsync it and rename it onto ``path``.
 
-    The temp name is a dot-file that keeps the final suffixes (exporters that look at
-    the suffix behave the same).  An ``OSError`` becomes ``error(path, problem)``;
-    any other exception (Ctrl-C included) propagates after the temp file is removed.
-    """
+    An ``OSError`` becomes ``error(path, problem)``; anything else propagates after the temp file is removed."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +143,7 @@ def write_via(path: Union[str, Path], export: Callable[[Path], None], *, error: 
         mode = path.stat().st_mode & 0o777 if existing else 0o644
         _sweep_once(path.parent)
         fd, name = tempfile.mkstemp(
-            prefix=f".{path.name}.{os.getpid()}-", suffix=f"{PARTIAL_MARK}{''.join(path.suffixes)}", dir=path.parent
+            prefix=f".{path.name}.{os.getpid()}-", suffix=f"{_PARTIAL_MARK}{''.join(path.suffixes)}", dir=path.parent
         )
         os.close(fd)
     except OSError as exc:
@@ -199,13 +168,7 @@ def write_via(path: Union[str, Path], export: Callable[[Path], None], *, error: 
 
 
 def encode_utf8(text: str, path: Union[str, Path], *, error: type[FileError] = FileError) -> bytes:
-    """``text`` as UTF-8 bytes; ``error(path, …)`` naming the character when it has none (a lone surrogate).
-
-    Text read from JSON can hold a lone surrogate (``"\\ud800"``), and a name taken
-    from a file name that is not UTF-8 one of Python's ``surrogateescape`` stand-ins;
-    UTF-8 encodes neither.  Encoding before any file is opened keeps the previous
-    file intact and makes the failure a message about the content, not a traceback.
-    """
+    """``text`` as UTF-8 bytes, encoded before any file is opened; ``error(path, …)`` naming a lone surrogate."""
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -309,26 +272,10 @@ else:  # pragma: no cover
 def loads_unique(text: str, covers: Callable[[Any, int], bool]) -> Any:
     """What ``loads_strict(text, unique_keys=True)`` returns or raises, at C speed when no key can be repeated.
 
-    The duplicate-key check of :func:`loads_strict` hands every JSON object to a
-    Python hook as a list of pairs, which costs a third of the parse.  Here the
-    text is parsed without the hook, and a count shows that no object lost a key:
-    a ``:`` outside a string is a name separator, one per key written, so
-    ``text.count(":")`` is the keys written plus the colons inside string literals.
-    Without a ``\\u`` escape, every colon of a parsed string is a colon of its own
-    literal, so that count is at least the keys kept plus the colons of the parsed
-    strings (keys and values), and equal exactly when no object repeated a key.
-
-    ``covers(data, n)`` says whether ``n`` is at most the number of keys of every
-    object in ``data`` plus the colons of all its strings; a lower bound is enough,
-    and it answers False when unsure.  A text it does not clear, one with a
-    ``\\u`` escape, and one the fast parse refuses go through :func:`loads_strict`,
-    so the result, and the error with its message, are the same.
-
-    The fast parse is msgspec's where installed (about a third faster than
-    ``json.loads``, the same dicts, lists and values for the JSON it accepts); it
-    refuses NaN, Infinity, numbers out of the float range and lone surrogates, which
-    the strict parse then reads or refuses as it always has.
-    """
+    ``covers(data, n)``: whether ``n`` is at most the keys of every object in ``data`` plus the colons of its strings."""
+    # Rule: without a \u escape, text.count(":") == keys written + colons inside strings, so when it equals keys
+    # kept + colons of the parsed strings no object repeated a key. Anything not cleared (an escape, a text
+    # the fast parser refuses) goes through loads_strict, so result and message are the same.
     if "\\" not in text or "\\u" not in text:
         try:
             with gc_paused():
@@ -342,7 +289,7 @@ def loads_unique(text: str, covers: Callable[[Any, int], bool]) -> Any:
 
 
 #: Fields of a summary that hold entries (kernels, ops, launch counts): written one entry a line.
-ENTRY_SECTIONS = ("kernels", "ops", "launches")
+_ENTRY_SECTIONS = ("kernels", "ops", "launches")
 
 
 def _compact_json(value: Any) -> str:
@@ -374,19 +321,14 @@ def _expanded(name: str, value: Any, indent: str, last: bool) -> list[str]:
 
 
 def dumps_entries(data: dict) -> str:
-    """JSON text of a summary or golden made for review: one line per kernel, op and launch entry.
+    """JSON of a summary or golden made for review: a header of one line per field, then one line per entry.
 
-    The other fields come first, one line each (a short header); then the
-    :data:`ENTRY_SECTIONS`, one compact entry a line, in the order the summary keeps
-    them (sorted and stable).  A one-op change is then a one-line diff.  A key of
-    several graphs keeps that layout (:func:`pack_graphs`).  Still plain JSON: any
-    JSON reader loads it.  Raises TypeError/ValueError for what JSON cannot hold.
-    """
+    A one-op change is then a one-line diff; still plain JSON. TypeError/ValueError for what JSON cannot hold."""
     return "\n".join(_entry_lines(pack_graphs(data), "")) + "\n"
 
 
 #: A summary's list of its graphs (a key of several graphs), last.
-GRAPHS_SECTION = "graphs"
+_GRAPHS_SECTION = "graphs"
 #: In a key of several graphs as written, each kernel and op entry's count in each graph (capture order).
 PER_GRAPH = "per_graph"
 #: The entry sections each graph of a key holds a share of (the key's are their sums).
@@ -394,13 +336,10 @@ _SHARED = ("kernels", "ops")
 
 
 def pack_graphs(data: dict) -> dict:
-    """A key of several graphs as written: one line per entry of the key, each with its count per graph.
+    """A key of several graphs as written: each entry once with its count per graph (``per_graph``).
 
-    Each graph's kernels and ops are the key's entries at their counts in it, so they
-    are written once, with ``per_graph``, and each graph keeps its other fields (one
-    line).  A key whose graphs are not its entries' shares is written as it is.
-    """
-    graphs = data.get(GRAPHS_SECTION)
+    A key whose graphs are not its entries' shares is written as it is."""
+    graphs = data.get(_GRAPHS_SECTION)
     if not isinstance(graphs, list) or not graphs or not all(isinstance(g, dict) for g in graphs):
         return data
     out = dict(data)
@@ -419,17 +358,13 @@ def pack_graphs(data: dict) -> dict:
                     return data
                 counts[i][g] = entry["count"]
         out[name] = [{**e, PER_GRAPH: c} for e, c in zip(entries, counts)]
-    out[GRAPHS_SECTION] = [{k: v for k, v in g.items() if k not in _SHARED} for g in graphs]
+    out[_GRAPHS_SECTION] = [{k: v for k, v in g.items() if k not in _SHARED} for g in graphs]
     return out if unpack_graphs(out) == data else data  # lossless, or written as it is
 
 
 def unpack_graphs(data: Any) -> Any:
-    """The summary dict of a key of several graphs as written by :func:`pack_graphs`: each graph's own entries.
-
-    Anything else is returned as it is; a ``per_graph`` that is not one count per
-    graph is a ValueError naming the entry.
-    """
-    graphs = data.get(GRAPHS_SECTION) if isinstance(data, dict) else None
+    """Undo :func:`pack_graphs` (anything else as it is); a ``per_graph`` not one count per graph is a ValueError."""
+    graphs = data.get(_GRAPHS_SECTION) if isinstance(data, dict) else None
     if not isinstance(graphs, list) or not all(isinstance(g, dict) for g in graphs):
         return data
     packed = [name for name in _SHARED if isinstance(data.get(name), list)]
@@ -453,7 +388,7 @@ def unpack_graphs(data: Any) -> Any:
                 if count:
                     share[name].append({**entry, "count": count})
         out[name] = entries
-    out[GRAPHS_SECTION] = [{k: s[k] for k in (*_SHARED, *graphs[j]) if k in s} for j, s in enumerate(shares)]
+    out[_GRAPHS_SECTION] = [{k: s[k] for k in (*_SHARED, *graphs[j]) if k in s} for j, s in enumerate(shares)]
     return out
 
 
@@ -467,14 +402,14 @@ def _identity(entry: dict) -> str:
 
 def _entry_lines(data: dict, indent: str, comma: str = "") -> list[str]:
     """The lines of :func:`dumps_entries` for ``data`` at ``indent``; a key's graphs follow its own entries."""
-    sections = (*ENTRY_SECTIONS, GRAPHS_SECTION)
+    sections = (*_ENTRY_SECTIONS, _GRAPHS_SECTION)
     header = sorted(k for k in data if k not in sections)
     names = header + [k for k in sections if k in data]
     lines = [indent + "{"]
     inner = indent + "  "
     for i, name in enumerate(names):
         last = i == len(names) - 1
-        if name == GRAPHS_SECTION and isinstance(data[name], list) and all(isinstance(g, dict) for g in data[name]):
+        if name == _GRAPHS_SECTION and isinstance(data[name], list) and all(isinstance(g, dict) for g in data[name]):
             lines.append(f"{inner}{_compact_json(name)}: [")
             for j, graph in enumerate(data[name]):
                 comma = "" if j == len(data[name]) - 1 else ","
@@ -483,7 +418,7 @@ def _entry_lines(data: dict, indent: str, comma: str = "") -> list[str]:
                 else:  # packed (pack_graphs): a graph's own fields, one line
                     lines.append(f"{inner}  {_compact_json(graph)}{comma}")
             lines.append(f"{inner}]{'' if last else ','}")
-        elif name in ENTRY_SECTIONS:
+        elif name in _ENTRY_SECTIONS:
             lines += _expanded(name, data[name], inner, last)
         else:
             lines.append(f"{inner}{_compact_json(name)}: {_compact_json(data[name])}{'' if last else ','}")

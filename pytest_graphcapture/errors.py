@@ -1,9 +1,4 @@
-"""Exceptions raised by pytest-graphcapture.
-
-Every error a user can cause (bad trace, bad golden, bad option) derives from
-``GraphCaptureError`` so the pytest plugin and the CLI can print a one-line
-message instead of a traceback from our internals.
-"""
+"""Exceptions: every error a user can cause derives from GraphCaptureError, so plugin and CLI print one line, not a traceback."""
 
 from __future__ import annotations
 
@@ -30,12 +25,9 @@ class TraceFormatError(FileError):
 
 
 class TraceEventError(GraphCaptureError):
-    """An event holds a value no profiler writes (a malformed shape, a name that is not text).
+    """An event holds a value no profiler writes (a malformed shape, a name that is not text): refused, never summarized.
 
-    The message names the event and the field; a reader that knows the file wraps it in
-    :class:`TraceFormatError`.  Such a value is refused rather than summarized, so it
-    never reaches a golden.
-    """
+    The message names the event and field; a reader that knows the file wraps it in :class:`TraceFormatError`."""
 
 
 class GoldenError(FileError):
@@ -43,13 +35,9 @@ class GoldenError(FileError):
 
 
 class CaptureError(GraphCaptureError):
-    """Capturing one key failed; the keys captured before it keep their results.
+    """Capturing ``key`` failed at ``stage`` (``warmup 1``, ``capture``, ``trace export``, ``replay``, …).
 
-    ``key`` is the failing :class:`~pytest_graphcapture.keys.CaptureKey`, ``stage``
-    where it failed (``warmup 1``, ``warmup 2``, ``capture``, ``trace export``,
-    ``replay``) and ``partial`` the :class:`~pytest_graphcapture.result.CaptureResult`
-    of the keys that completed.
-    """
+    ``partial`` is the CaptureResult of the keys captured before it, which keep their results."""
 
     def __init__(self, key: object, stage: str, cause: BaseException, partial: object = None) -> None:
         self.key = key

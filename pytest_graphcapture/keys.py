@@ -1,9 +1,6 @@
-"""Capture keys and the file-name-safe spelling of user supplied names.
+"""Capture keys (runner, batch size, variant, rank), their messages and batch-size lists, and file-name-safe names.
 
-A capture key identifies one captured graph: (runner, batch size, variant, rank).
-Every file the plugin writes for a graph is named from its key (see
-:mod:`pytest_graphcapture.naming`), never from a position in a list, so two
-variants of one batch size or a failed capture can never shift names.
+Every file of a graph is named from its key (:mod:`.naming`), never from a position in a list.
 """
 
 from __future__ import annotations
@@ -21,13 +18,9 @@ MAX_NAME_LENGTH = 80
 
 
 def safe_name(raw: str, *, max_length: int = MAX_NAME_LENGTH) -> str:
-    """Return ``raw`` as one path component that cannot leave its directory.
+    """``raw`` as one path component that cannot leave its directory: ASCII ``[A-Za-z0-9._+=-]``, no leading dot.
 
-    Unicode is folded to ASCII where it has an ASCII form, everything outside
-    ``[A-Za-z0-9._+=-]`` becomes ``_``, leading dots are dropped (no ``..``, no
-    hidden files).  When anything had to change, or the name is too long, a short
-    hash of the original is appended so that distinct names stay distinct.
-    """
+    When anything changed, or the name was cut, a short hash of the original keeps distinct names distinct."""
     raw = str(raw)
     folded = unicodedata.normalize("NFKD", raw).encode("ascii", "ignore").decode("ascii")
     cleaned = _UNSAFE.sub("_", folded).strip("_")
@@ -52,12 +45,8 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def variant_text(variant: Any) -> Optional[str]:
-    """The string form of a variant: None stays None, an enum member is its name, anything else ``str()``.
-
-    Runners may name variants with any hashable value (engines use enums for their
-    forward modes); files, labels and summaries use this text.
-    """
+def _variant_text(variant: Any) -> Optional[str]:
+    """A variant's text for files, labels and summaries: None stays None, an enum member is its name, else ``str()``."""
     if variant is None:
         return None
     if isinstance(variant, enum.Enum):
@@ -67,23 +56,15 @@ def variant_text(variant: Any) -> Optional[str]:
 
 def _variant_shown(variant: Any) -> str:
     """A variant in messages; one spelled like the plain graph (``None``) is quoted."""
-    text = variant_text(variant) or ""
+    text = _variant_text(variant) or ""
     return f'"{text}"' if text == "None" else text
 
 
 @functools.total_ordering
 @dataclass(frozen=True)
 class CaptureKey:
-    """One captured graph: which runner, batch size, variant and rank.
-
-    ``variant`` is ``None`` for the plain graph, or any hashable value with a
-    string form (a string, an enum member...); the runner gets it back unchanged
-    in :meth:`~pytest_graphcapture.engine.runner.GraphRunner.forward_for`.
-    Keys order by runner, batch size, variant text and rank.
-
-    ``batch_size`` is a positive integer, or :data:`UNKNOWN_BATCH_SIZE` for a key read
-    from a trace that does not say.
-    """
+    """What was captured: runner, batch size (or UNKNOWN_BATCH_SIZE), variant (None, or any hashable the runner gets
+    back in ``forward_for``) and rank. A key has one or more graphs; keys order by runner, size, variant text, rank."""
 
     runner: str
     batch_size: int
@@ -100,13 +81,13 @@ class CaptureKey:
                 hash(self.variant)
             except TypeError:
                 raise ValueError(f"a variant must be hashable, got {self.variant!r}") from None
-            if not variant_text(self.variant):
+            if not _variant_text(self.variant):
                 raise ValueError(f"a variant needs a non-empty string form, got {self.variant!r}")
 
     @property
     def variant_name(self) -> Optional[str]:
-        """The variant's string form (:func:`variant_text`): what files and summaries hold."""
-        return variant_text(self.variant)
+        """The variant's string form (:func:`_variant_text`): what files and summaries hold."""
+        return _variant_text(self.variant)
 
     def _order(self) -> tuple:
         return (self.runner, self.batch_size, self.variant is not None, self.variant_name or "", self.rank)
@@ -170,11 +151,7 @@ def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
 
 
 def capture_order(keys: Iterable[CaptureKey]) -> list[CaptureKey]:
-    """Keys in the order engines capture them: largest batch size first.
+    """Keys in the order engines capture them: largest batch size first (smaller graphs reuse the larger ones' pool).
 
-    Smaller graphs then reuse the memory pool of the larger ones.  Within a batch
-    size the keys keep the order they are given in (the runner's declared variant
-    order: engines capture lora/no-lora or target/draft in their own order), so the
-    sort is stable and never reorders variants by name.
-    """
+    Stable: within a size, keys keep the runner's declared variant order."""
     return sorted(keys, key=lambda k: (-k.batch_size, k.rank, k.runner))

@@ -1,31 +1,14 @@
-"""Every file name the plugin writes or reads back: per-bs traces, single traces, merged traces, goldens.
+"""Every file name the plugin writes or reads back (traces, goldens, their folders): one owner, so writer and reader agree.
 
-One module owns the conventions so that a writer and its reader can never drift:
-
-* per-bs trace ``{runner}_bs_{bs}[_{variant}]_rank{rank}.json.gz`` (:func:`trace_file_name`),
-  read back by :func:`key_from_trace_name`;
-* single trace ``cuda_graph_capture-{runner}-TP-{rank}.json.gz`` (:func:`single_trace_name`);
-* merged trace ``{stem}_merged.json.gz`` / ``{stem}-merged.json.gz`` (:func:`parse_rank_trace`);
-* golden ``{runner}_bs_{bs}[_{variant}][_rank{r}].json`` in the folder
-  ``<platform>/<module path>/<class>.../<test>/`` (:func:`golden_file_name`,
-  :func:`nodeid_components`);
-* all of them under ``<graph-capture-dir>/graph_capture_profile/`` (:func:`trace_dir`), a test's in
-  the folder mirroring its golden folder, ``<module path>/<class>.../<test>/`` (:func:`trace_group_for`);
-* a relative path in a setting, the plugin's and the ``graphcapture`` command's alike
-  (:func:`setting_path`).
-
-Every user-supplied part goes through :func:`keys.safe_name`.  Files whose name
-starts with a dot are ours in progress (atomic writes): :func:`is_hidden` tells
-readers to skip them.
+User-supplied parts go through :func:`keys.safe_name`; dot-files are writes in progress (:func:`is_hidden`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from .errors import TraceFormatError
 from .keys import UNKNOWN_BATCH_SIZE, CaptureKey, is_int, safe_name
@@ -33,13 +16,12 @@ from .keys import UNKNOWN_BATCH_SIZE, CaptureKey, is_int, safe_name
 PathLike = Union[str, "os.PathLike[str]"]
 
 TRACE_SUBDIR = "graph_capture_profile"
-TRACE_SUFFIXES = (".json", ".json.gz")
+_TRACE_SUFFIXES = (".json", ".json.gz")
 GOLDEN_SUFFIX = ".json"
 #: The full failure text a check writes beside the summaries it harvests with --golden-out.
 HARVEST_DIFF_NAME = "diff.txt"
 #: The kernel × batch-size picture, written into the harvest when the report cannot link a file beside it.
 HARVEST_PICTURE_NAME = "picture.html"
-MERGED_SUFFIX = "_merged.json.gz"
 #: The golden tree's setting, shared by the plugin's option and ``graphcapture accept``.
 GOLDEN_DIR_OPTION = "--golden-dir"
 GOLDEN_DIR_ENV = "GRAPH_CAPTURE_GOLDEN_DIR"
@@ -47,12 +29,8 @@ GOLDEN_DIR_DEFAULT = "goldens"
 
 
 def is_merged_trace(path: PathLike) -> bool:
-    """A merged multi-rank trace (``{stem}_merged.json.gz`` / ``{stem}-merged.json.gz``, or gunzipped).
-
-    It holds the traces of its ranks, which are read on their own, so readers of a
-    folder's summaries and traces skip it: read again, it would be an extra runner.
-    """
-    return Path(path).name.endswith(tuple(f"{sep}merged{suffix}" for sep in "_-" for suffix in TRACE_SUFFIXES))
+    """A merged multi-rank trace an older release wrote: readers of a folder skip it (it repeats its ranks' traces)."""
+    return Path(path).name.endswith(tuple(f"{sep}merged{suffix}" for sep in "_-" for suffix in _TRACE_SUFFIXES))
 
 
 def is_hidden(path: PathLike) -> bool:
@@ -63,13 +41,8 @@ def is_hidden(path: PathLike) -> bool:
 def setting_path(
     value: str, source: str, *, invocation_dir: PathLike, inipath: Optional[PathLike], rootdir: PathLike
 ) -> Path:
-    """The absolute path a setting's ``value`` names; ``source`` says where the value came from.
-
-    The rule is pytest's own: a path typed by the user (``option``, or an ``environment
-    variable …``) is relative to the directory the command was started in; a path written
-    in the ini file (``ini key …``) is relative to that file's directory, wherever the
-    command is started; a default is relative to the rootdir.  ``~`` is expanded.
-    """
+    """The absolute path a setting's ``value`` names, by pytest's rule for its ``source``: ``~`` expanded, and relative
+    to the invocation directory (option, environment), the ini file's directory (``ini …``) or the rootdir (default)."""
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
         if source == "default":
@@ -87,10 +60,7 @@ def setting_path(
 def trace_dir(base_dir: PathLike, group: Optional[str] = None) -> Path:
     """``<graph-capture-dir>/graph_capture_profile/[<group>/]``: where every trace is written.
 
-    ``group`` is a relative folder, ``/``-separated (:func:`trace_group_for`): each
-    component is :func:`~pytest_graphcapture.keys.safe_name`'d, so it cannot leave the
-    trace folder.
-    """
+    Each ``/``-separated component of ``group`` is :func:`safe_name`'d, so it cannot leave the trace folder."""
     folder = Path(base_dir) / TRACE_SUBDIR
     if not group:
         return folder
@@ -98,13 +68,8 @@ def trace_dir(base_dir: PathLike, group: Optional[str] = None) -> Path:
 
 
 def trace_group_for(nodeid: str, capture: int = 1) -> str:
-    """The trace folder of test ``nodeid`` below :data:`TRACE_SUBDIR`, as its golden folder below the platform.
-
-    Golden paths are unique per test, so trace paths are too: two tests capturing runners
-    of the same name never write the same file.  The test's ``capture``-th capture (from
-    2) goes to the sub-folder ``<capture>/``, so a test capturing the same runner twice
-    keeps both captures' traces.
-    """
+    """The trace folder of test ``nodeid``, as its golden folder (unique per test); its ``capture``-th capture from 2 in
+    ``<capture>/``, so no trace overwrites another."""
     parts = nodeid_components(nodeid) + ([str(capture)] if capture > 1 else [])
     return "/".join(parts)
 
@@ -127,19 +92,19 @@ def per_bs_trace_path(base_dir: PathLike, key: CaptureKey, group: Optional[str] 
     return trace_dir(base_dir, group) / trace_file_name(key)
 
 
-def single_trace_name(runner: str, rank: int) -> str:
+def _single_trace_name(runner: str, rank: int) -> str:
     """``cuda_graph_capture-{runner}-TP-{rank}.json.gz``: the one trace of a single-mode capture."""
     return f"cuda_graph_capture-{safe_name(runner)}-TP-{rank}.json.gz"
 
 
 def single_trace_path(base_dir: PathLike, runner: str, rank: int, group: Optional[str] = None) -> Path:
-    """:func:`single_trace_name` under :func:`trace_dir`."""
-    return trace_dir(base_dir, group) / single_trace_name(runner, rank)
+    """:func:`_single_trace_name` under :func:`trace_dir`."""
+    return trace_dir(base_dir, group) / _single_trace_name(runner, rank)
 
 
 def is_trace_path(path: PathLike) -> bool:
     """Whether ``path`` is named like a trace file (``.json`` or ``.json.gz``)."""
-    return Path(path).name.endswith(TRACE_SUFFIXES)
+    return Path(path).name.endswith(_TRACE_SUFFIXES)
 
 
 def trace_stem(path: PathLike) -> str:
@@ -167,16 +132,10 @@ def key_from_trace_name(
     batch_size: Optional[int] = None,
     unknown_ok: bool = False,
 ) -> CaptureKey:
-    """Capture key from a trace file name (``{runner}_bs_{bs}[_{variant}]_rank{r}.json.gz``).
+    """Capture key from a trace file name (``{runner}_bs_{bs}[_{variant}]_rank{r}.json.gz``), else from its parts.
 
-    Other names: runner = file stem; batch size from a ``bs_N``/``bs=N`` token in the
-    name, else from annotations such as ``step[DECODE bs=32]`` or ``capture_32_DECODE``;
-    rank from a ``rankN`` token or the trace's ``distributedInfo``, else 0.
-    ``batch_size`` sets the batch size whatever the name says (``--batch-size``); with
-    ``unknown_ok`` a trace that does not tell (or whose annotations name several batch
-    sizes) gets :data:`~keys.UNKNOWN_BATCH_SIZE` instead of an error (an eager trace, a
-    replay-only trace, a trace someone sent).
-    """
+    Other names: runner = stem; batch size from a ``bs_N`` token, else annotations (``bs=32``, ``capture_32_DECODE``);
+    rank from ``rankN`` or ``distributedInfo``. ``batch_size`` overrides; ``unknown_ok``: ``bs=?`` instead of an error."""
     if batch_size is not None:
         found = key_from_trace_name(path, annotations, trace, unknown_ok=True)
         return CaptureKey(found.runner, batch_size, found.variant, found.rank)
@@ -216,48 +175,6 @@ def key_from_trace_name(
     return CaptureKey(stem, batch, None, rank or 0)
 
 
-# --------------------------------------------------------------------------- per-rank traces and merging
-
-_PER_RANK = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?:\.gz)?$")
-_SINGLE_RANK = re.compile(r"^(?P<stem>.+)-TP-(?P<rank>\d+)\.json(?:\.gz)?$")
-
-
-@dataclass(frozen=True)
-class RankTrace:
-    """One per-rank trace file: its group stem, rank and path."""
-
-    stem: str
-    rank: int
-    path: Path
-    single: bool = False
-
-    @property
-    def merged_name(self) -> str:
-        return f"{self.stem}-merged.json.gz" if self.single else f"{self.stem}{MERGED_SUFFIX}"
-
-
-def parse_rank_trace(path: PathLike) -> Optional[RankTrace]:
-    """The :class:`RankTrace` of a per-rank trace file name, or None for other files."""
-    path = Path(path)
-    if is_hidden(path):
-        return None
-    for pattern, single in ((_PER_RANK, False), (_SINGLE_RANK, True)):
-        match = pattern.match(path.name)
-        if match:
-            return RankTrace(match["stem"], int(match["rank"]), path, single)
-    return None
-
-
-def group_rank_traces(paths: Iterable[PathLike]) -> dict[tuple[str, bool], dict[int, Path]]:
-    """``{(stem, single): {rank: path}}`` of the per-rank trace files among ``paths``."""
-    groups: dict[tuple[str, bool], dict[int, Path]] = {}
-    for path in paths:
-        parsed = parse_rank_trace(path)
-        if parsed is not None:
-            groups.setdefault((parsed.stem, parsed.single), {})[parsed.rank] = parsed.path
-    return groups
-
-
 # --------------------------------------------------------------------------- goldens
 
 
@@ -268,13 +185,9 @@ def golden_file_name(key: CaptureKey, *, explicit_rank: bool = False) -> str:
 
 
 def nodeid_components(nodeid: str) -> list[str]:
-    """Path components of a test ``nodeid`` below the platform folder.
+    """Path components of a test ``nodeid`` below the platform folder, each :func:`safe_name`'d (nothing escapes).
 
-    ``tests/models/test_x.py::TestA::test_b[ü/1]`` → ``["tests", "models", "test_x.py",
-    "TestA", "test_b_u_1-<hash>"]``.  Parametrize ids (which may contain ``::`` or ``/``)
-    stay in the last component.  Every component is :func:`safe_name`'d, so ``..``,
-    absolute paths and separators cannot escape.
-    """
+    ``tests/test_x.py::TestA::test_b[ü/1]`` → ``["tests", "test_x.py", "TestA", "test_b_u_1-<hash>"]``."""
     module, sep, rest = str(nodeid).partition("::")
     # A module part with no usable component (only separators or dots) still gets a folder of its own.
     parts = [safe_name(p) for p in module.replace("\\", "/").split("/") if p not in ("", ".")] or [safe_name(module)]

@@ -1,2 +1,1 @@
-"""Tools on top of the engine and the goldens: the ``graphcapture`` CLI, the kernel × batch-size matrix,
-the HTML picture and the merging of per-rank traces."""
+"""The ``graphcapture`` command and what it draws: summaries, diffs, matrices, pictures, accepting goldens."""

@@ -1,20 +1,7 @@
-"""``graphcapture accept HARVEST_DIR``: bring goldens written by ``--golden-out`` into the golden tree.
+"""``graphcapture accept HARVEST_DIR``: bring goldens written by ``--golden-out`` into the golden tree, all or nothing.
 
-Accepting writes the golden tree, so it takes the tree's write lock
-(:class:`~pytest_graphcapture.golden.store.GoldenLock`) and is refused, with the
-same line, while a ``pytest --update-golden`` run holds it (``--dry-run`` writes
-nothing and takes no lock).
-
-Every file under HARVEST_DIR is checked before anything is written: it must sit in
-the golden layout (``<platform>/<test path>/<test>/<runner>_bs_<bs>[_<variant>][_rank<r>].json``,
-the platform folder and file name matching the summary inside), be a valid
-golden and encode as a golden file (JSON, UTF-8), and the golden it replaces must
-be readable.  Any file that fails is refused, by name, and nothing is written.  Then
-each key is reported as created, changed (with its diff, as a failing check prints
-it) or unchanged, and written atomically.  If a write fails or the run is
-interrupted (Ctrl-C), the files already written are put back, so nothing is ever
-half-applied; if putting back is itself interrupted, the error names the goldens
-left with the harvest's version and the command that finishes accepting them.
+Every file is checked (layout, content, the golden it replaces) before any is written, under the tree's write lock;
+a failed write or Ctrl-C puts back what was written, or names the goldens left and the command that finishes.
 """
 
 from __future__ import annotations
@@ -31,23 +18,21 @@ from ..golden import store
 from ..golden.store import GoldenLock
 from ..keys import UNKNOWN_BATCH_SIZE, safe_name
 from ..naming import GOLDEN_SUFFIX, HARVEST_DIFF_NAME, HARVEST_PICTURE_NAME, golden_file_name, is_hidden
-from .dirdiff import describe_differences
+from .matrix import describe_differences
 
 
 @dataclass
-class Planned:
-    """One harvested golden: where it goes, what accepting it does, and the bytes before and after."""
+class _Planned:
+    """One harvested golden: where it goes, what accepting it does (created/changed/unchanged), its bytes after and before."""
 
     rel: str
     source: Path
     target: Path
     data: dict
-    action: str  # created / changed / unchanged
+    action: str
     diff: list[str] = field(default_factory=list)
-    #: The golden file's bytes once accepted, encoded while planning.
     raw: bytes = b""
-    #: The target's bytes now (None: no golden yet): what a failed accept puts back.
-    before: Optional[bytes] = None
+    before: Optional[bytes] = None  # None: no golden yet
 
 
 def _layout_problem(rel: Path, data: dict) -> Optional[str]:
@@ -69,7 +54,7 @@ def _layout_problem(rel: Path, data: dict) -> Optional[str]:
     return None
 
 
-def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[Planned]:
+def _plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[_Planned]:
     """Check every harvested file and work out what accepting it does; UsageError naming every refused file."""
     harvest, golden_dir = Path(harvest), Path(golden_dir)
     if not harvest.is_dir():
@@ -87,7 +72,7 @@ def plan(harvest: Path, golden_dir: Path, only: Optional[str] = None) -> list[Pl
         what = f" matching --only {only!r}" if only is not None else ""
         raise UsageError(f"{harvest}: no harvested goldens{what}")
     refused: list[str] = []
-    planned: list[Planned] = []
+    planned: list[_Planned] = []
     for path in files:
         rel = path.relative_to(harvest)
         try:
@@ -125,30 +110,26 @@ def _current_bytes(target: Path) -> Optional[bytes]:
         raise GoldenError(target, f"the golden it replaces, {target}, cannot be read: {exc.strerror or exc}") from None
 
 
-def _action(rel: str, source: Path, target: Path, data: dict, before: Optional[bytes]) -> Planned:
+def _action(rel: str, source: Path, target: Path, data: dict, before: Optional[bytes]) -> _Planned:
     if before is None:
-        return Planned(rel, source, target, data, "created")
+        return _Planned(rel, source, target, data, "created")
     try:
         old = store.load_golden_dict(target)
         expected = store.summary_from_dict(old, target)
     except GoldenError as exc:
-        return Planned(rel, source, target, data, "changed", [f"the current golden is unreadable: {exc.problem}"])
+        return _Planned(rel, source, target, data, "changed", [f"the current golden is unreadable: {exc.problem}"])
     if store.same_content(old, data):
         # Same content: the golden keeps the environment that produced it, whatever the harvest ran in.
-        return Planned(rel, source, target, data, "unchanged")
+        return _Planned(rel, source, target, data, "unchanged")
     lines = describe_differences(expected, store.summary_from_dict(data, source))
     if old.get("launch_budget") != data.get("launch_budget"):
         lines.append(f"~ launch_budget: {old.get('launch_budget')} → {data.get('launch_budget')}")
-    return Planned(rel, source, target, data, "changed", lines)
+    return _Planned(rel, source, target, data, "changed", lines)
 
 
-def _put_back(started: list[Planned], golden_dir: Path) -> list[Planned]:
-    """Restore the goldens of ``started`` to their bytes before; return those that could not be.
-
-    A golden that cannot be restored does not stop the others; a second Ctrl-C
-    does, and what was not yet put back is returned with it, for the message.
-    """
-    left: list[Planned] = []
+def _put_back(started: list[_Planned], golden_dir: Path) -> list[_Planned]:
+    """Restore the goldens of ``started``; return those that could not be (a second Ctrl-C stops and returns the rest)."""
+    left: list[_Planned] = []
     pending = list(reversed(started))
     for done, item in enumerate(pending):
         try:
@@ -163,7 +144,7 @@ def _put_back(started: list[Planned], golden_dir: Path) -> list[Planned]:
     return left
 
 
-def _after_failure(head: str, started: list[Planned], golden_dir: Path, finish: str) -> str:
+def _after_failure(head: str, started: list[_Planned], golden_dir: Path, finish: str) -> str:
     """Put back what was written; the one-line account of the tree: ``head``, then what happened to it."""
     left = _put_back(started, golden_dir)
     if not left:
@@ -173,15 +154,12 @@ def _after_failure(head: str, started: list[Planned], golden_dir: Path, finish: 
     return f"{head}; putting back stopped: {count} the harvest's version ({names}); finish accepting with: {finish}"
 
 
-def apply(planned: list[Planned], golden_dir: Path, *, finish: str = "graphcapture accept") -> None:
-    """Write every created or changed golden; on any failure put back the ones already written, then raise.
+def _apply(planned: list[_Planned], golden_dir: Path, *, finish: str = "graphcapture accept") -> None:
+    """Write every created or changed golden; on a failure (UsageError) or Ctrl-C put back those written, then raise.
 
-    A write failure is a UsageError; Ctrl-C stays a KeyboardInterrupt, its text
-    saying what happened to the tree.  ``finish`` is the command that accepts the
-    harvest again, named when putting back cannot complete.
-    """
+    ``finish`` is the command that accepts the harvest again, named when putting back cannot complete."""
     writes = [item for item in planned if item.action != "unchanged"]
-    started: list[Planned] = []
+    started: list[_Planned] = []
     try:
         for item in writes:
             started.append(item)  # before writing: an interruption right after the rename is put back too
@@ -217,7 +195,7 @@ def accept(harvest: Path, golden_dir: Path, *, only: Optional[str] = None, dry_r
 
 
 def _accept(harvest: Path, golden_dir: Path, only: Optional[str], dry_run: bool) -> list[str]:
-    planned = plan(harvest, golden_dir, only)
+    planned = _plan(harvest, golden_dir, only)
     lines: list[str] = []
     for item in planned:
         lines.append(f"{item.action:<9} {item.rel}")
@@ -227,6 +205,6 @@ def _accept(harvest: Path, golden_dir: Path, only: Optional[str], dry_run: bool)
     if dry_run:
         lines.append(f"dry run: {tally} in {golden_dir}; nothing written")
     else:
-        apply(planned, golden_dir, finish=_command(harvest, golden_dir, only))
+        _apply(planned, golden_dir, finish=_command(harvest, golden_dir, only))
         lines.append(f"accepted into {golden_dir}: {tally}")
     return lines

@@ -1,22 +1,19 @@
-"""The kernel × batch-size matrix, and loading summaries from whatever a user points at.
+"""Summaries from whatever a user points at, and the kernel × batch-size matrix and key-by-key diff of them.
 
-:func:`load_summaries` reads a summary JSON file, a trace (one summary per key) or a graph dump, for
-every command; :func:`kernel_matrix` turns
-the summaries of one runner/variant/rank into the table that ``graphcapture show``
-prints (:func:`render_matrix_text`) and the HTML picture draws; :func:`collect`
-finds every summary and trace under a folder, recursively, for both.
+:func:`load_summaries` reads a summary JSON, a trace (one summary per key) or a graph dump; :func:`diff_keys` compares two trees key by key.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
 from .._io import JSONProblem, is_scratch, loads_strict, require_regular
 from ..errors import GraphCaptureError, TraceFormatError, UsageError
+from ..golden.diff import compare_dicts
 from ..golden.store import migrate
-from ..keys import UNKNOWN_BATCH_SIZE, batch_size_text
+from ..keys import UNKNOWN_BATCH_SIZE, CaptureKey, batch_size_text, key_label
 from ..naming import is_merged_trace
 from ..summary.dot import summarize_dot_file
 from ..summary.files import is_graph_dump, summarize_trace_keys
@@ -34,12 +31,9 @@ def load_summaries(
     batch_size: Optional[int] = None,
     batch_sizes: Optional[Sequence[int]] = None,
 ) -> list[Summary]:
-    """The summaries in a summary JSON file (one, or a list), a graph dump, or a trace: one per capture key.
+    """The summaries in a summary JSON file (one, or a list), a graph dump, or a trace (one per key, as ``check`` splits it).
 
-    A trace is split into its keys as ``graphcapture check`` splits it
-    (:func:`~..summary.split.summarize_trace_keys`, read in slices); ``batch_sizes``
-    maps a single-capture trace's windows to sizes.  ``batch_size`` names the size of
-    a one-key trace or dump (whatever its name says) and of a summary whose key says ``bs=?``.
+    ``batch_sizes`` maps a single-capture trace's windows; ``batch_size`` names a one-key trace's or a ``bs=?`` summary's size.
     """
     path = Path(path)
     if path.is_dir():
@@ -69,10 +63,7 @@ def load_summaries(
 
 
 def _looks_like_summary(path: Path) -> bool:
-    """Whether the file's first bytes are a summary's (``schema_version`` and no ``traceEvents``): read it whole.
-
-    A trace is read in slices instead; its whole text is never parsed into objects here.
-    """
+    """Whether the file's first bytes are a summary's (``schema_version``, no ``traceEvents``): then it is read whole."""
     try:
         head = next(trace_blocks(path, resolve_max_bytes(None), _HEAD_BYTES), b"")
     except GraphCaptureError:
@@ -80,7 +71,6 @@ def _looks_like_summary(path: Path) -> bool:
     return b'"schema_version"' in head and b'"traceEvents"' not in head
 
 
-#: Bytes looked at to tell a summary JSON file from a trace: a summary's identity fields come first.
 _HEAD_BYTES = 64 * 1024
 
 
@@ -108,7 +98,7 @@ def path_kind(path: PathLike) -> str:
     return "a special file" if path.exists() else "missing"
 
 
-def require_directory(path: PathLike) -> Path:
+def _require_directory(path: PathLike) -> Path:
     """``path`` when it is a directory; otherwise a TraceFormatError saying what it is instead."""
     path = Path(path)
     kind = path_kind(path)
@@ -128,11 +118,9 @@ def coarsest(levels: Iterable[str]) -> str:
 
 
 def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
-    """Kernel × batch-size table data for summaries of one runner/variant/rank.
+    """``(batch sizes ascending, rows {"name", "kind", "counts": {bs: count}})`` of one runner/variant/rank's summaries.
 
-    Returns ``(batch_sizes, rows)``: batch sizes ascending, and one row per kernel
-    ``{"name", "kind", "counts": {batch_size: count}}`` (grid/block variants summed),
-    sorted by name then kind.  Two summaries for one batch size are a usage error.
+    Launch shapes are summed; two summaries for one batch size are a usage error.
     """
     by_bs: dict[int, Summary] = {}
     for summary in summaries:
@@ -151,10 +139,7 @@ def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
 
 
 def op_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
-    """Op × batch-size table data (every shape of an op summed), shaped like :func:`kernel_matrix`'s.
-
-    What a CPU capture's goldens compare: it launches no kernels, so its table is its ops.
-    """
+    """Op × batch-size table data (an op's shapes summed), like :func:`kernel_matrix`'s: a CPU capture's table."""
     batch_sizes = sorted({s.key.batch_size for s in summaries})
     rows: dict[str, dict] = {}
     for summary in summaries:
@@ -163,6 +148,18 @@ def op_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
             bs = summary.key.batch_size
             row["counts"][bs] = row["counts"].get(bs, 0) + int(entry["count"])
     return batch_sizes, [rows[k] for k in sorted(rows)]
+
+
+def table_key(folder: str, summary: Summary) -> tuple:
+    """The table a summary shows in: ``(folder, runner, variant, rank, platform)``."""
+    key = summary.key
+    return (folder, key.runner, key.variant_name or "", key.rank, summary.platform)
+
+
+def table_title(table: tuple, level: str) -> str:
+    folder, runner, variant, rank, platform = table
+    where = f"{folder} — " if folder not in ("", ".") else ""
+    return f"{where}{runner}{f' [{variant}]' if variant else ''} rank {rank}, {platform}, level {level}"
 
 
 def render_matrix_text(
@@ -199,7 +196,7 @@ def collect(
     batch_sizes: Optional[Sequence[int]] = None,
 ) -> list[tuple[str, Summary]]:
     """``(folder relative to root, Summary)`` for each summary, and each key of each trace, under ``root``."""
-    root = require_directory(root)
+    root = _require_directory(root)
     pairs = []
     for path in _summary_files(root, recursive=recursive):
         folder = path.parent.relative_to(root).as_posix()
@@ -222,3 +219,161 @@ def collect_tree(
     if not found:
         raise TraceFormatError(Path(directory), "contains no summary JSON or trace files (*.json, *.json.gz)")
     return found
+
+
+# --------------------------------------------------------------------------- two trees, key by key
+
+_LEGEND = "+n only in B, -n only in A, a→b count changed, ~ same count but op shapes changed, . unchanged"
+
+_Ident = tuple[str, CaptureKey]
+
+
+def describe_differences(expected: Summary, actual: Summary) -> list[str]:
+    """Lines saying how ``actual`` differs from ``expected``: identity fields, then the golden diff's changes."""
+    lines = [
+        f"~ {name}: {getattr(expected, name)} → {getattr(actual, name)}"
+        for name in ("schema_version", "platform", "level")
+        if getattr(expected, name) != getattr(actual, name)
+    ]
+    if expected.key != actual.key:
+        lines.append(f"~ key: {expected.key} → {actual.key}")
+    if (expected.complete, expected.incomplete_reason) != (actual.complete, actual.incomplete_reason):
+        lines.append(
+            f"~ complete: {expected.complete} ({expected.incomplete_reason}) → "
+            f"{actual.complete} ({actual.incomplete_reason})"
+        )
+    diff = compare_dicts(expected.to_dict(), actual.to_dict(), actual.key)
+    lines += [line.strip() for line in diff.render(width=None)[1:]]
+    return lines
+
+
+def keyed(pairs: list[tuple[str, Summary]], where: object) -> dict[_Ident, Summary]:
+    """``{(folder, key): summary}`` of :func:`collect`'s pairs; a key found twice in a folder is refused."""
+    found: dict[_Ident, Summary] = {}
+    for folder, summary in pairs:
+        ident = (folder, summary.key)
+        if ident in found:
+            place = where if folder in ("", ".") else f"{where}/{folder}"
+            raise UsageError(f"{place} holds the key {summary.key} twice (two files, or twice in one trace); keep one")
+        found[ident] = summary
+    return found
+
+
+def _counts(summary: Summary) -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for entry in summary.kernels:
+        row = (entry.get("kind", "kernel"), entry["name"])
+        counts[row] = counts.get(row, 0) + int(entry["count"])
+    for entry in summary.ops:
+        row = ("op", entry["name"])
+        counts[row] = counts.get(row, 0) + int(entry["count"])
+    return counts
+
+
+def _shapes(summary: Summary, name: str) -> list:
+    return sorted((repr(e["input_dims"]), repr(e["input_types"]), e["count"]) for e in summary.ops if e["name"] == name)
+
+
+def _changed_cells(a: Summary, b: Summary) -> dict[tuple[str, str], str]:
+    """``{(kind, name): cell}`` of the kernels and ops that differ between two summaries of one key."""
+    old, new = _counts(a), _counts(b)
+    cells = {}
+    for row in sorted(set(old) | set(new)):
+        x, y = old.get(row, 0), new.get(row, 0)
+        if x == y:
+            if row[0] == "op" and _shapes(a, row[1]) != _shapes(b, row[1]):
+                cells[row] = "~"
+        elif not x:
+            cells[row] = f"+{y}"
+        elif not y:
+            cells[row] = f"-{x}"
+        else:
+            cells[row] = f"{x}→{y}"
+    return cells
+
+
+@dataclass
+class _DirDiff:
+    """The comparison of two directories: equal when :attr:`lines` hold no change."""
+
+    level: str
+    compared: int = 0
+    differing: list[_Ident] = field(default_factory=list)
+    only_a: list[_Ident] = field(default_factory=list)
+    only_b: list[_Ident] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return not (self.differing or self.only_a or self.only_b)
+
+
+def _group_title(folder: str, key: CaptureKey) -> str:
+    where = f"{folder}: " if folder != "." else ""
+    variant = f" [{key.variant}]" if key.variant is not None else ""
+    return f"{where}{key.runner}{variant} rank {key.rank}"
+
+
+def diff_keys(
+    a: dict[_Ident, Summary], b: dict[_Ident, Summary], name_a: object, name_b: object, *, level: Optional[str] = None
+) -> _DirDiff:
+    """Compare the summaries of ``a`` and ``b`` key by key: two trees, or two traces of several keys."""
+    target = coarsest([s.level for s in list(a.values()) + list(b.values())] + ([level] if level else []))
+    result = _DirDiff(target)
+    groups: dict[tuple, dict[int, dict]] = {}
+    per_key: list[str] = []
+    for ident in sorted(
+        set(a) | set(b), key=lambda i: (i[0], i[1].runner, i[1].variant or "", i[1].rank, i[1].batch_size)
+    ):
+        folder, key = ident
+        group = groups.setdefault((folder, key.runner, key.variant or "", key.rank), {})
+        if ident not in b:
+            result.only_a.append(ident)
+            continue
+        if ident not in a:
+            result.only_b.append(ident)
+            continue
+        result.compared += 1
+        old, new = a[ident].normalized(target), b[ident].normalized(target)
+        if old == new:
+            continue
+        result.differing.append(ident)
+        group[key.batch_size] = _changed_cells(old, new)
+        per_key.append(f"{_group_title(folder, key)} {key_label(key)}:")
+        per_key += [f"  {line}" for line in describe_differences(old, new)]
+    lines = [f"A: {name_a}", f"B: {name_b}", f"level {target}; {_LEGEND}"]
+    for (folder, runner, variant, rank), changed in groups.items():
+        key = CaptureKey(runner, 1, variant or None, rank)
+        only = [
+            f"only in {side}: "
+            + ", ".join(key_label(i[1]) for i in idents if i[0] == folder and _same_group(i[1], key))
+            for side, idents in (("A", result.only_a), ("B", result.only_b))
+            if any(i[0] == folder and _same_group(i[1], key) for i in idents)
+        ]
+        if not changed and not only:
+            continue
+        lines.append("")
+        if changed:
+            batch_sizes = sorted(changed)
+            rows = sorted({row for cells in changed.values() for row in cells})
+            table = [
+                {"name": name, "kind": kind, "counts": {bs: changed[bs].get((kind, name), ".") for bs in batch_sizes}}
+                for kind, name in rows
+            ]
+            lines += render_matrix_text(_group_title(folder, key), batch_sizes, table)
+        else:
+            lines.append(_group_title(folder, key))
+        lines += [f"  {text}" for text in only]
+    if per_key:
+        lines += ["", "per key:"] + per_key
+    lines += [
+        "",
+        f"{result.compared} keys in both, {len(result.differing)} differ, "
+        f"{len(result.only_a)} only in A, {len(result.only_b)} only in B (level {target})",
+    ]
+    result.lines = lines
+    return result
+
+
+def _same_group(key: CaptureKey, other: CaptureKey) -> bool:
+    return (key.runner, key.variant, key.rank) == (other.runner, other.variant, other.rank)

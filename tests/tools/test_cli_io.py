@@ -6,6 +6,7 @@ Run as users run it (``python -m pytest_graphcapture``) where the process matter
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -15,11 +16,15 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, summary_dict
-from test_merge import rank_trace, write
 
 from pytest_graphcapture import __version__
 from pytest_graphcapture.summary.tracefile import too_deep
 from pytest_graphcapture.tools.cli import main
+
+
+def write(path: Path, trace: dict) -> Path:
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    return path
 
 
 def cli(*args: str, timeout: float = 60, shell: str = "") -> subprocess.CompletedProcess:
@@ -94,31 +99,6 @@ def test_version(capsys: pytest.CaptureFixture) -> None:
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"graphcapture (pytest-graphcapture) {__version__}"
-
-
-def test_merge_warns_about_missing_ranks_and_skipped_sizes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    write(tmp_path / "M_bs_4_rank0.json.gz", rank_trace(0, 1_000_000_000, 100.0))
-    write(tmp_path / "M_bs_4_rank7.json.gz", rank_trace(7, 1_000_000_000, 100.0))
-    write(tmp_path / "M_bs_8_rank1.json.gz", rank_trace(1, 1_000_000_000, 100.0))
-    assert main(["merge", str(tmp_path)]) == 0
-    captured = capsys.readouterr()
-    assert captured.out.strip() == str(tmp_path / "M_bs_4_merged.json.gz")
-    assert captured.err.splitlines() == [
-        "graphcapture merge: warning: M_bs_4_merged.json.gz: ranks 1-6 missing (merged ranks 0, 7)",
-        "graphcapture merge: warning: M_bs_8_merged.json.gz: not written, only rank 1 has a trace "
-        "(M_bs_8_rank1.json.gz)",
-    ]
-
-
-def test_merge_into_a_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    write(tmp_path / "M_bs_4_rank0.json.gz", rank_trace(0, 1_000_000_000, 100.0))
-    write(tmp_path / "M_bs_4_rank1.json.gz", rank_trace(1, 1_000_000_000, 100.0))
-    (tmp_path / "afile").write_text("x")
-    assert main(["merge", str(tmp_path), "--out-dir", str(tmp_path / "afile")]) == 2
-    err = capsys.readouterr().err
-    assert err.strip() == (
-        f"graphcapture merge: error: {tmp_path / 'afile'}: is a file, expected a folder for the merged traces (--out-dir)"
-    )
 
 
 def _eager_trace(kernel: str) -> dict:

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphcapture.tools.cli import main
-from pytest_graphcapture.tools.terminal import printable
+from pytest_graphcapture.tools.cli import main, printable
 
 # A colour change, a window-title change (OSC), the one-byte CSI, a cursor-up, and a right-to-left override.
 HOSTILE = [
