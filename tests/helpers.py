@@ -248,3 +248,12 @@ def engine_traces():
     spec.loader.exec_module(module)
     module.SOURCE = source
     return module
+
+
+def check_cli(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:
+    """``graphcapture check ARGS`` in this process: exit code, stdout, stderr."""
+    from pytest_graphcapture.tools.cli import main
+
+    code = main(["check", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err

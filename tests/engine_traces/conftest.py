@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import shutil
 from pathlib import Path
 
 import pytest
 from helpers import engine_traces
+
+from pytest_graphcapture.golden.store import CI_VARIABLES
+from pytest_graphcapture.tools.cli import main
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +40,22 @@ def built(make_traces, capture, tmp_path_factory):
         return cache[key]
 
     return build
+
+
+@pytest.fixture(scope="module")
+def baseline(built, tmp_path_factory):
+    """The golden tree ``--update`` writes from the vLLM-layout traces, written once for the module."""
+    golden = tmp_path_factory.mktemp("baseline") / "goldens"
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        for name in CI_VARIABLES:  # outside any test, so tests/conftest.py has not taken CI's variables away
+            patch.delenv(name, raising=False)
+        code = main(["check", str(built("vllm")), "--golden-dir", str(golden), "--update"])
+    assert code == 0, out.getvalue()
+    return golden
+
+
+@pytest.fixture
+def goldens(tmp_path, baseline):
+    """A copy of the baseline golden tree of its own for each test (tests change and update it)."""
+    return Path(shutil.copytree(baseline, tmp_path / "goldens"))

@@ -2,42 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
-import shutil
-from pathlib import Path
 
-import pytest
+from helpers import check_cli as check
 
-from pytest_graphcapture.golden.store import CI_VARIABLES
 from pytest_graphcapture.tools.cli import main
-
-
-def check(capsys, *args) -> tuple[int, str, str]:
-    code = main(["check", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture(scope="module")
-def baseline(built, tmp_path_factory):
-    """The golden tree ``--update`` writes from the vLLM-layout traces, written once for the module."""
-    golden = tmp_path_factory.mktemp("baseline") / "goldens"
-    out = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        for name in CI_VARIABLES:  # outside any test, so tests/conftest.py has not taken CI's variables away
-            patch.delenv(name, raising=False)
-        code = main(["check", str(built("vllm")), "--golden-dir", str(golden), "--update"])
-    assert code == 0, out.getvalue()
-    return golden
-
-
-@pytest.fixture
-def goldens(tmp_path, baseline):
-    """A copy of the baseline golden tree of its own for each test (tests change and update it)."""
-    return Path(shutil.copytree(baseline, tmp_path / "goldens"))
 
 
 def failure_lines(out: str) -> list[str]:

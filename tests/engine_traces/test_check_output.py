@@ -3,46 +3,19 @@ file, a report that adds to the step summary, and goldens rewritten only for wha
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers import check_cli as check
 
 from pytest_graphcapture.golden.change import MAX_LINE_WIDTH
-from pytest_graphcapture.golden.store import CI_VARIABLES
 from pytest_graphcapture.tools.cli import main
 
 FOLDER = Path("rocm-gfx942") / "engine-traces"
 #: How a change line separates its entries, old from new, and the op from its kernels; a cut keeps every one.
 SEPARATORS = re.compile(r"(; | → |: )")
-
-
-def check(capsys, *args) -> tuple[int, str, str]:
-    code = main(["check", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture(scope="module")
-def baseline(built, tmp_path_factory):
-    """The golden tree ``--update`` writes from the vLLM-layout traces, written once for the module."""
-    golden = tmp_path_factory.mktemp("baseline") / "goldens"
-    out = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        for name in CI_VARIABLES:
-            patch.delenv(name, raising=False)
-        code = main(["check", str(built("vllm")), "--golden-dir", str(golden), "--update"])
-    assert code == 0, out.getvalue()
-    return golden
-
-
-@pytest.fixture
-def goldens(tmp_path, baseline):
-    return Path(shutil.copytree(baseline, tmp_path / "goldens"))
 
 
 def edit_goldens(goldens: Path, edit) -> None:

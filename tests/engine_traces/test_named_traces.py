@@ -13,20 +13,13 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import check_cli as check
 from helpers import run
-
-from pytest_graphcapture.tools.cli import main
 
 TEST = """
 def test_engine(golden):
     golden.check_traces({traces!r})
 """
-
-
-def check(capsys, *args) -> tuple[int, str, str]:
-    code = main(["check", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def contents(folder: Path) -> dict:

@@ -13,23 +13,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import check_cli as check
 
 from pytest_graphcapture.errors import TraceFormatError
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.files import summarize_trace_keys
 from pytest_graphcapture.summary.model import graph_count
-from pytest_graphcapture.tools.cli import main
 
 TEST = """
 def test_engine_capture(golden):
     golden.check_traces({traces!r}, **{kwargs!r})
 """
-
-
-def check(capsys, *args) -> tuple[int, str, str]:
-    code = main(["check", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def gate_in_pytest(pytester, traces: Path, **kwargs):
