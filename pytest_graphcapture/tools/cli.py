@@ -247,20 +247,24 @@ def build_parser() -> argparse.ArgumentParser:
     _batch_size_option(p)
     p.set_defaults(func=_cmd_diff)
 
-    p = sub.add_parser("show", help="text table of kernels x batch sizes for a directory")
-    p.add_argument("directory", metavar="DIR")
+    what = (
+        "table of a directory's kernels (GPU) or ops (CPU, which records no kernels) by batch size: text, "
+        "or an HTML picture with --html; rows changed first (--against), compute ops before view ops, then by name"
+    )
+    p = sub.add_parser("show", help=what, description=what)
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help="folder of summary JSON and trace files (*.json, *.json.gz), searched recursively: "
+        "one table per folder/runner/variant/rank/platform",
+    )
     p.add_argument("--level", choices=LEVELS, default=None, help="normalize kernel names to this level")
     _batch_size_option(p)
-    p.add_argument(
-        "--html",
-        metavar="OUT.html",
-        help="write a self-contained HTML picture of the matrix instead "
-        "(DIR is then searched recursively, one table per folder/runner/variant/rank)",
-    )
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML picture of the tables instead")
     p.add_argument(
         "--against",
         metavar="GOLDEN_DIR",
-        help="with --html: highlight kernels added, removed or "
+        help="with --html: highlight kernels and ops added, removed or "
         "changed against the goldens in the same folders under GOLDEN_DIR",
     )
     p.set_defaults(func=_cmd_show)

@@ -11,6 +11,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from .._io import JSONProblem, is_scratch, loads_strict, require_regular
 from ..errors import GraphCaptureError, TraceFormatError, UsageError
+from ..golden.change import DEFAULT_CLASSES
 from ..golden.diff import compare_dicts
 from ..golden.store import migrate
 from ..keys import UNKNOWN_BATCH_SIZE, CaptureKey, batch_size_text, key_label
@@ -135,7 +136,7 @@ def kernel_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
             kind = entry.get("kind", "kernel")
             row = rows.setdefault((entry["name"], kind), {"name": entry["name"], "kind": kind, "counts": {}})
             row["counts"][bs] = row["counts"].get(bs, 0) + entry["count"]
-    return batch_sizes, [rows[k] for k in sorted(rows)]
+    return batch_sizes, sorted(rows.values(), key=lambda r: row_order(r["name"], r["kind"]))
 
 
 def op_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
@@ -147,7 +148,13 @@ def op_matrix(summaries: Sequence[Summary]) -> tuple[list[int], list[dict]]:
             row = rows.setdefault(entry["name"], {"name": entry["name"], "kind": "op", "counts": {}})
             bs = summary.key.batch_size
             row["counts"][bs] = row["counts"].get(bs, 0) + int(entry["count"])
-    return batch_sizes, [rows[k] for k in sorted(rows)]
+    return batch_sizes, sorted(rows.values(), key=lambda r: row_order(r["name"], r["kind"]))
+
+
+def row_order(name: str, kind: str, changed: bool = False) -> tuple:
+    """Where a row shows in ``show``'s text and the picture alike: changed first, ops as a failure lists them
+    (compute first, view/metadata last), then by name."""
+    return (not changed, DEFAULT_CLASSES.rank(name) if kind == "op" else (0, 0), name, kind)
 
 
 def table_key(folder: str, summary: Summary) -> tuple:

@@ -10,9 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from ..golden.change import DEFAULT_CLASSES
 from ..keys import batch_size_text
-from .matrix import PathLike, at_level, coarsest, collect, collect_tree, kernel_matrix, table_key, table_title
+from .matrix import (
+    PathLike,
+    at_level,
+    coarsest,
+    collect,
+    collect_tree,
+    kernel_matrix,
+    op_matrix,
+    row_order,
+    table_key,
+    table_title,
+)
 
 #: Cell / row states against the goldens.
 _SAME, _ADDED, _REMOVED, _CHANGED, _NO_GOLDEN = "same", "added", "removed", "changed", "no-golden"
@@ -79,18 +89,14 @@ class _Table:
         return out
 
 
-def _op_matrix(summaries: Sequence) -> tuple[dict[tuple, dict[int, int]], dict[str, dict[int, tuple]]]:
-    """``({(op name, "op"): {bs: count}}, {op name: {bs: shapes}})``: counts sum an op's shapes; shapes tell a shape-only change."""
-    counts: dict[tuple, dict[int, int]] = {}
+def _op_shapes(summaries: Sequence) -> dict[str, dict[int, tuple]]:
+    """``{op name: {bs: ((shape text, count), ...)}}``: the shapes that tell a shape-only change."""
     shapes: dict[str, dict[int, list]] = {}
     for summary in summaries:
-        bs = summary.key.batch_size
         for entry in summary.ops:
-            row = counts.setdefault((entry["name"], "op"), {})
-            row[bs] = row.get(bs, 0) + int(entry["count"])
             signature = (_shape_text(entry), int(entry["count"]))
-            shapes.setdefault(entry["name"], {}).setdefault(bs, []).append(signature)
-    return counts, {name: {bs: tuple(sorted(s)) for bs, s in per_bs.items()} for name, per_bs in shapes.items()}
+            shapes.setdefault(entry["name"], {}).setdefault(summary.key.batch_size, []).append(signature)
+    return {name: {bs: tuple(sorted(s)) for bs, s in per_bs.items()} for name, per_bs in shapes.items()}
 
 
 def _shape_text(entry: dict) -> str:
@@ -142,10 +148,7 @@ def _merge_rows(
         row.golden_shapes = dict((golden_shapes or {}).get(name, {}))
         row.state = _row_state(row, golden_sizes)
         rows.append(row)
-    # Changed rows first (read at a glance), then the rest; ops by class as a failure lists
-    # them (compute first, view/metadata last), then by name.
-    rank = (lambda r: DEFAULT_CLASSES.rank(r.name)) if shapes is not None else (lambda r: (0, 0))
-    return sorted(rows, key=lambda r: (r.state == _SAME, rank(r), r.name, r.kind))
+    return sorted(rows, key=lambda r: row_order(r.name, r.kind, r.state != _SAME))
 
 
 def build_tables(
@@ -176,13 +179,9 @@ def build_tables(
     for (folder, runner, variant, rank, platform), (now, before) in sorted(groups.items()):
         sizes, kernel_rows = kernel_matrix(now)
         golden_sizes, golden_rows = kernel_matrix(before) if before else ([], [])
-        kernels = _merge_rows(
-            {(r["name"], r["kind"]): r["counts"] for r in kernel_rows},
-            {(r["name"], r["kind"]): r["counts"] for r in golden_rows},
-            set(golden_sizes),
-        )
-        (now_ops, now_shapes), (old_ops, old_shapes) = _op_matrix(now), _op_matrix(before)
-        ops = _merge_rows(now_ops, old_ops, set(golden_sizes), now_shapes, old_shapes)
+        kernels = _merge_rows(_by_row(kernel_rows), _by_row(golden_rows), set(golden_sizes))
+        now_ops, old_ops = _by_row(op_matrix(now)[1]), _by_row(op_matrix(before)[1])
+        ops = _merge_rows(now_ops, old_ops, set(golden_sizes), _op_shapes(now), _op_shapes(before))
         incomplete = {s.key.batch_size: s.incomplete_reason or "no reason given" for s in now if not s.complete}
         group, sizes = (folder, runner, variant, rank, platform), sorted(set(sizes) | set(golden_sizes))
         unmatched = None if before or not compared else _why_no_golden(group, golden_groups)
@@ -203,6 +202,10 @@ def build_tables(
             )
         )
     return tables
+
+
+def _by_row(rows: list[dict]) -> dict[tuple, dict[int, int]]:
+    return {(r["name"], r["kind"]): r["counts"] for r in rows}
 
 
 def _why_no_golden(group: tuple, golden_groups: Sequence[tuple]) -> str:
@@ -245,7 +248,7 @@ tr.changed td.name{border-left:4px solid #9a6700}
 td.removed s{color:#cf222e} .zero{color:#8c959f} th.nogolden{background:#eaeef2;color:#59636e}
 .counts b{margin-right:10px} .note{color:#59636e;font-size:13px} details{margin:2px 0 12px}
 .shapes{font:11px/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;text-align:left;white-space:normal;
- min-width:14ch;max-width:30ch;color:#1f2328} .shapes .was{color:#cf222e} .shapes .now{color:#1a7f37}
+ overflow-wrap:anywhere;min-width:14ch;max-width:30ch;color:#1f2328} .shapes .was{color:#cf222e} .shapes .now{color:#1a7f37}
 .toggle{margin:6px 0 10px} .onlysame{display:none} #only-changed:checked ~ .tables tr.same{display:none}
 #only-changed:checked ~ .tables .onlysame{display:block}
 """

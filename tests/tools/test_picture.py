@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -389,3 +390,95 @@ def test_a_real_browser_shows_the_changed_shape_as_text(tmp_path: Path) -> None:
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", dom, flags=re.S)))
     assert "[[1,128],[128,256]] ×2 → [[1,192],[192,256]] ×2" in text
     assert "2, other shapes" in text and "ops × batch size" in text
+
+
+# --------------------------------------------------------------------------- one row order, show's help, 1280 px
+
+
+def test_show_text_and_the_picture_list_rows_in_one_order(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``show`` prints the page's row order: compute ops first (GEMM, norm, activation), other ops, view ops last."""
+    ops = ["aten::view", "aten::add", "aten::t", "aten::silu", "aten::mm", "aten::_softmax", "aten::layer_norm"]
+    for bs in (1, 4):
+        write(tmp_path / "cpu", summary(bs, {}, ops=dict.fromkeys(ops + ["aten::empty"], 1)))
+        write(tmp_path / "gpu", summary(bs, {"void b_kernel<float>()": 1, "a_kernel": 2}))
+    expected = {
+        "cpu": ["aten::mm", "aten::layer_norm", "aten::_softmax", "aten::silu", "aten::add"]
+        + ["aten::empty", "aten::t", "aten::view"],
+        "gpu": ["a_kernel", "void b_kernel<float>()"],
+    }
+    for folder, names in expected.items():
+        assert cli.main(["show", str(tmp_path / folder)]) == 0
+        text = capsys.readouterr().out.splitlines()[2:]
+        assert [line.split("  ")[-1] for line in text] == names
+        page = tmp_path / f"{folder}.html"
+        assert cli.main(["show", str(tmp_path / folder), "--html", str(page)]) == 0
+        assert capsys.readouterr().out == f"wrote {page}\n"
+        assert re.findall(r'<td class="name" title="([^"]*)"', html.unescape(page.read_text())) == names
+
+
+def test_show_help_says_what_dir_is_and_what_it_shows_on_cpu_and_gpu(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listing = re.sub(r"\s+", " ", capsys.readouterr().out.split(" show ", 1)[1].split(" accept ", 1)[0])
+    with pytest.raises(SystemExit):
+        cli.main(["show", "--help"])
+    page = capsys.readouterr().out
+    for text in (listing, page):  # a CPU capture records no kernels: its table is ops
+        assert re.search(r"\bkernels\b.*\bGPU\b", text, re.S) and re.search(r"\bops\b.*\bCPU\b", text, re.S), text
+    assert re.search(r"^ +DIR +\w+", page, re.M), page  # DIR has a help text
+
+
+#: Run in the page after layout: every cell's content stays in its box, or is cut with an ellipsis and a tooltip.
+OVERFLOW_PROBE = """<script>
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+document.querySelectorAll('input[type=checkbox]').forEach(c => { c.checked = false; });
+const bad = []; let cut = 0, shapes = 0;
+for (const cell of document.querySelectorAll('td, th')) {
+  const box = cell.getBoundingClientRect(), style = getComputedStyle(cell);
+  const what = cell.textContent.slice(0, 80);
+  shapes += cell.querySelector('.shapes') ? 1 : 0;
+  if (style.overflowX !== 'visible') {
+    if (cell.scrollWidth <= cell.clientWidth) continue;
+    cut += 1;
+    if (style.textOverflow !== 'ellipsis' || !cell.title) bad.push('cut without ellipsis and tooltip: ' + what);
+    continue;
+  }
+  const range = document.createRange();
+  range.selectNodeContents(cell);
+  if ([...range.getClientRects()].some(r => r.left < box.left - 0.5 || r.right > box.right + 0.5))
+    bad.push('spills over its neighbours: ' + what);
+}
+const out = document.createElement('pre');
+out.id = 'probe';
+out.textContent = JSON.stringify({width: window.innerWidth, cut, shapes, bad});
+document.body.appendChild(out);
+</script>"""
+
+
+def test_no_cell_spills_over_its_neighbours_at_1280px(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Headless Chromium lays out a bf16 picture at 1280 px: long type lists wrap in their cell, long names are cut."""
+    import subprocess
+
+    browser = _chromium()
+    kernel = (
+        "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_tn<" + "c10::BFloat16, " * 20 + ">>()"
+    )
+    for bs in (1, 2, 4, 8, 16, 32, 64, 128):
+        for side, dtype, launches in (("goldens", "float", 1), ("out", "c10::BFloat16", 2)):
+            s = summary(bs, {kernel: launches, "gemm": 1}, ops={"aten::mm": 2})
+            s.ops[0].update(input_dims=[[bs, 4096], [4096, 4096], [4096], [], [bs, 32, 128]], input_types=[dtype] * 5)
+            write(tmp_path / side, s)
+    page = tmp_path / "picture.html"
+    code = cli.main(["show", str(tmp_path / "out"), "--html", str(page), "--against", str(tmp_path / "goldens")])
+    assert code == 0, capsys.readouterr().err
+    page.write_text(page.read_text(encoding="utf-8").replace("</body>", OVERFLOW_PROBE + "</body>"), encoding="utf-8")
+    shot = tmp_path / "picture.png"  # kept beside the page: look at it when this fails
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1280,900"]
+    command += [f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--dump-dom", page.as_uri()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.S)
+    assert found, done.stdout[-2000:]
+    probe = json.loads(html.unescape(found.group(1)))
+    assert probe["width"] == 1280 and probe["shapes"] == 8 and probe["cut"] >= 1, probe
+    assert probe["bad"] == [], f"{probe['bad']} (screenshot: {shot})"
