@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import warnings
 from types import ModuleType
 from typing import Any, Callable, Optional
@@ -154,8 +156,8 @@ class _Reader:
                 child = CapturedGraph(ident=child_ident)
                 node.children.append(child)
                 pending.append((child_handle, child, keep))
-        # Edge data (ports, programmatic edges) is not read: the bindings hand it back as views
-        # into a buffer they have already freed.
+        # Edge data (ports, programmatic edges) is never read: before 13.3.0 the bindings hand it back as
+        # views into a buffer they have already freed, and a summary must be the same with every release.
         edges = edges_call(self.runtime)
         edge_count = self.call(edges, graph, 0)[-1]
         if edge_count:
@@ -274,7 +276,7 @@ def graph_from_data(payload: Any) -> CapturedGraph:
         source, target = edge.get("from"), edge.get("to")
         if not all(isinstance(i, int) and 0 <= i < len(nodes) for i in (source, target)):
             raise GraphDataUnusable(f"an edge names a node that is not listed ({source!r} -> {target!r})")
-        graph.edges.append((source, target))
+        graph.edges.append((source, target))  # ports and types are left out, as in _Reader.fill
     return graph
 
 
@@ -283,11 +285,42 @@ def _dims(value: Any) -> tuple[int, int, int]:
     return (x, y, z)
 
 
+def bindings_version() -> Optional[str]:
+    """The installed cuda-bindings release, or None."""
+    try:
+        return importlib.metadata.version("cuda-bindings")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def edge_data_trusted(version: str) -> bool:
+    """Whether cuda-bindings ``version`` owns the edge data (ports, types) it returns: 13.3.0 on, or 12.9.7 to 12.x
+    (before, ``cudaGraphGetEdges`` hands it back from a freed buffer: cuda-python #1804)."""
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    return release >= (13, 3, 0) or (12, 9, 7) <= release < (13,)
+
+
+_said_edge_data = False
+
+
 def read_graph_data(cuda_graph: Any) -> CapturedGraph:
     """``cuda_graph.get_graph_data()`` as a :class:`CapturedGraph`; :class:`GraphDataUnusable` saying why not."""
+    global _said_edge_data
     method = getattr(cuda_graph, "get_graph_data", None)
     if not callable(method):
         raise GraphDataUnusable("this torch has no CUDAGraph.get_graph_data")
+    version = bindings_version()
+    if version is not None and not edge_data_trusted(version):
+        reason = f"cuda-bindings {version} returns edge ports from freed memory (fixed in 13.3.0 and 12.9.7)"
+        if not _said_edge_data:
+            _said_edge_data = True
+            warnings.warn(
+                f"{reason}, so torch's get_graph_data() is not asked and no port is read: graphs are read by the "
+                "cuda-bindings walk (kernel_source 'graph'); pip install -U 'cuda-bindings>=13.3' to use it",
+                GraphReadoutWarning,
+                stacklevel=2,
+            )
+        raise GraphDataUnusable(reason)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's warning on nested graphs: the nodes say it too
         try:
