@@ -64,18 +64,23 @@ class GraphReadoutError(GraphCaptureError):
         super().__init__(f"reading the captured graph: {call} {problem or f'failed with {_error_name(error)}'}")
 
 
-_said_missing = False
+#: What :func:`say_once` has said in this process.
+_said: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """``message`` as a :class:`GraphReadoutWarning`, once per process: it holds for every graph read after."""
+    if message not in _said:
+        _said.add(message)
+        warnings.warn(message, GraphReadoutWarning, stacklevel=3)
 
 
 def load_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
     """``(cuda.bindings.runtime, cuda.bindings.driver)``, or None — said once per process — when not installed."""
-    global _said_missing
     try:
         from cuda.bindings import driver, runtime
     except ImportError:
-        if not _said_missing:
-            _said_missing = True
-            warnings.warn(MISSING_BINDINGS, GraphReadoutWarning, stacklevel=2)
+        say_once(MISSING_BINDINGS)
         return None
     return runtime, driver
 
@@ -300,26 +305,18 @@ def edge_data_trusted(version: str) -> bool:
     return release >= (13, 3, 0) or (12, 9, 7) <= release < (13,)
 
 
-_said_edge_data = False
-
-
 def read_graph_data(cuda_graph: Any) -> CapturedGraph:
     """``cuda_graph.get_graph_data()`` as a :class:`CapturedGraph`; :class:`GraphDataUnusable` saying why not."""
-    global _said_edge_data
     method = getattr(cuda_graph, "get_graph_data", None)
     if not callable(method):
         raise GraphDataUnusable("this torch has no CUDAGraph.get_graph_data")
     version = bindings_version()
     if version is not None and not edge_data_trusted(version):
         reason = f"cuda-bindings {version} returns edge ports from freed memory (fixed in 13.3.0 and 12.9.7)"
-        if not _said_edge_data:
-            _said_edge_data = True
-            warnings.warn(
-                f"{reason}, so torch's get_graph_data() is not asked and no port is read: graphs are read by the "
-                "cuda-bindings walk (kernel_source 'graph'); pip install -U 'cuda-bindings>=13.3' to use it",
-                GraphReadoutWarning,
-                stacklevel=2,
-            )
+        say_once(
+            f"{reason}, so torch's get_graph_data() is not asked and no port is read: graphs are read by the "
+            "cuda-bindings walk (kernel_source 'graph'); pip install -U 'cuda-bindings>=13.3' to use it"
+        )
         raise GraphDataUnusable(reason)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's warning on nested graphs: the nodes say it too

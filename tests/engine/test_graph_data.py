@@ -185,7 +185,7 @@ def test_get_graph_data_is_asked_only_where_cuda_bindings_owns_the_edge_ports(
 ) -> None:
     """Before cuda-bindings 13.3.0 (12.9.7) torch reads edge ports from freed memory: not asked, said once."""
     monkeypatch.setattr(readout, "bindings_version", lambda: version)
-    monkeypatch.setattr(readout, "_said_edge_data", False)
+    monkeypatch.setattr(readout, "_said", set())
     payload = two_branch_payload()
     for edge in payload["edges"]:
         edge.update(from_port=0x7F3A, to_port=0x5E11, type=0x2B)  # what a freed buffer may hold
