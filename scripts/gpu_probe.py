@@ -370,7 +370,7 @@ def memset(device: torch.device, out: Path) -> dict:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         found[name] = json.loads(path.read_text()) if done.returncode == 0 else {"skipped": last}
     ran = [found[name]["summary"] for name in PROFILERS if "summary" in found[name]]
-    agree = ran[0] == ran[1] if len(ran) == 2 else "only one profiler ran"
+    agree = ran[0] == ran[1] if len(ran) == 2 else f"{len(ran)} of the 2 profilers ran"
     answers = {f"{name} memsets": found[name].get("memset_records", found[name].get("skipped")) for name in PROFILERS}
     return {"answers": {**answers, "summaries agree": agree}, "per_profiler": found}
 
