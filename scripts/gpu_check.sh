@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a GPU machine should tell us, in one call of at most 8 minutes:
+# Everything a GPU machine should tell us, in one call of at most 9.5 minutes:
 #
 #   scripts/gpu_check.sh [--out DIR] [--dry-run]
 #
@@ -26,6 +26,11 @@
 # 10. a torch.compile(mode="reduce-overhead") model (scripts/gpu_engine_probe.py compiled): its loop, one
 #    warmup call per size then the call inductor records the size's graph in, gated with warmups=1: refused
 #    or not, keys, graphs per key, kernels and kernel_source (on CPU: refused, no graph) -> DIR/compiled.json;
+# 11. memset forms (scripts/gpu_probe.py memset): a graph with memsets, one replay profiled by Kineto and, on
+#    torch >= 2.15, by its Cuspy backend (CUPTI HES), each in a fresh process: the memset records each shows,
+#    the summaries (DIR/memset-kineto.json, DIR/memset-cuspy.json) and whether they agree -> DIR/memset.json;
+# 12. get_graph_data ports (scripts/gpu_probe.py ports): the installed cuda-bindings, whether its edge data is
+#    trusted (13.3.0+), the readout's kernel_source, and there torch's edges with their ports -> DIR/ports.json;
 # then the 3 smallest per-bs traces of the examples are copied to DIR/traces/.
 # DIR/summary.md lists each step, its exit code and the torch/CUDA/driver versions.
 #
@@ -40,7 +45,7 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --out=*) out="${1#--out=}"; shift ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -50,7 +55,7 @@ out="$(cd "$out" && pwd)"
 if [ $dry = 1 ]; then
     device=cpu; repeat=1; sizes=1,2; step_limit=420; short_limit=420
 else
-    # 6 steps x 60 s + 4 short ones x 30 s = 8 minutes
+    # 7 steps x 60 s + 5 short ones x 30 s = 9.5 minutes
     device=cuda; repeat=3; sizes=1,2,4,8,16,32; step_limit=60; short_limit=30
     if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
         echo "gpu_check.sh: torch sees no GPU here; run it on a GPU machine, or pass --dry-run" >&2
@@ -71,7 +76,7 @@ status=0
 step() {  # step NAME COMMAND...: run one step under its time limit, log it, record its exit code
     local name="$1"; shift
     local limit=$step_limit
-    case "$name" in hooks|cupti|pieces|compiled) limit=$short_limit ;; esac
+    case "$name" in hooks|cupti|pieces|compiled|ports) limit=$short_limit ;; esac
     local informational=0
     if [ "$name" = examples ] && [ $dry = 0 ]; then informational=1; fi
     local started=$SECONDS
@@ -100,6 +105,8 @@ step hooks "$python" scripts/gpu_engine_probe.py hooks "$out/hooks.json" --devic
 step cupti "$python" scripts/gpu_engine_probe.py cupti "$out/cupti.json" --device "$device"
 step pieces "$python" scripts/gpu_engine_probe.py pieces "$out/pieces.json" --device "$device"
 step compiled "$python" scripts/gpu_engine_probe.py compiled "$out/compiled.json" --device "$device"
+step memset "$python" scripts/gpu_probe.py memset "$out/memset.json" --device "$device"
+step ports "$python" scripts/gpu_probe.py ports "$out/ports.json" --device "$device"
 
 # Each test's traces are in its own folder (two tests may capture runners of the same name): the
 # copies keep that folder, relative to the trace dir.

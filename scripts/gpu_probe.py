@@ -4,6 +4,8 @@
     python scripts/gpu_probe.py timings OUT.json [--device cuda|cpu] [--repeat 3] [--batch-sizes 1,2,4]
     python scripts/gpu_probe.py agree   OUT.json --goldens DIR --traces DIR
     python scripts/gpu_probe.py graph   OUT.json [--device cuda|cpu] [--batch-sizes 1,2,4]
+    python scripts/gpu_probe.py memset  OUT.json [--device cuda|cpu]
+    python scripts/gpu_probe.py ports   OUT.json [--device cuda|cpu]
 
 ``probe`` captures a small graph (a GEMM, an elementwise op and a memset) and
 replays it under the profiler, twice in the same process, and answers: are there
@@ -24,6 +26,14 @@ variant) with summaries and the profiled replay, reading each captured graph in 
 (cuda-bindings): per key, whether the readout and the replay's kernel multisets are equal,
 the share of kernels named with their op, and the readout's time.
 
+``memset`` captures a graph with memset nodes and profiles one replay with Kineto and, where torch has it
+(2.15+), with its Cuspy backend (CUPTI HES), each in a fresh process (one CUPTI client per process):
+the memset records each shows, the replay's summary entries (memset-kineto.json, memset-cuspy.json beside
+OUT) and whether the two agree.
+
+``ports`` says which cuda-bindings is installed, whether its edge data (ports) is trusted (13.3.0+,
+12.9.7+ on 12.x), and on a trusted one what torch's ``get_graph_data()`` answers for a captured graph's edges.
+
 On CPU (``scripts/gpu_check.sh --dry-run``) both run the same code on the eager
 stand-in, and the GPU-only answers say "no GPU".  Used by scripts/gpu_check.sh.
 """
@@ -31,8 +41,10 @@ stand-in, and the GPU-only answers say "no GPU".  Used by scripts/gpu_check.sh.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +58,9 @@ from pytest_graphcapture.engine.backend import detect_platform, environment_from
 from pytest_graphcapture.engine.capture import CaptureSettings, capture_runner
 from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 from pytest_graphcapture.engine.profiling import profiler_activities
+from pytest_graphcapture.engine.readout import bindings_version, edge_data_trusted
+from pytest_graphcapture.keys import CaptureKey
+from pytest_graphcapture.summary.scan import kernel_entries, replay_kernels_from_events
 
 GPU_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
 LAUNCH = ("cudaLaunchKernel", "cudaGraphLaunch", "hipLaunchKernel", "hipGraphLaunch", "hipExtModuleLaunchKernel")
@@ -285,15 +300,119 @@ def graph(device: torch.device, batch_sizes: list[int]) -> dict:
     return {"device": str(device), "platform": platform, "answers": answers, "per_key": keys}
 
 
+class MemsetGraph(SmallGraph):
+    """SmallGraph and a column sum tall enough that its reduction memsets its semaphores."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.tall = torch.randn(65536, 64, device=device)
+        self.col = torch.empty(64, device=device)
+
+    def __call__(self) -> None:
+        super().__call__()
+        torch.sum(self.tall, dim=0, out=self.col)
+
+
+PROFILERS = ("kineto", "cuspy")
+
+
+def _profiler_options(name: str) -> tuple[dict, str | None]:
+    """``profile()`` options selecting profiler ``name``, or the reason this torch lacks it."""
+    if name == "kineto":
+        return {}, None
+    if importlib.util.find_spec("torch.profiler._cuspy") is None:
+        return {}, f"torch {torch.__version__} has no Cuspy profiler backend (torch.profiler._cuspy, torch 2.15+)"
+    config = torch._C._profiler._ExperimentalConfig(custom_profiler_config=json.dumps({"backend": "cuspy"}))
+    return {"experimental_config": config}, None
+
+
+def memset_replay(device: torch.device, name: str) -> dict:
+    """One graph with memsets, its replay profiled by ``name``: the memset records and the summary entries."""
+    options, missing = _profiler_options(name)
+    if missing:
+        return {"skipped": missing}
+    backend = make_backend(device)
+    forward = MemsetGraph(device)
+    for _ in range(2):
+        backend.run_forward(forward)
+    key = CaptureKey("MemsetGraph", 1)
+    with backend.graph_context(key, forward) as graph:
+        backend.run_forward(forward)
+    backend.synchronize()
+    try:
+        with profile(activities=profiler_activities(device), **options) as prof:
+            backend.replay(graph)
+            backend.synchronize()
+        events = _events(prof)
+    except Exception as exc:  # a backend that does not start (libcupti < 13.3) is an answer, not a crash
+        return {"skipped": f"the {name} profiler did not run: {type(exc).__name__}: {exc}".splitlines()[0]}
+    readout = backend.graph_readouts.get(key)
+    return {
+        "graph_nodes": readout.node_counts() if readout is not None else "not read (no cuda-bindings)",
+        "memset_records": sorted({f"{e.get('cat')}: {e.get('name')}" for e in events if "memset" in json.dumps(e)}),
+        "summary": kernel_entries(replay_kernels_from_events(events), "name"),
+    }
+
+
+def memset(device: torch.device, out: Path) -> dict:
+    """:func:`memset_replay` per profiler, each in a fresh process; whether their summaries agree."""
+    if device.type != "cuda":
+        return {"answers": {"memset": "no GPU (dry run)"}}
+    found = {}
+    for name in PROFILERS:
+        path = out.parent / f"memset-{name}.json"
+        command = [sys.executable, __file__, "memset-replay", str(path), "--profiler", name, "--device", "cuda"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=25)
+        except subprocess.TimeoutExpired:
+            found[name] = {"skipped": f"the {name} replay took over 25 s"}
+            continue
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        found[name] = json.loads(path.read_text()) if done.returncode == 0 else {"skipped": last}
+    ran = [found[name]["summary"] for name in PROFILERS if "summary" in found[name]]
+    agree = ran[0] == ran[1] if len(ran) == 2 else f"{len(ran)} of the 2 profilers ran"
+    answers = {f"{name} memsets": found[name].get("memset_records", found[name].get("skipped")) for name in PROFILERS}
+    return {"answers": {**answers, "summaries agree": agree}, "per_profiler": found}
+
+
+def ports(device: torch.device) -> dict:
+    """The installed cuda-bindings, whether its edge data is trusted, and torch's get_graph_data() edges there."""
+    version = bindings_version()
+    if version is None:
+        return {
+            "answers": {"ports": "skipped: cuda-bindings is not installed (pip install 'pytest-graphcapture[cuda]')"}
+        }
+    trusted = edge_data_trusted(version)
+    answers: dict[str, Any] = {"cuda-bindings": version, "edge data trusted": trusted}
+    if device.type != "cuda":
+        return {"answers": {**answers, "ports": "no GPU (dry run)"}}
+    if not callable(getattr(torch.cuda.CUDAGraph, "get_graph_data", None)):
+        return {"answers": {**answers, "ports": f"skipped: torch {torch.__version__} has no CUDAGraph.get_graph_data"}}
+    backend = make_backend(device)
+    forward = MemsetGraph(device)
+    for _ in range(2):
+        backend.run_forward(forward)
+    key = CaptureKey("MemsetGraph", 1)
+    with backend.graph_context(key, forward) as graph:
+        backend.run_forward(forward)
+    answers["kernel_source"] = backend.readout_sources.get(key)
+    if not trusted:  # torch would read them from freed memory: the plugin does not ask, nor does this
+        return {"answers": {**answers, "ports": "left out: get_graph_data() not asked"}}
+    edges = graph.get_graph_data()["edges"]
+    kept = [{k: e.get(k) for k in ("from", "to", "from_port", "to_port", "type")} for e in edges]
+    return {"answers": {**answers, "ports": "read by torch; the summary holds none"}, "edges": kept}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("probe", "timings", "agree", "graph"))
+    parser.add_argument("what", choices=("probe", "timings", "agree", "graph", "memset", "memset-replay", "ports"))
     parser.add_argument("out", type=Path)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32")
     parser.add_argument("--goldens", type=Path, help="agree: the harvested goldens")
     parser.add_argument("--traces", type=Path, help="agree: the per-bs traces of the same run")
+    parser.add_argument("--profiler", choices=PROFILERS, default="kineto", help="memset-replay: the profiler")
     args = parser.parse_args(argv)
     if args.what == "agree":
         answers = agree(args.goldens, args.traces, detect_platform(torch.device(args.device)))
@@ -311,11 +430,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(part) for part in args.batch_sizes.split(",") if part]
     if args.what == "graph":
         answers = graph(device, sizes)
+    elif args.what in ("memset", "memset-replay", "ports"):
+        what = args.what
+        answers = memset(device, args.out) if what == "memset" else ports(device) if what == "ports" else {}
+        answers = memset_replay(device, args.profiler) if what == "memset-replay" else answers
     else:
         answers = probe(device) if args.what == "probe" else timings(device, args.repeat, sizes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(answers, indent=2, sort_keys=True, default=str) + "\n")
     print(json.dumps(answers.get("answers", answers.get("ratio_to_off")), indent=2, default=str))
+    if args.what == "memset" and answers["answers"].get("summaries agree") is False:
+        return 1  # a golden that flips with the profiler: a finding the summary must show
     if args.what == "graph" and answers["answers"].get("read"):
         # A graph read whose replay lost kernels is a finding: the step fails so the summary shows it.
         return 0 if answers["answers"]["replay_equal"] == answers["answers"]["read"] else 1

@@ -24,6 +24,7 @@ from .readout import (
     load_bindings,
     read_captured_graph,
     read_graph_data,
+    say_once,
 )
 
 Forward = Callable[[], Any]
@@ -240,8 +241,6 @@ NO_KEEP_GRAPH = (
     "and raw_cuda_graph() need torch >= 2.8), so kernels come from the profiler replay"
 )
 
-_said_no_keep_graph = False
-
 
 def _keeps_graphs() -> bool:
     """Whether this torch can keep a captured graph and hand it over (``CUDAGraph(keep_graph=True)``, ``raw_cuda_graph()``)."""
@@ -258,13 +257,10 @@ def _keeps_graphs() -> bool:
 
 def readout_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
     """cuda-bindings' ``(runtime, driver)`` when captured graphs can be read in process; None otherwise."""
-    global _said_no_keep_graph
     if getattr(torch.version, "hip", None):
         return None
     if not _keeps_graphs():
-        if not _said_no_keep_graph:
-            _said_no_keep_graph = True
-            warnings.warn(NO_KEEP_GRAPH.format(version=torch.__version__), GraphReadoutWarning, stacklevel=2)
+        say_once(NO_KEEP_GRAPH.format(version=torch.__version__))
         return None
     return load_bindings()
 

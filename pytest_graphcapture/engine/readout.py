@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import warnings
 from types import ModuleType
 from typing import Any, Callable, Optional
@@ -62,18 +64,23 @@ class GraphReadoutError(GraphCaptureError):
         super().__init__(f"reading the captured graph: {call} {problem or f'failed with {_error_name(error)}'}")
 
 
-_said_missing = False
+#: What :func:`say_once` has said in this process.
+_said: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """``message`` as a :class:`GraphReadoutWarning`, once per process: it holds for every graph read after."""
+    if message not in _said:
+        _said.add(message)
+        warnings.warn(message, GraphReadoutWarning, stacklevel=3)
 
 
 def load_bindings() -> Optional[tuple[ModuleType, ModuleType]]:
     """``(cuda.bindings.runtime, cuda.bindings.driver)``, or None — said once per process — when not installed."""
-    global _said_missing
     try:
         from cuda.bindings import driver, runtime
     except ImportError:
-        if not _said_missing:
-            _said_missing = True
-            warnings.warn(MISSING_BINDINGS, GraphReadoutWarning, stacklevel=2)
+        say_once(MISSING_BINDINGS)
         return None
     return runtime, driver
 
@@ -154,8 +161,8 @@ class _Reader:
                 child = CapturedGraph(ident=child_ident)
                 node.children.append(child)
                 pending.append((child_handle, child, keep))
-        # Edge data (ports, programmatic edges) is not read: the bindings hand it back as views
-        # into a buffer they have already freed.
+        # Edge data (ports, programmatic edges) is never read: before 13.3.0 the bindings hand it back as
+        # views into a buffer they have already freed, and a summary must be the same with every release.
         edges = edges_call(self.runtime)
         edge_count = self.call(edges, graph, 0)[-1]
         if edge_count:
@@ -274,7 +281,7 @@ def graph_from_data(payload: Any) -> CapturedGraph:
         source, target = edge.get("from"), edge.get("to")
         if not all(isinstance(i, int) and 0 <= i < len(nodes) for i in (source, target)):
             raise GraphDataUnusable(f"an edge names a node that is not listed ({source!r} -> {target!r})")
-        graph.edges.append((source, target))
+        graph.edges.append((source, target))  # ports and types are left out, as in _Reader.fill
     return graph
 
 
@@ -283,11 +290,34 @@ def _dims(value: Any) -> tuple[int, int, int]:
     return (x, y, z)
 
 
+def bindings_version() -> Optional[str]:
+    """The installed cuda-bindings release, or None."""
+    try:
+        return importlib.metadata.version("cuda-bindings")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def edge_data_trusted(version: str) -> bool:
+    """Whether cuda-bindings ``version`` owns the edge data (ports, types) it returns: 13.3.0 on, or 12.9.7 to 12.x
+    (before, ``cudaGraphGetEdges`` hands it back from a freed buffer: cuda-python #1804)."""
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    return release >= (13, 3, 0) or (12, 9, 7) <= release < (13,)
+
+
 def read_graph_data(cuda_graph: Any) -> CapturedGraph:
     """``cuda_graph.get_graph_data()`` as a :class:`CapturedGraph`; :class:`GraphDataUnusable` saying why not."""
     method = getattr(cuda_graph, "get_graph_data", None)
     if not callable(method):
         raise GraphDataUnusable("this torch has no CUDAGraph.get_graph_data")
+    version = bindings_version()
+    if version is not None and not edge_data_trusted(version):
+        reason = f"cuda-bindings {version} returns edge ports from freed memory (fixed in 13.3.0 and 12.9.7)"
+        say_once(
+            f"{reason}, so torch's get_graph_data() is not asked and no port is read: graphs are read by the "
+            "cuda-bindings walk (kernel_source 'graph'); pip install -U 'cuda-bindings>=13.3' to use it"
+        )
+        raise GraphDataUnusable(reason)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's warning on nested graphs: the nodes say it too
         try:

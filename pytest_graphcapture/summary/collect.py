@@ -12,7 +12,7 @@ import msgspec
 
 from .._io import is_text
 from ..errors import TraceEventError
-from .normalize import normalize_op_name
+from .normalize import gpu_work, normalize_op_name
 
 KERNEL_LAUNCH_APIS = frozenset(
     "cudaLaunchKernel cudaLaunchKernelExC cudaLaunchKernelEx cudaLaunchCooperativeKernel "
@@ -329,6 +329,7 @@ class Collector:
         if desc is None:
             _require_text(name, kind, name, ts, "the name")
             desc = self._gpu_descs[dkey] = len(self.gpu_rows)
+            kind, name = gpu_work(kind, name)  # a memset is a memset in every CUPTI mode
             self.gpu_rows.append((kind, name, grid, block))
         if ts.__class__ not in _NUMBER_TYPES:
             ts = _NAN

@@ -231,6 +231,20 @@ def normalize_kernel_name(name: str, level: str = DEFAULT_LEVEL) -> str:
     return current
 
 
+#: A memset's one entry name, whatever the profiler mode shows: Kineto's ``Memset (Device)``, torch 2.15 Cuspy's
+#: ``Memset``, a capture window's ``cudaMemsetAsync``, CUPTI instrumentation mode's kernel ``memset32``.
+MEMSET = "Memset"
+#: The driver's memset as an instrumented kernel: the whole name only, so no user kernel (``fused_memset_x``) is taken.
+_MEMSET_KERNEL = re.compile(r"memset\d*")
+
+
+def gpu_work(kind: str, name: str) -> tuple[str, str]:
+    """``(kind, name)`` of a GPU record or entry, every memset form as ``("memset", MEMSET)``: goldens hold one."""
+    if kind == "memset" or (kind == "kernel" and name.startswith("memset") and _MEMSET_KERNEL.fullmatch(name)):
+        return "memset", MEMSET
+    return kind, name
+
+
 def compile_patterns(patterns: Iterable[str], *, what: str = "ignore pattern") -> list["re.Pattern[str]"]:
     """Compile regular expressions; raise UsageError naming the bad pattern."""
     compiled = []

@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..keys import CaptureKey
 from .graph import CapturedGraph, GraphNode
 from .model import Summary, count_changes
-from .normalize import normalize_kernel_name
+from .normalize import MEMSET, normalize_kernel_name
 from .scan import (
     GRAPH_NO_CAPTURE,
     GRAPH_NODES_DIFFER,
@@ -135,7 +135,7 @@ def graph_node_records(graph: CapturedGraph) -> list[dict]:
         elif node.type == "memcpy":
             record = {"name": _copy_name(node.name), "kind": "memcpy"}
         elif node.type == "memset":
-            record = {"name": "Memset (Device)", "kind": "memset"}
+            record = {"name": MEMSET, "kind": "memset"}
         else:
             continue
         record["node"] = len(records)

@@ -2,8 +2,8 @@
 
 Every step runs (gpu-marked tests, the examples with traces and a golden harvest,
 the profiler probe, the capture timings, the live-vs-file agreement, the graph readout,
-the engine loop's capture observation, the CUPTI refusal, the pieces and the reduce-overhead
-model), and every file the GPU run is read for
+the engine loop's capture observation, the CUPTI refusal, the pieces, the reduce-overhead
+model, the memset forms and the get_graph_data ports), and every file the GPU run is read for
 is written: the summary, the harvested goldens, the probe's answers, the timings
 with their ratios and per-key metrics, and the copied traces.
 """
@@ -39,6 +39,7 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     summary = (out / "summary.md").read_text()
     assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
     steps = ("gpu-tests", "examples", "probe", "timings", "agree", "graph", "hooks", "cupti", "pieces", "compiled")
+    steps += ("memset", "ports")
     for step in steps:
         assert f"| {step} | 0 |" in summary, summary
     probe = json.loads((out / "probe.json").read_text())
@@ -76,6 +77,13 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
     assert compiled["refused"] is True and compiled["warmups"] == 1, compiled
     assert "CompiledEngine bs=4: capture: the capture forward ran with no graph around it" in compiled["message"]
     assert 'torch.compile(mode="reduce-overhead") captures no graph on CPU' in compiled["message"]
+    memset = json.loads((out / "memset.json").read_text())  # no graph on CPU, so no replay to profile
+    assert memset["answers"] == {"memset": "no GPU (dry run)"}
+    ports = json.loads((out / "ports.json").read_text())["answers"]  # the bindings' version where installed
+    assert ports["ports"] in (
+        "no GPU (dry run)",
+        "skipped: cuda-bindings is not installed (pip install 'pytest-graphcapture[cuda]')",
+    ), ports
 
 
 def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ import torch
 
 from pytest_graphcapture.engine import backend as backend_module
 from pytest_graphcapture.engine import capture as capture_module
+from pytest_graphcapture.engine import readout
 from pytest_graphcapture.engine.backend import CudaGraphBackend, read_any
-from pytest_graphcapture.engine.readout import GraphDataUnusable, graph_from_data, read_graph_data
+from pytest_graphcapture.engine.readout import GraphDataUnusable, GraphReadoutWarning, graph_from_data, read_graph_data
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.result import CaptureResult, KeyResult
 from pytest_graphcapture.summary import Summary
@@ -172,6 +173,34 @@ def test_the_readout_prefers_get_graph_data_and_falls_back_to_the_walk_then_noth
     assert source == "graph-data" and graph.branches() == 2
     # No whole answer and no cuda-bindings: nothing is read (kernels come from the replay).
     assert read_any(DataGraph(error="get_graph_data requires the cuda.bindings package"), bindings=None) is None
+
+
+@pytest.mark.parametrize(
+    "version, trusted",
+    [("13.1.0", False), ("13.2.1", False), ("13.0.2", False), ("12.9.6", False)]
+    + [("13.3.0", True), ("13.10.0", True), ("12.9.7", True), ("14.0.0rc1", True)],
+)
+def test_get_graph_data_is_asked_only_where_cuda_bindings_owns_the_edge_ports(
+    monkeypatch: pytest.MonkeyPatch, version: str, trusted: bool
+) -> None:
+    """Before cuda-bindings 13.3.0 (12.9.7) torch reads edge ports from freed memory: not asked, said once."""
+    monkeypatch.setattr(readout, "bindings_version", lambda: version)
+    monkeypatch.setattr(readout, "_said", set())
+    payload = two_branch_payload()
+    for edge in payload["edges"]:
+        edge.update(from_port=0x7F3A, to_port=0x5E11, type=0x2B)  # what a freed buffer may hold
+    graphs = [DataGraph(copy.deepcopy(payload)) for _ in range(2)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = [read_any(graph, bindings=None) for graph in graphs]  # type: ignore[arg-type]
+    said = [str(w.message) for w in caught if w.category is GraphReadoutWarning]
+    if trusted:
+        assert [source for _, source in found] == ["graph-data"] * 2 and not said  # type: ignore[misc]
+        assert found[0][0].edges == [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (4, 5)]  # type: ignore[index]
+    else:
+        assert found == [None, None] and [g.events for g in graphs] == [[], []]
+        assert len(said) == 1 and f"cuda-bindings {version} returns edge ports from freed memory" in said[0]
+        assert "cuda-bindings>=13.3" in said[0]
 
 
 KEY = CaptureKey("Fake", 8)

@@ -402,7 +402,7 @@ def test_an_address_is_taken_as_the_graph_handle() -> None:
 def test_without_cuda_bindings_it_says_so_once_and_returns_none(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("cuda", "cuda.bindings", "cuda.bindings.runtime", "cuda.bindings.driver"):
         monkeypatch.setitem(sys.modules, name, None)  # import of a None entry raises ImportError
-    monkeypatch.setattr(graph_readout, "_said_missing", False)
+    monkeypatch.setattr(graph_readout, "_said", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert read_captured_graph(0x1234) is None

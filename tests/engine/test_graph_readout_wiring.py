@@ -17,6 +17,7 @@ from test_graph_readout import Error, FakeDriver, FakeRuntime13, _two_branch
 
 from pytest_graphcapture.engine import backend as backend_module
 from pytest_graphcapture.engine import capture as capture_module
+from pytest_graphcapture.engine import readout
 from pytest_graphcapture.engine.backend import NO_KEEP_GRAPH, CudaGraphBackend
 from pytest_graphcapture.engine.readout import GraphReadoutWarning, read_captured_graph
 from pytest_graphcapture.keys import CaptureKey
@@ -85,7 +86,7 @@ def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime13:
         monkeypatch.setattr(torch.cuda, name, value)
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(backend_module, "load_bindings", lambda: (runtime, FakeDriver(runtime)))
-    monkeypatch.setattr(backend_module, "_said_no_keep_graph", False)
+    monkeypatch.setattr(readout, "_said", set())
     return runtime
 
 

@@ -22,6 +22,8 @@ from pytest_graphcapture.summary import summarize_trace_file, with_graph
 from pytest_graphcapture.summary.dot import summarize_dot_file
 from pytest_graphcapture.summary.graph import CapturedGraph, GraphNode, Launch
 from pytest_graphcapture.summary.normalize import demangle, mangled_base_name, normalize_kernel_name
+from pytest_graphcapture.summary.replay import graph_node_records
+from pytest_graphcapture.summary.scan import kernel_entries, replay_kernels_from_events, summarize_events
 from pytest_graphcapture.summary.tracefile import trace_blocks
 
 DUMPS = REPO_ROOT / "tests" / "data" / "graph_dumps"
@@ -257,6 +259,33 @@ def test_a_graphs_mangled_kernels_equal_the_replays_demangled_ones(level: str) -
     assert result.complete and result.incomplete_reason is None
     names = {k["name"] for k in result.kernels if k["kind"] == "kernel"}
     assert names == {normalize_kernel_name(printed, level) for _, printed in symbols}
+
+
+@pytest.mark.parametrize("level", ["exact", "name"])
+def test_one_mangled_kernel_reads_the_same_on_every_route(level: str) -> None:
+    """The fused-dropout symbol as a capture window's launch (ROCm), a replay record left mangled or demangled by
+    the profiler, a graph node read in process and a graph dump's node: one name in each summary."""
+
+    def event(cat: str, name: str, ts: int, **args: object) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1, "args": args}
+
+    window = [
+        event("hip_runtime", "hipStreamBeginCapture", 1, correlation=1),
+        event("hip_runtime", "hipLaunchKernel", 2, correlation=2, kernel=DROPOUT, grid=[8, 1, 1], block=[256, 1, 1]),
+        event("hip_runtime", "hipStreamEndCapture", 3, correlation=3),
+    ]
+    replay = [event("cuda_runtime", "cudaGraphLaunch", 4, correlation=4)]
+    replay += [event("kernel", name, 5 + i, correlation=4) for i, name in enumerate((DROPOUT, DROPOUT_NAME))]
+    routes = {
+        "capture window": summarize_events(window, key=CaptureKey("R", 1), platform="rocm-gfx942", level=level).kernels,
+        "replay": kernel_entries(replay_kernels_from_events(replay), level),
+        "readout": kernel_entries(graph_node_records(CapturedGraph([GraphNode("0", "kernel", DROPOUT)])), level),
+        "dot": summarize_dot_file(DUMPS / "cuda_verbose_two_branch.dot", level=level).kernels,
+    }
+    expected = normalize_kernel_name(DROPOUT_NAME, level)
+    assert {route: {k["name"] for k in kernels if "dropout" in k["name"]} for route, kernels in routes.items()} == {
+        route: {expected} for route in routes
+    }
 
 
 def test_levels_read_a_function_address_template_argument() -> None:

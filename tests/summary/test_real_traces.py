@@ -59,7 +59,7 @@ def _naive_capture_kernels(events: list) -> Counter:
 def _naive_graph_kernels(events: list, launch: str) -> Counter:
     corr = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime" and e["name"] == launch}
     return Counter(
-        e["name"]
+        "Memset" if e["cat"] == "gpu_memset" else e["name"]  # every memset form is one entry
         for e in events
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("args", {}).get("correlation") in corr
     )
