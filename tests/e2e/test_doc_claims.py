@@ -251,3 +251,11 @@ def test_adapting_lists_exactly_the_cpu_stand_ins_an_engine_loop_gets() -> None:
     listed = text[start : text.index("get eager stand-ins", start)]
     named = {name.split(".")[-1] for name in re.findall(r"`([\w.]+)`", listed)}
     assert named == set(eager_cuda_calls())
+
+
+def test_the_exit_codes_say_check_fails_a_missing_golden_with_1() -> None:
+    """tests/engine_traces/test_check_command.py: a key with no golden exits 1; the references must say so."""
+    reference = next(line for line in _read("docs/configuration.md").splitlines() if line.startswith("Exit codes:"))
+    assert re.search(r"; 1 a difference \([^)]*`check` found a key that differs, has no golden", reference), reference
+    readme = " ".join(_read("README.md").split())
+    assert "(exit 0 match; 1 a key differs, has no golden or is gone; 2 bad input" in readme
