@@ -259,3 +259,12 @@ def test_the_exit_codes_say_check_fails_a_missing_golden_with_1() -> None:
     assert re.search(r"; 1 a difference \([^)]*`check` found a key that differs, has no golden", reference), reference
     readme = " ".join(_read("README.md").split())
     assert "(exit 0 match; 1 a key differs, has no golden or is gone; 2 bad input" in readme
+
+
+def test_compatibility_counts_the_suites_gpu_marked_tests() -> None:
+    marked = sum(
+        len(re.findall(r"^@pytest\.mark\.gpu$", path.read_text(encoding="utf-8"), flags=re.M))
+        for path in (REPO / "tests").rglob("test_*.py")
+    )
+    words = {1: "one `gpu`-marked test is", 2: "two `gpu`-marked tests are", 3: "three `gpu`-marked tests are"}
+    assert f"the suite's {words.get(marked, marked)} skipped" in " ".join(_read("docs/compatibility.md").split())
