@@ -59,9 +59,10 @@ def test_configuration_reference_lists_the_ci_variables() -> None:
         assert f"`{value}`" in reference
 
 
-def test_configuration_reference_says_single_trace_mode_fails_golden_checks() -> None:
+def test_configuration_reference_says_golden_check_splits_a_single_trace_by_its_windows() -> None:
+    """Only a single trace without windows (a CPU capture) is refused: tests/engine_traces/test_pytest_gate.py."""
     row = next(line for line in _read("docs/configuration.md").splitlines() if line.startswith(f"| `{TRACE.option}`"))
-    assert "golden.check" in row, row
+    assert "golden.check splits by its capture windows" in row and "every golden.check" not in row, row
 
 
 def _required_methods() -> list[str]:
