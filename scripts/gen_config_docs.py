@@ -294,8 +294,9 @@ def render() -> str:
     out += [
         "## The `graphcapture` command line",
         "",
-        "Exit codes: 0 success / equal, 1 `diff` found differences, 2 bad input (one line on stderr); "
-        "when the reader of the output leaves before all of it is written (`| head -1`), still 1 for a "
+        "Exit codes: 0 success / equal; 1 a difference (`diff` found one; `check` found a key that differs, has "
+        "no golden, or has a golden but is not in the traces); 2 bad input, an incomplete capture or nothing to "
+        "check (one line on stderr); 130 interrupted; when the reader of the output leaves before all of it is written (`| head -1`), still 1 for a "
         "difference, else 141 (as a tool killed by SIGPIPE), with no traceback, so `set -o pipefail` "
         "scripts see no false success. An output file that is one of the command's inputs (`summarize X "
         "--out X`, `show DIR --html DIR/a.json`; the same file under any name) is refused with exit 2 and "

@@ -475,9 +475,9 @@ def check_result(
         split = split_single_capture(result)
         if split is None:
             raise UsageError(
-                "golden.check: this capture ran with --graph-capture-trace=single, which records one trace "
-                "for the whole capture phase and no per-batch-size summaries to compare; golden checks "
-                "need the per-bs mode (the default, or --graph-capture-trace=per-bs)"
+                "golden.check: this capture ran with --graph-capture-trace=single, and its one trace holds no "
+                "capture windows to split into per-batch-size summaries (a capture on CPU records none); "
+                "check it with the per-bs mode (the default, or --graph-capture-trace=per-bs)"
             )
         result, items = split, sorted(split, key=_order)
     if all(kr.summary is None for kr in items):

@@ -279,7 +279,7 @@ TRACE = _declare(
     "--graph-capture-trace",
     "GRAPH_CAPTURE_TRACE",
     "export capture traces: per-bs (one trace per captured graph) or single (one trace for the whole capture "
-    "phase, and no per-batch-size summaries: every golden.check then fails, saying so)",
+    "phase, which golden.check splits by its capture windows; a CPU capture has none, and its check fails)",
     choices=("per-bs", "single", "off"),
     const="per-bs",
     metavar="MODE",

@@ -1,11 +1,11 @@
 """The CI recipes run as a user's CI would run them, and the wheel they install is one that can be released.
 
-A scratch engine repository (its package under ``python/``, like sglang's, its tests under ``tests/``)
-gets the CPU recipe's shell steps, with the plugin's own wheel as ``GRAPHCAPTURE_PLUGIN`` and an
-environment that already holds this machine's CPU torch. First run: no goldens yet, so the gate fails,
-and the job still publishes the report and uploads the harvest; after ``graphcapture accept`` of that
-harvest the second run passes. Left unedited, every recipe stops in its first step with the line
-docs/ci.md documents.
+A scratch repository of tests only gets the CPU recipe's shell steps, with the plugin's own wheel as
+``GRAPHCAPTURE_PLUGIN``, every other setting as shipped, and an environment that already holds this
+machine's CPU torch. First run: no goldens yet, so the gate fails, and the job still publishes the report
+and uploads the harvest; after ``graphcapture accept`` of that harvest, and with an engine package added
+under ``python/`` (like sglang's, ``PACKAGE_DIR: python``), the second run passes. Left unedited, every
+recipe stops in its first step with the line docs/ci.md documents.
 """
 
 from __future__ import annotations
@@ -29,6 +29,23 @@ UNSET_LINE = (
     "(pytest-graphcapture @ git+https://<host>/<owner>/pytest-graphcapture@<commit>) or a wheel URL or path"
 )
 
+TESTS_FILES = {
+    "pytest.ini": "[pytest]\ntestpaths = tests\n",
+    "tests/conftest.py": """\
+import pytest
+
+from pytest_graphcapture import DecoderConfig, TinyDecodeRunner
+
+
+@pytest.fixture
+def decode_runner():
+    return TinyDecodeRunner([1, 2], device="cpu", config=DecoderConfig(hidden_size=32))
+""",
+    "tests/test_decode_graphs.py": """\
+def test_decode_graphs(graph_capture, golden):
+    golden.check(graph_capture())
+""",
+}
 ENGINE_FILES = {
     "python/pyproject.toml": """\
 [build-system]
@@ -40,7 +57,6 @@ name = "scratch-engine"
 version = "0.0.1"
 """,
     "python/scratch_engine/__init__.py": '"""A stand-in inference engine: the size of its model."""\n\nHIDDEN_SIZE = 32\n',
-    "pytest.ini": "[pytest]\ntestpaths = tests\n",
     "tests/conftest.py": """\
 import pytest
 import scratch_engine
@@ -52,15 +68,11 @@ from pytest_graphcapture import DecoderConfig, TinyDecodeRunner
 def decode_runner():
     return TinyDecodeRunner([1, 2], device="cpu", config=DecoderConfig(hidden_size=scratch_engine.HIDDEN_SIZE))
 """,
-    "tests/test_decode_graphs.py": """\
-def test_decode_graphs(graph_capture, golden):
-    golden.check(graph_capture())
-""",
 }
 
 
-def scratch_engine(root: Path) -> Path:
-    for rel, text in ENGINE_FILES.items():
+def scratch_repository(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text, encoding="utf-8")
     return root
@@ -121,18 +133,37 @@ def test_a_pinned_requirement_passes_the_first_step(value: str, tmp_path: Path) 
     assert run.steps[0].returncode == 0, run.steps[0].output
 
 
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_a_package_dir_without_a_project_stops_the_install_in_one_line(recipe: Path, tmp_path: Path) -> None:
+    repo = scratch_repository(tmp_path / "engine", TESTS_FILES)
+    settings = {"GRAPHCAPTURE_PLUGIN": "pytest-graphcapture==0.1.0", "PACKAGE_DIR": "pyton"}
+    run = run_workflow(
+        recipe, repo, env={"PATH": os.environ["PATH"]}, settings=settings, already_done=("Show the GPU and driver",)
+    )
+    install = next(step for step in run.steps if step.name.startswith("Install"))
+    assert install.returncode == 1 and install.output.splitlines() == [
+        "::error::PACKAGE_DIR=pyton holds no Python project to install: set it to the folder of your project's "
+        "pyproject.toml, or to . for a repository of tests only"
+    ]
+    assert not (repo / ".venv").exists(), "stopped before anything was installed"
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("plugin_wheel")
-def test_cpu_recipe_gates_a_scratch_engine_repository(plugin_wheel: Path, tmp_path: Path) -> None:
-    repo = scratch_engine(tmp_path / "engine")
+def test_cpu_recipe_gates_a_tests_only_repository_then_an_engine_package(
+    plugin_wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = scratch_repository(tmp_path / "engine", TESTS_FILES)
     bin_dir = fresh_venv(tmp_path / "runner-python", existing_torch(tmp_path / "existing-torch", plugin_wheel))
     env = runner_env(bin_dir)
-    settings = {"GRAPHCAPTURE_PLUGIN": str(plugin_wheel), "PACKAGE_DIR": "python"}
     recipe = REPO_ROOT / "docs" / "ci" / "cpu.yml"
 
-    first = run_workflow(recipe, repo, env=env, settings=settings)
-    install = first.step("Install torch (CPU build), the plugin and your project")
+    # Tests only, nothing set but the plugin: what docs/ci.md says needs no other edit.
+    first = run_workflow(recipe, repo, env=env, settings={"GRAPHCAPTURE_PLUGIN": str(plugin_wheel)})
+    install = first.step("Install torch (CPU build) and the plugin")
     assert install.returncode == 0, install.output[-3000:]
+    project = first.step("Install your project")
+    assert project.returncode == 0 and "a repository of tests only" in project.output, project.output[-3000:]
     gate = first.step("Run the gate")
     assert gate.returncode == 1 and "has no golden for bs=1, bs=2" in gate.output, gate.output[-3000:]
     published = first.step("Publish the report as the job summary")
@@ -148,18 +179,18 @@ def test_cpu_recipe_gates_a_scratch_engine_repository(plugin_wheel: Path, tmp_pa
     assert [p.name for p in harvest] == ["TinyDecodeRunner_bs_1.json", "TinyDecodeRunner_bs_2.json"]
 
     # What the docs tell the user: accept the downloaded harvest, review, commit; then CI passes.
-    accept = subprocess.run(
-        ["graphcapture", "accept", "golden_out"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert accept.returncode == 0, accept.stdout + accept.stderr
+    from pytest_graphcapture.tools.cli import main
+
+    monkeypatch.chdir(repo)
+    assert main(["accept", "golden_out"]) == 0, capsys.readouterr()
     assert len(list((repo / "goldens" / "cpu").rglob("*.json"))) == 2
+
+    # The engine's package arrives under python/ and the tests import it: PACKAGE_DIR installs it.
+    scratch_repository(repo, ENGINE_FILES)
+    settings = {"GRAPHCAPTURE_PLUGIN": str(plugin_wheel), "PACKAGE_DIR": "python"}
     second = run_workflow(recipe, repo, env=env, settings=settings, already_done=(install.name,))
     assert second.passed, [(s.name, s.returncode, s.output[-2000:]) for s in second.steps if s.returncode]
+    assert "Successfully installed scratch-engine" in second.step(project.name).output
     assert "cpu: 2 checked, 2 passed, 0 failed" in second.step("Run the gate").output
 
     # The wheel went in beside the torch that was there: same files, same build, nothing replaced.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from warm_python import warm_path, warm_python
 
 from pytest_graphcapture.golden.store import CI_VARIABLES
 
@@ -112,6 +112,8 @@ def inventory() -> list[tuple[str, str, str]]:
 
 
 def environment() -> dict[str, str]:
+    from warm_python import warm_path  # under pytest only: `python tests/e2e/test_docs.py` lists blocks without it
+
     # PYTEST_ADDOPTS is the suite's own for the pytests it starts (tests/conftest.py), not the worker's.
     env = {
         k: v
@@ -125,6 +127,8 @@ def environment() -> dict[str, str]:
 
 def run_block(block: Block, cwd: Path, index: int) -> None:
     """Execute one runnable block in ``cwd``; fail naming the doc line and the output."""
+    from warm_python import warm_python
+
     env = environment()
     if block.lang == "python":
         script = cwd / f".doc_snippet_{index}.py"
@@ -144,6 +148,8 @@ def run_block(block: Block, cwd: Path, index: int) -> None:
 
 
 def run_pytest_file(block: Block, cwd: Path) -> None:
+    from warm_python import warm_python
+
     target = block.get("pytest-file")[0]
     (cwd / target).parent.mkdir(parents=True, exist_ok=True)
     (cwd / target).write_text(block.text, encoding="utf-8")
@@ -225,6 +231,17 @@ def test_configuration_reference_covers_every_setting() -> None:
         "max_launches",
     ):
         assert name in text, name
+
+
+def test_the_inventory_runs_as_a_script(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What docs/README.md tells a reader to run: `python tests/e2e/test_docs.py`, with only tests/e2e/ on the path."""
+    monkeypatch.setattr(
+        sys, "path", [str(Path(__file__).parent), *(p for p in sys.path if not Path(p, "warm_python.py").exists())]
+    )
+    monkeypatch.delitem(sys.modules, "warm_python", raising=False)
+    runpy.run_path(__file__, run_name="__main__")
+    listed = capsys.readouterr().out
+    assert "README.md:" in listed and "not run: creates a venv" in listed, listed[-2000:]
 
 
 @pytest.mark.parametrize("doc", doc_ids(), ids=lambda p: p.name)

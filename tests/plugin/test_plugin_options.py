@@ -191,7 +191,9 @@ def test_golden_check_after_a_single_trace_capture_says_to_use_per_bs(pytester: 
     """)
     result = pytester.runpytest("--graph-capture-trace=single", "--graph-capture-dir=out")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*--graph-capture-trace=single*no per-batch-size summaries*per-bs*"])
+    result.stdout.fnmatch_lines(
+        ["*--graph-capture-trace=single*holds no capture windows*(a capture on CPU records none)*per-bs*"]
+    )
     assert (
         trace_dir(pytester.path / "out", trace_group_for(f"{module.name}::test_gate"))
         / "cuda_graph_capture-FakeRunner-TP-0.json.gz"
