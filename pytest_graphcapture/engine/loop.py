@@ -478,7 +478,7 @@ class _LoopObserver(FailureKeeper):
             shown = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
             raise UsageError(
                 f"graph_capture.engine: key= could not tell the key of a call {self.method}({shown}): "
-                f"{type(exc).__name__}: {exc}; it must return a CaptureKey, a batch size, (batch size, variant) or None (no key)"
+                f"{type(exc).__name__}: {exc}; it must return a CaptureKey, a batch size or (batch size, variant)"
             ) from None
 
     def _enter_graph(self, key: CaptureKey, original: Callable[..., Any], args: tuple, kwargs: dict) -> None:
