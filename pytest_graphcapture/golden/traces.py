@@ -80,7 +80,7 @@ def collect_traces(
         raise UsageError(f"the traces come from {len(platforms)} platforms ({where}); check each platform's on its own")
     whole = any(Path(p).is_dir() for p in paths)
     result = CaptureResult(_runner_name(read), platforms[0], traces=read, whole=whole)
-    _lora_cases(read)
+    _marked_keys(read)
     seen: dict = {}
     for trace in read:
         _refuse_empty(trace)
@@ -106,7 +106,7 @@ def collect_traces(
     return result
 
 
-def _lora_cases(read: list) -> None:
+def _marked_keys(read: list) -> None:
     """Mark the sizes of marked ranges as tokens; and where vLLM (``cudagraph_specialize_lora``) wrote one range in
     several files, one per LoRA case, make each file's key its own: variant ``{mode}_lora_case_{i}``, i from 1 in
     capture order (the handler's time stamp), never merged."""
@@ -127,9 +127,9 @@ def _lora_cases(read: list) -> None:
         first = all_stamps.index(stamps[0])
         if all_stamps[first : first + len(stamps)] != stamps:
             raise UsageError(
-                f"{key_label(key, explicit_rank=True)} of {key.runner} is in {len(found)} traces that were not "
-                f"captured one after another, as vLLM writes its LoRA cases; traces of several runs? check one "
-                f"run's traces"
+                f"{key_label(key, explicit_rank=True)} of {key.runner} is in {len(found)} traces with other shapes' "
+                f"traces between them (time stamps {stamps[0]}, {stamps[1]}, ...), but vLLM writes a shape's LoRA "
+                f"cases one after another: traces of several runs? check one run's traces"
             )
         for i, (_, summary) in enumerate(sorted(found, key=lambda item: item[0]), 1):
             case = CaptureKey(key.runner, key.batch_size, f"{key.variant_name}_lora_case_{i}", key.rank)
