@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from helpers import run
+from vllm_v034 import GPUModelRunner, Options, TinyDecoder
 
 #: The test file a vLLM user writes (docs/engine-vllm.md), against the stand-in instead of vllm.
 USER_TEST = '''
@@ -99,3 +100,38 @@ def test_vllm_034_capture_gated_per_key_with_the_estimate_pass_left_out(pytester
     assert "FAILED test_vllm.py::test_change_in_the_estimate_pass_only" not in out
     for key in ("bs=4 variant=PIECEWISE", "bs=2 variant=FULL"):
         assert key in out  # the regression fails the keys of the real pass it changed
+
+
+def test_the_contract_takes_vllm_order_and_a_new_pass_but_not_a_pass_inside_a_key() -> None:
+    from pytest_graphcapture.engine.contract import FORWARD, CaptureContractError, StepContract, key_sequence
+    from pytest_graphcapture.keys import CaptureKey
+
+    contract = StepContract(warmups=1)
+    order = [(bs, mode) for mode in ("PIECEWISE", "FULL") for bs in (4, 2)]  # PIECEWISE sizes, then FULL sizes
+    for _ in range(2):  # the estimate pass, then the real capture
+        contract.new_pass()
+        for bs, mode in order:
+            for event in key_sequence(1):
+                contract.feed(event, CaptureKey("decoder", bs, mode))
+    contract.finish()
+    assert len(contract.done) == 4
+    with pytest.raises(CaptureContractError, match="bs=8 variant=FULL: warmup 1: captured after bs=2 variant=FULL"):
+        contract.feed(FORWARD, CaptureKey("decoder", 8, "FULL"))  # sizes still descend within a mode
+    contract = StepContract(warmups=1)
+    contract.feed(FORWARD, CaptureKey("decoder", 4, "FULL"))
+    with pytest.raises(CaptureContractError, match="new capture pass began before this key was captured"):
+        contract.new_pass()
+
+
+def test_passes_names_a_method_and_is_refused_with_one_trace(tmp_path) -> None:
+    from pytest_graphcapture.engine.capture import CaptureSettings
+    from pytest_graphcapture.engine.loop import capture_engine_loop
+    from pytest_graphcapture.errors import UsageError
+
+    model = TinyDecoder(Options())
+    kwargs = {"forward": (model, "forward"), "key": lambda *args: 1}
+    with pytest.raises(UsageError, match="^graph_capture.engine: passes=: GPUModelRunner has no method 'capture'$"):
+        capture_engine_loop(lambda: None, passes=(GPUModelRunner, "capture"), **kwargs)
+    single = CaptureSettings(trace="single", out_dir=tmp_path)
+    with pytest.raises(UsageError, match="passes= with --graph-capture-trace=single"):
+        capture_engine_loop(lambda: None, passes=(GPUModelRunner, "capture_model"), settings=single, **kwargs)
