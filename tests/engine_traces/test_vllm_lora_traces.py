@@ -96,10 +96,11 @@ def test_a_missing_lora_case_fails(runs, tmp_path, capsys):
     assert code == 1 and "bs=8 variant=FULL_lora_case_2: not captured" in out
 
 
-def test_one_label_from_two_runs_is_refused_not_taken_for_lora_cases(runs, slim, tmp_path, capsys):
-    mixed = tmp_path / "capture_traces"
-    write_run(slim, mixed)
-    write_run(slim, mixed, start=STAMP + 10**9)  # the next start-up's files, a second later
+def test_one_label_from_two_runs_is_refused_not_taken_for_lora_cases(runs, tmp_path, capsys):
+    mixed = Path(shutil.copytree(runs[0], tmp_path / "capture_traces"))
+    for path in list(mixed.iterdir()):  # the next start-up's files, a second later
+        stamp = int(path.name.split(".")[1])
+        shutil.copy(path, mixed / path.name.replace(str(stamp), str(stamp + 10**9)))
     code, _, err = check(capsys, mixed, "--golden-dir", runs[2])
     assert code == 2 and err.count("\n") == 1
     assert "traces with other shapes' traces between them" in err
