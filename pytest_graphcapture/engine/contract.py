@@ -144,13 +144,20 @@ class StepContract:
     def _begin(self, key: CaptureKey) -> None:
         if key in self.done:
             self.fail(key, "warmup 1: this key was captured already; an engine captures one graph per key")
-        if self.done and key.batch_size > self.done[-1].batch_size:
+        last = next((k for k in reversed(self.done) if (k.runner, k.variant) == (key.runner, key.variant)), None)
+        if last is not None and key.batch_size > last.batch_size:
             self.fail(
                 key,
-                f"warmup 1: captured after {key_label(self.done[-1])}; keys must be captured largest "
-                f"batch size first (smaller graphs reuse the larger ones' memory pool)",
+                f"warmup 1: captured after {key_label(last)}; keys must be captured largest batch size first, "
+                f"per variant (smaller graphs reuse the larger ones' memory pool)",
             )
         self.key, self.position = key, 0
+
+    def new_pass(self) -> None:
+        """A new capture pass begins (``passes=``): its keys may be the last pass's again."""
+        if self.key is not None and self.position != self.length:
+            self.fail(self.key, f"{self.stage}: a new capture pass began before this key was captured; {self._rule()}")
+        self.key, self.position, self.done = None, 0, []
 
     def _rule(self) -> str:
         warmups = self.warmups

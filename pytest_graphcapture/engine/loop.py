@@ -88,11 +88,19 @@ def capture_engine_loop(
     device: Optional[Union[torch.device, str]] = None,
     settings: Optional[CaptureSettings] = None,
     warmups: int = WARMUPS,
+    passes: Optional[tuple[Any, str]] = None,
 ) -> CaptureResult:
-    """Run the engine's capture function ``fn`` under the gate; return every key it captured."""
+    """Run the engine's capture function ``fn`` under the gate; return every key it captured (in its last pass)."""
     warmups = warmup_count(warmups)
     owner, name = _forward_target(forward)
     settings = settings or CaptureSettings()
+    if passes is not None:
+        passes = _forward_target(passes, "passes")
+        if settings.trace == "single":
+            raise UsageError(
+                "graph_capture.engine: passes= with --graph-capture-trace=single: the one trace would hold the graphs "
+                "of every pass; use per-bs traces"
+            )
     device = torch.device(device if device is not None else getattr(owner, "device", None) or "cpu")
     runner_name = runner_name or _owner_name(owner)
     rank = current_rank()
@@ -118,7 +126,7 @@ def capture_engine_loop(
     try:
         if profiler is not None:
             profiler.__enter__()
-        with _observed(loop, owner, name, real_graphs=real_graphs):
+        with _observed(loop, owner, name, real_graphs=real_graphs, passes=passes):
             try:
                 fn(_Stepper(loop)) if with_profiler else fn()
             except Exception as exc:
@@ -192,21 +200,21 @@ def _placeholder_in(error: BaseException) -> Optional[str]:
     return None
 
 
-def _forward_target(forward: Any) -> tuple[Any, str]:
+def _forward_target(forward: Any, option: str = "forward") -> tuple[Any, str]:
     """``forward`` checked to be ``(object, "method name")`` naming a callable attribute; UsageError if not."""
     if not (isinstance(forward, tuple) and len(forward) == 2 and isinstance(forward[1], str)):
         raise UsageError(
-            f'graph_capture.engine: forward= must be (object, "method name"), e.g. (engine, "forward_decode"); '
+            f'graph_capture.engine: {option}= must be (object, "method name"), e.g. (engine, "forward_decode"); '
             f"got {forward!r}"
         )
     owner, name = forward
     if not callable(getattr(owner, name, None)):
-        raise UsageError(f"graph_capture.engine: forward=: {_owner_name(owner)} has no method {name!r}")
+        raise UsageError(f"graph_capture.engine: {option}=: {_owner_name(owner)} has no method {name!r}")
     if name.startswith("__") and name.endswith("__") and not isinstance(owner, type):
         # Python looks special methods up on the type: a call ``owner(...)`` never meets a
         # wrapper set on the object, so the gate would see no forward at all.
         raise UsageError(
-            f"graph_capture.engine: forward=({_owner_name(owner)}, {name!r}) cannot be observed: Python looks "
+            f"graph_capture.engine: {option}=({_owner_name(owner)}, {name!r}) cannot be observed: Python looks "
             f"special methods such as {name} up on the class, never on the object; name the method {name} runs, "
             f'e.g. forward=(model, "forward") for a torch module'
         )
@@ -223,12 +231,19 @@ def _placeholder_new(loop: _LoopObserver, name: str) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _observed(loop: _LoopObserver, owner: Any, name: str, *, real_graphs: bool) -> Iterator[None]:
-    """The forward, the graph capture calls and (off CUDA) their eager stand-ins patched for the block."""
+def _observed(
+    loop: _LoopObserver, owner: Any, name: str, *, real_graphs: bool, passes: Optional[tuple[Any, str]]
+) -> Iterator[None]:
+    """The forward, the graph capture calls, ``passes`` and (off CUDA) their eager stand-ins patched for the block."""
     original = getattr(owner, name)
+    begin_pass = getattr(*passes) if passes is not None else None
 
     def observed_forward(*args: Any, **kwargs: Any) -> Any:
         return loop.forward(original, args, kwargs)
+
+    def observed_pass(*args: Any, **kwargs: Any) -> Any:
+        loop.new_pass()
+        return begin_pass(*args, **kwargs)  # type: ignore[misc]
 
     with contextlib.ExitStack() as stack:
         if not real_graphs:
@@ -247,6 +262,8 @@ def _observed(loop: _LoopObserver, owner: Any, name: str, *, real_graphs: bool) 
             observe_captures(loop, real_graphs=real_graphs, before_begin=check, on_failure=loop.hook_failed)
         )
         stack.enter_context(patched(owner, name, observed_forward))
+        if passes is not None:
+            stack.enter_context(patched(*passes, observed_pass))
         yield
 
 
@@ -350,6 +367,24 @@ class _LoopObserver(FailureKeeper):
             self.swallowed = error  # raised in no frame of the engine's: it did not catch it
         return True
 
+    def new_pass(self) -> None:
+        """A call of ``passes=`` begins a capture pass: what the passes before captured is dropped, never gated."""
+        if self.elsewhere("a capture pass"):
+            return
+        self._raise_kept()
+        with self._recorded():
+            self.contract.new_pass()
+        if isinstance(self.profiler, PerBatchSizeProfiler):
+            for done in self.profiler.results.values():
+                if done.trace_path is not None:
+                    done.trace_path.unlink(missing_ok=True)
+            self.profiler.results.clear()
+        for kept in (self.result.keys, self.graphs, self.metrics, self.started, self.other_graph_warmups):
+            kept.clear()
+        self.keys_with_graphs.clear()
+        for readouts in (getattr(self.backend, "graph_readouts", {}), getattr(self.backend, "readout_sources", {})):
+            readouts.clear()
+
     def placeholder_used(self, message: str) -> NoReturn:
         """The engine instantiated torch's CPU placeholder of a stood-in class: kept as the failure, raised."""
         error = UsageError(message)
@@ -378,12 +413,20 @@ class _LoopObserver(FailureKeeper):
     def forward(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.depth:  # the forward called from within itself: one forward
             return original(*args, **kwargs)
-        if self.elsewhere("a forward", self._key_or_none(args, kwargs)):
+        try:
+            key, failed = self._key(args, kwargs), None
+        except UsageError as exc:
+            key, failed = None, exc
+        if key is None and failed is None:  # a forward of no key (an engine's profile or warm-up run): not watched
+            return original(*args, **kwargs)
+        if self.elsewhere("a forward", key):
             return original(*args, **kwargs)
         self._ended_unseen()
         self._raise_kept()
         with self._recorded():
-            key = self._key(args, kwargs)
+            if failed is not None:
+                raise failed
+            assert key is not None
             if self.graph is not None:
                 self._enter_graph(key, original, args, kwargs)
                 self._feed(FORWARD, key)
@@ -427,21 +470,16 @@ class _LoopObserver(FailureKeeper):
                 self._feed(STEP, key)
         return out
 
-    def _key(self, args: tuple, kwargs: dict) -> CaptureKey:
+    def _key(self, args: tuple, kwargs: dict) -> Optional[CaptureKey]:
         try:
-            return as_key(self.key_of(*args, **kwargs), self.runner_name, self.rank)
+            value = self.key_of(*args, **kwargs)
+            return None if value is None else as_key(value, self.runner_name, self.rank)
         except Exception as exc:
             shown = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs])
             raise UsageError(
                 f"graph_capture.engine: key= could not tell the key of a call {self.method}({shown}): "
                 f"{type(exc).__name__}: {exc}; it must return a CaptureKey, a batch size or (batch size, variant)"
             ) from None
-
-    def _key_or_none(self, args: tuple, kwargs: dict) -> Optional[CaptureKey]:
-        try:
-            return self._key(args, kwargs)
-        except UsageError:
-            return None
 
     def _enter_graph(self, key: CaptureKey, original: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """The first forward inside the open graph gives the graph its key; a second one is refused."""

@@ -8,22 +8,25 @@ from typing import Optional, Sequence, Union
 
 from .._io import require_regular
 from ..errors import TraceFormatError, UsageError
-from ..keys import key_label
+from ..keys import CaptureKey, key_label
 from ..naming import is_hidden, is_merged_trace, is_trace_path
 from ..result import CaptureResult, KeyMetrics, KeyResult
-from ..summary.files import TraceKeys, summarize_trace_keys
+from ..summary.files import TraceKeys, handler_stamp, summarize_trace_keys
 from ..summary.model import graph_count
 from ..summary.platform import CPU
 
 #: How a user checks a trace without its windows in no range (the CLI option and the keyword).
 _IGNORE_UNKEYED = "--ignore-unkeyed-windows (golden.check_traces(..., ignore_unkeyed_windows=True))"
 
-#: What to do when a folder holds no capture trace: vLLM's V2 model runner writes none.
+#: What to do when a folder holds no capture trace: only vLLM 0.26-0.33's V1 model runner writes them.
 _EMPTY_HINT = (
-    "an engine that profiled its capture writes them there (sglang: graph_capture_profile/, vLLM: "
-    "capture_traces/; vLLM's V2 model runner ignores capture_torch_profiler and writes none: "
-    "start vLLM with VLLM_USE_V2_MODEL_RUNNER=0)"
+    "an engine that profiled its capture writes them there (sglang: graph_capture_profile/; vLLM 0.26-0.33: "
+    "capture_traces/, from its V1 model runner only; vLLM 0.34 writes none: gate its capture with "
+    "graph_capture.engine, docs/engine-vllm.md)"
 )
+
+#: What the size of a key read from ``capture_{N}_{mode}`` ranges counts, as its golden records it.
+_MARKED_SIZE = {"batch_size_counts": "tokens"}
 
 
 def _trace_files(paths: Sequence[Union[str, Path]]) -> list[Path]:
@@ -77,6 +80,7 @@ def collect_traces(
         raise UsageError(f"the traces come from {len(platforms)} platforms ({where}); check each platform's on its own")
     whole = any(Path(p).is_dir() for p in paths)
     result = CaptureResult(_runner_name(read), platforms[0], traces=read, whole=whole)
+    _marked_keys(read)
     seen: dict = {}
     for trace in read:
         _refuse_empty(trace)
@@ -100,6 +104,38 @@ def collect_traces(
             seen[summary.key] = trace.path
             result.keys[summary.key] = KeyResult(summary.key, trace.path, summary)
     return result
+
+
+def _marked_keys(read: list) -> None:
+    """Mark the sizes of marked ranges as tokens; and where vLLM (``cudagraph_specialize_lora``) wrote one range in
+    several files, one per LoRA case, make each file's key its own: variant ``{mode}_lora_case_{i}``, i from 1 in
+    capture order (the handler's time stamp), never merged."""
+    files: dict = {}
+    order: dict = {}  # per runner and rank, the time stamps of its files in capture order
+    for trace in (t for t in read if t.split_by == "annotations"):
+        stamp = handler_stamp(trace.path)
+        for summary in trace.summaries:
+            summary.environment = {**summary.environment, **_MARKED_SIZE}
+            if stamp is not None:
+                files.setdefault(summary.key, []).append((stamp, summary))
+                order.setdefault((summary.key.runner, summary.key.rank), set()).add(stamp)
+    for key, found in files.items():
+        stamps = sorted(stamp for stamp, _ in found)
+        if len(found) < 2 or len(set(stamps)) < len(found):
+            continue  # one file, or one trace given twice: refused below
+        all_stamps = sorted(order[key.runner, key.rank])
+        first = all_stamps.index(stamps[0])
+        if all_stamps[first : first + len(stamps)] != stamps:
+            raise UsageError(
+                f"{key_label(key, explicit_rank=True)} of {key.runner} is in {len(found)} traces with other shapes' "
+                f"traces between them (time stamps {stamps[0]}, {stamps[1]}, ...), but vLLM writes a shape's LoRA "
+                f"cases one after another: traces of several runs? check one run's traces"
+            )
+        for i, (_, summary) in enumerate(sorted(found, key=lambda item: item[0]), 1):
+            case = CaptureKey(key.runner, key.batch_size, f"{key.variant_name}_lora_case_{i}", key.rank)
+            summary.key = case
+            for graph in summary.graphs or ():
+                graph.key = case
 
 
 def unkeyed_windows(trace: TraceKeys) -> str:

@@ -106,15 +106,17 @@ class GraphCapture:
         trace: Optional[str] = None,
         summarize: bool = True,
         warmups: int = 2,
+        passes: Optional[tuple[Any, str]] = None,
     ) -> Any:
         """Gate the engine's own capture loop: run ``fn`` for real and return the usual CaptureResult.
 
         ``fn(profiler)`` steps the plugin's per-batch-size profiler where the engine steps its own; ``fn()`` has it
         stepped on the observed forwards and captures.  ``forward=(obj, "method")`` is the body each graph holds and
-        ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size, variant)`` of ``runner_name``);
-        ``warmups`` forwards run per key before its capture (1 for vLLM's loop or
-        ``torch.compile(mode="reduce-overhead")``).  The loop runs in the test process on one rank: under an isolation
-        or ranks setting the call fails saying so (docs/adapting.md).
+        ``key(*args, **kwargs)`` its key (a CaptureKey, a batch size or ``(batch size, variant)`` of ``runner_name``;
+        None: a forward of no key); ``warmups`` forwards run per key before its capture (1 for vLLM's loop or
+        ``torch.compile(mode="reduce-overhead")``); each call of ``passes=(obj, "method")`` begins a capture pass, and
+        only the last pass's keys are gated (vLLM 0.34 captures once to estimate memory).  The loop runs in the test
+        process on one rank: under an isolation or ranks setting the call fails saying so (docs/adapting.md).
         """
         from ..engine.loop import capture_engine_loop
 
@@ -133,6 +135,7 @@ class GraphCapture:
             device=device,
             settings=capture_settings,
             warmups=warmups,
+            passes=passes,
         )
 
     def _capture_on_ranks(

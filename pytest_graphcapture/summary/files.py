@@ -133,8 +133,8 @@ PIECE_MARK = "graph-capture: graph"
 #: A per-size trace name, as sglang and the plugin write it.
 _PER_SIZE = re.compile(r"^.+?_bs_[0-9]+(?:_.+?)?_rank[0-9]+$")
 
-#: What a profiler's trace handler adds to a file name: ``.pt.trace``, and a time stamp in milliseconds.
-_HANDLER_PARTS = re.compile(r"(?:\.[0-9]{10,})?(?:\.pt\.trace)?$")
+#: What a profiler's trace handler adds to a file name: ``.pt.trace``, and a time stamp (vLLM's: ``time_ns``).
+_HANDLER_PARTS = re.compile(r"(?:\.(?P<stamp>[0-9]{10,}))?(?:\.pt\.trace)?$")
 
 
 @dataclass
@@ -160,6 +160,12 @@ def _stable_runner(path: Union[str, Path]) -> str:
     """A runner name from a trace file name, without what changes run to run (a trace handler's time stamp)."""
     stem = trace_stem(path)
     return _HANDLER_PARTS.sub("", stem) or stem
+
+
+def handler_stamp(path: Union[str, Path]) -> Optional[int]:
+    """The time stamp a trace handler put in the file name (``name.<time_ns>.pt.trace.json.gz``), or None."""
+    stamp = _HANDLER_PARTS.search(trace_stem(path)).group("stamp")  # type: ignore[union-attr]
+    return int(stamp) if stamp else None
 
 
 def batch_sizes_problem(sizes: Sequence[int]) -> Optional[str]:
