@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -129,12 +130,19 @@ def _differs(name: str, old: Any, new: Any) -> bool:
     return version_text(name, old) != version_text(name, new)
 
 
+#: Profiler flags that cannot change what is gated: stacks, FLOPs, memory and module events are recorded
+#: beside the ops and kernels a summary reads (record_shapes can: it decides the ops' shapes).
+_UNGATED_FLAGS = frozenset(f"profiler.{f}" for f in ("with_stack", "with_flops", "profile_memory", "with_modules"))
+
+
 def _environment_differences(
     expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
 ) -> list[str]:
     """``["torch_version 2.11.0 → 2.12.0", ...]``: each field that differs, at most ``limit`` then a count."""
     old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
-    names = sorted(n for n in set(old) | set(new) if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
+    names = sorted(
+        n for n in (set(old) | set(new)) - _UNGATED_FLAGS if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)"))
+    )
     items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
     if len(names) > limit:
         items.append(f"… {len(names) - limit} more")
@@ -270,7 +278,7 @@ def fit_list(items: Sequence[str], budget: Optional[int]) -> str:
     """``items`` joined by ", " within about ``budget`` characters, then ``… +N more`` (all when None)."""
     if budget is None or not items:
         return ", ".join(items)
-    out = [shorten(items[0], budget)]
+    out = [items[0]]  # an entry is never cut here: a line's fields are (_fit_line)
     for i, item in enumerate(items[1:], 1):
         rest = len(items) - i - 1
         tail = f", … +{rest} more" if rest else ""
@@ -292,7 +300,7 @@ def shorten(name: str, width: Optional[int]) -> str:
 
 
 #: What separates the fields of a change line (entries, old → new); a cut never crosses one.
-_FIELD_SEPARATORS = re.compile(r"(, |; | → |: )")
+_FIELD_SEPARATORS = re.compile(r"(, |; | → |: | \()")
 #: A field is never cut shorter than this: its start and end still tell which entry it is.
 _MIN_FIELD_WIDTH = 24
 
@@ -310,8 +318,22 @@ def _fit_line(text: str, width: int) -> str:
             low = mid
         else:
             high = mid - 1
-    parts[0::2] = [shorten(f, low) for f in fields]
+    cut = [shorten(f, low) for f in fields]
+    for i, sep in enumerate(parts[1::2]):
+        if sep == " → ":
+            cut[i], cut[i + 1] = shorten_pair(fields[i], fields[i + 1], low)
+    parts[0::2] = cut
     return "".join(parts)
+
+
+def shorten_pair(was: str, now: str, width: int) -> tuple[str, str]:
+    """Old and new each within ``width``, cut alike around where they first differ: they never look alike."""
+    first = len(os.path.commonprefix([was, now]))
+    if was == now or max(len(was), len(now)) <= width or first < (width - 1) * 2 // 3:
+        return shorten(was, width), shorten(now, width)  # their difference is in the part a middle cut keeps
+    start = max(0, first - width // 2)
+    cut = lambda t: ("…" if start else "") + t[start : start + width - 2] + ("…" if start + width - 2 < len(t) else "")  # noqa: E731
+    return cut(was), cut(now)
 
 
 @dataclass
@@ -337,8 +359,7 @@ class Change:
         return f"{marker} {shorten(self.subject, width)}{detail}"
 
     def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
-        text = _fill_slots(self.head(width), self.lists, None if width is None else LIST_BUDGET)
-        return text if width is None else _fit_line(text, MAX_LINE_WIDTH)
+        return _line((self.head(width), self.lists), width)
 
     def to_dict(self) -> dict:
         return {
@@ -392,10 +413,12 @@ class KeyDiff:
             counts = {k: sum(1 for c in items if c.kind == k) for k in ("added", "removed", "changed")}
             summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
             lines.append(f"  {section}: {summary}")
-            shown = [c for c in items if not (fold and self.is_view(c))]
-            lines.extend(f"    {c.render(width)}" for c in shown)
-            if len(shown) < len(items):
-                lines.append(f"    {_folded_line([c.subject for c in items if self.is_view(c)], full_diff)}")
+            entries: list = [(None, (c.head(width), c.lists)) for c in items]
+            if brief and section == "ops":
+                headline, entries = _glance(entries, self.classes)
+                lines[1:1] = [f"  {headline}"] if headline else []
+            show = lambda _, entry: _line(entry, width)  # noqa: E731
+            lines += _section_lines(entries, fold and section == "ops", self.classes, full_diff, show)
         lines.extend(f"  note: {n}" for n in self.notes)
         return lines
 
@@ -420,6 +443,89 @@ def _folded_line(subjects: Sequence[str], full_diff: Optional[str]) -> str:
     where = f"; full diff in {full_diff}" if full_diff else ""
     n = len(subjects)
     return f"+ {n} view/metadata op line{'s' if n != 1 else ''} ({which}){where}"
+
+
+def _line(entry: Entry, width: Optional[int]) -> str:
+    """A line's text with its lists, fitted to a failure line (whole when ``width`` is None)."""
+    text = _fill_slots(entry[0], entry[1], None if width is None else LIST_BUDGET)
+    return text if width is None else _fit_line(text, MAX_LINE_WIDTH)
+
+
+def _section_lines(
+    items: Sequence[tuple[Any, Entry]], fold: bool, classes: OpClasses, full_diff: Optional[str], show: Any
+) -> list[str]:
+    """A section's lines, ``show(sizes, entry)`` each; with ``fold``, view/metadata op lines as one."""
+    views = [e for _, e in items if fold and classes.rank(_subject(e[0]))[0] == VIEW]
+    out = [f"    {show(sizes, e)}" for sizes, e in items if e not in views]
+    return out + ([f"    {_folded_line([_subject(e[0]) for e in views], full_diff)}"] if views else [])
+
+
+_TOKEN = re.compile(r"[\w:.<>]+|\x00")
+#: The profiler's input type names of torch dtypes.
+_DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16"}
+_DTYPES.update(
+    {"int": "int32", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2"}
+)
+#: Ops that reach a GEMM through another op, outermost first: the op launching the kernels names them.
+_GEMM_CALLERS = ("linear", "einsum", "matmul", "conv1d", "conv2d", "conv3d", "convolution", "_convolution")
+
+
+def _swaps(entry: Entry) -> tuple[frozenset, bool]:
+    """The token swaps turning a line's old entries into its new ones, and whether they are all it says."""
+    text, lists = entry
+    pair = f"{slot(0)} → {slot(1)}"
+    if pair not in text or len(lists[0]) != len(lists[1]):
+        return frozenset(), False
+    swaps: set = set()
+    for was, now in zip(lists[0], lists[1]):
+        a, b = _TOKEN.findall(was), _TOKEN.findall(now)
+        if len(a) != len(b):
+            return frozenset(), False
+        swaps.update((x, y) for x, y in zip(a, b) if x != y)
+    return frozenset(swaps), text.endswith(pair) and len(lists) == 2
+
+
+def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optional[str], list[tuple[Any, Entry]]]:
+    """Op lines at a glance: a headline for the swap most lines share (the lines it alone explains go), then
+    each GEMM caller's line folded into the launching op's line saying the same change."""
+    found = [_swaps(entry) for _, entry in items]
+    shared = Counter(swap for swaps, _ in found for swap in swaps).most_common(1)
+    headline = None
+    if shared and shared[0][1] * 2 > len(items):
+        (was, now), _ = shared[0]
+        ops = {_subject(e[0]) for (_, e), (swaps, _) in zip(items, found) if (was, now) in swaps}
+        if was in _DTYPES and now in _DTYPES:
+            what = f"dtype changed: {_DTYPES[was]} → {_DTYPES[now]}"
+        else:
+            numbers = all(re.fullmatch(r"\d+|\x00", t) for t in (was, now))
+            what = ("shape changed: " if numbers else "changed: ") + f"{was} → {now}".replace(_HOLE, "bs")
+        headline = f"{what} in {len(ops)} op{'s' if len(ops) != 1 else ''} (below: only what that does not explain)"
+        items = [item for item, (swaps, whole) in zip(items, found) if not (whole and swaps == {(was, now)})]
+    name = lambda entry: _subject(entry[0]).rsplit("::", 1)[-1]  # noqa: E731
+
+    def change(entry: Entry) -> tuple:  # what a line says changed, whatever the op's own shapes
+        counts = tuple(re.findall(r"×\d+|count \d+ → \d+", entry[0].split(" ", 2)[-1]))
+        return entry[0][0], _swaps(entry)[0], counts
+
+    leaves = [i for i, (_, e) in enumerate(items) if classes.kind(_subject(e[0])) == "gemm"]
+    leaves = [i for i in leaves if name(items[i][1]) not in _GEMM_CALLERS]
+    callers: dict[int, list[str]] = {}
+    dropped = set()
+    for i, (sizes, entry) in enumerate(items):
+        said = change(entry)
+        if name(entry) in _GEMM_CALLERS and (said[1] or said[2]):
+            leaf = next((j for j in leaves if items[j][0] == sizes and change(items[j][1]) == said), None)
+            if leaf is not None:
+                callers.setdefault(leaf, []).append(name(entry))
+                dropped.add(i)
+    out = []
+    for i, (sizes, (text, lists)) in enumerate(items):
+        if i in callers:
+            chain = " › ".join(sorted(set(callers[i]), key=_GEMM_CALLERS.index))
+            text = text.replace(f" {_subject(text)}", f" {_subject(text)} (from {chain})", 1)
+        if i not in dropped:
+            out.append((sizes, (text, lists)))
+    return headline, out
 
 
 def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MAX_DIFF_LINES) -> list[str]:
@@ -537,12 +643,13 @@ def _group_lines(
         items = {bs: found for bs, found in items.items() if found}
         if not items:
             continue
-        lines.append(f"  {section}:")
         grouped = _grouped(items, by_subject=section != "launches", classes=classes if section == "ops" else None)
-        folded = [t for _, t in grouped if fold and section == "ops" and classes.rank(_subject(t[0]))[0] == VIEW]
-        lines.extend(f"    {_render(sizes, t)}" for sizes, t in grouped if t not in folded)
-        if folded:
-            lines.append(f"    {_folded_line([_subject(t[0]) for t in folded], full_diff)}")
+        if section == "ops":
+            headline, grouped = _glance(grouped, classes)
+            lines[1:1] = [f"  {headline}"] if headline else []
+        if grouped:
+            lines.append(f"  {section}:")
+            lines += _section_lines(grouped, fold and section == "ops", classes, full_diff, _render)
     notes = {bs: [(n, ()) for n in d.notes] for bs, d in by_bs.items() if d.notes}
     lines.extend(f"  note: {_render(sizes, template)}" for sizes, template in _grouped(notes))
     return lines
