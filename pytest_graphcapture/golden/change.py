@@ -491,7 +491,7 @@ def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optiona
     found = [_swaps(entry) for _, entry in items]
     shared = Counter(swap for swaps, _ in found for swap in swaps).most_common(1)
     headline = None
-    if shared and shared[0][1] * 2 > len(items):
+    if shared and shared[0][1] >= 3 and shared[0][1] * 2 > len(items):  # most lines, and more than a headline
         (was, now), _ = shared[0]
         ops = {_subject(e[0]) for (_, e), (swaps, _) in zip(items, found) if (was, now) in swaps}
         if was in _DTYPES and now in _DTYPES:
@@ -504,7 +504,7 @@ def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optiona
     name = lambda entry: _subject(entry[0]).rsplit("::", 1)[-1]  # noqa: E731
 
     def change(entry: Entry) -> tuple:  # what a line says changed, whatever the op's own shapes
-        counts = tuple(re.findall(r"×\d+|count \d+ → \d+", entry[0].split(" ", 2)[-1]))
+        counts = tuple(re.findall(r"×\d+|count \d+ → \d+", _line(entry, None).split(" ", 2)[-1]))
         return entry[0][0], _swaps(entry)[0], counts
 
     leaves = [i for i, (_, e) in enumerate(items) if classes.kind(_subject(e[0])) == "gemm"]
