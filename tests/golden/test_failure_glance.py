@@ -72,8 +72,8 @@ def test_dtype_change_leads_once_and_only_the_rest_is_listed(tmp_path: Path, cap
     out, md = _check(tmp_path, capsys, dtype="c10::BFloat16", adds=4)
     for text in (out, md):  # terminal (CLI) and Markdown alike, each change once across sizes
         assert text.count("dtype changed: float32 → bfloat16 in 8 ops (below: only what that does not explain)") == 1
-        lines = _ops_lines(text)
-        assert lines == [
+        assert text.count("~ aten::") == 1, text
+        assert _ops_lines(text) == [
             "bs=1,2,4: ~ aten::add [[bs,64],[bs,64],[]] (float, float, Scalar) → "
             "[[bs,64],[bs,64],[]] (c10::BFloat16, c10::BFloat16, Scalar) (count 3 → 4)"
         ], text
@@ -140,8 +140,8 @@ CONFTEST = (
     + """
 
 def make_summary(bs, runner, platform):
-    dtype = os.environ.get("FAKE_DTYPE", "float")
-    entries = [{"name": n, "input_dims": d, "input_types": t, "count": c} for n, d, t, c in ops(bs, dtype)]
+    dtype, adds = os.environ.get("FAKE_DTYPE", "float"), int(os.environ.get("FAKE_ADDS", "3"))
+    entries = [{"name": n, "input_dims": d, "input_types": t, "count": c} for n, d, t, c in ops(bs, dtype, adds=adds)]
     return Summary(key=CaptureKey(runner, bs), platform=platform, kernels=[], ops=entries,
                    launches={"total": 0, "by_api": {}}, complete=True, incomplete_reason=None, environment={})
 """
@@ -156,9 +156,11 @@ def test_pytest_route_says_the_same(pytester: pytest.Pytester, monkeypatch: pyte
     pytester.makepyfile(test_model="def test_decode(fake_capture, golden):\n    golden.check(fake_capture())\n")
     run(pytester, "--update-golden").assert_outcomes(passed=1)
     monkeypatch.setenv("FAKE_DTYPE", "c10::BFloat16")
+    monkeypatch.setenv("FAKE_ADDS", "4")
     result = run(pytester, "--graph-capture-report=report.md")
     result.assert_outcomes(failed=1)
     md = (pytester.path / "report.md").read_text()
     for text in ("\n".join(result.outlines), md):
         assert text.count("dtype changed: float32 → bfloat16 in 8 ops") == 1, text
-        assert _ops_lines(text) == [], text
+        assert [line.split(": ", 1)[0] for line in _ops_lines(text)] == ["bs=1,2,4"], text  # once for every size
+        assert text.count("~ aten::") == 1, text
