@@ -83,10 +83,6 @@ class OpClasses:
             return VIEW, 0
         return OTHER, 0
 
-    def is_view(self, name: str) -> bool:
-        """A view/metadata op: its lines fold into one in a failure."""
-        return self.rank(name)[0] == VIEW
-
     def kind(self, name: str) -> str:
         """The class an op is of: ``gemm``, ``attention``, … ``project`` (the settings), ``other`` or ``view``."""
         tier, index = self.rank(name)
@@ -135,28 +131,16 @@ def _differs(name: str, old: Any, new: Any) -> bool:
 _UNGATED_FLAGS = frozenset(f"profiler.{f}" for f in ("with_stack", "with_flops", "profile_memory", "with_modules"))
 
 
-def _environment_differences(
-    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
-) -> list[str]:
-    """``["torch_version 2.11.0 → 2.12.0", ...]``: each field that differs, at most ``limit`` then a count."""
-    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
-    names = sorted(
-        n for n in (set(old) | set(new)) - _UNGATED_FLAGS if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)"))
-    )
-    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
-    if len(names) > limit:
-        items.append(f"… {len(names) - limit} more")
-    return items
-
-
 def environment_note(
     expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
 ) -> Optional[str]:
-    """One line saying how the golden's environment differs from the current one, or None."""
-    items = _environment_differences(expected_env, actual_env, limit=limit)
-    if not items:
-        return None
-    return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
+    """One line naming each field that differs from the golden's environment (``limit``, then a count), or None."""
+    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
+    fields = (set(old) | set(new)) - _UNGATED_FLAGS
+    names = sorted(n for n in fields if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
+    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
+    more = [f"… {len(names) - limit} more"] if len(names) > limit else []
+    return "environment differs from the golden's (may explain the diff): " + "; ".join(items + more) if items else None
 
 
 #: Fields a golden records but no check compares (how the capture was read, what ran it): a difference in
@@ -192,15 +176,10 @@ def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, 
     return changes
 
 
-def _torch_release(version: Any) -> str:
-    """The release part of a torch version: ``"2.13.0+cpu"`` → ``"2.13.0"``."""
-    return str(version).split("+", 1)[0]
-
-
 def torch_release_changed(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> bool:
     """Whether the golden was written under another torch release than the capture ran on."""
     old, new = (expected_env or {}).get("torch_version"), (actual_env or {}).get("torch_version")
-    return old is not None and new is not None and _torch_release(old) != _torch_release(new)
+    return old is not None and new is not None and str(old).split("+", 1)[0] != str(new).split("+", 1)[0]
 
 
 def toolchain_lead(changes: Sequence[str], release_changed: bool) -> Optional[str]:
@@ -417,8 +396,8 @@ class KeyDiff:
             if brief and section == "ops":
                 headline, entries = _glance(entries, self.classes)
                 lines[1:1] = [f"  {headline}"] if headline else []
-            show = lambda _, entry: _line(entry, width)  # noqa: E731
-            lines += _section_lines(entries, fold and section == "ops", self.classes, full_diff, show)
+            view = fold and section == "ops"
+            lines += _section_lines(entries, view, self.classes, full_diff, lambda _, entry: _line(entry, width))
         lines.extend(f"  note: {n}" for n in self.notes)
         return lines
 
@@ -462,10 +441,7 @@ def _section_lines(
 
 _TOKEN = re.compile(r"[\w:.<>]+|\x00")
 #: The profiler's input type names of torch dtypes.
-_DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16"}
-_DTYPES.update(
-    {"int": "int32", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2"}
-)
+_DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16", "int": "int32"}
 #: Ops that reach a GEMM through another op, outermost first: the op launching the kernels names them.
 _GEMM_CALLERS = ("linear", "einsum", "matmul", "conv1d", "conv2d", "conv3d", "convolution", "_convolution")
 
@@ -476,13 +452,11 @@ def _swaps(entry: Entry) -> tuple[frozenset, bool]:
     pair = f"{slot(0)} → {slot(1)}"
     if pair not in text or len(lists[0]) != len(lists[1]):
         return frozenset(), False
-    swaps: set = set()
-    for was, now in zip(lists[0], lists[1]):
-        a, b = _TOKEN.findall(was), _TOKEN.findall(now)
-        if len(a) != len(b):
-            return frozenset(), False
-        swaps.update((x, y) for x, y in zip(a, b) if x != y)
-    return frozenset(swaps), text.endswith(pair) and len(lists) == 2
+    tokens = [(_TOKEN.findall(was), _TOKEN.findall(now)) for was, now in zip(lists[0], lists[1])]
+    if any(len(a) != len(b) for a, b in tokens):
+        return frozenset(), False
+    swaps = frozenset((x, y) for a, b in tokens for x, y in zip(a, b) if x != y)
+    return swaps, text.endswith(pair) and len(lists) == 2
 
 
 def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optional[str], list[tuple[Any, Entry]]]:
@@ -494,38 +468,32 @@ def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optiona
     if shared and shared[0][1] >= 3 and shared[0][1] * 2 > len(items):  # most lines, and more than a headline
         (was, now), _ = shared[0]
         ops = {_subject(e[0]) for (_, e), (swaps, _) in zip(items, found) if (was, now) in swaps}
-        if was in _DTYPES and now in _DTYPES:
-            what = f"dtype changed: {_DTYPES[was]} → {_DTYPES[now]}"
-        else:
-            numbers = all(re.fullmatch(r"\d+|\x00", t) for t in (was, now))
-            what = ("shape changed: " if numbers else "changed: ") + f"{was} → {now}".replace(_HOLE, "bs")
-        headline = f"{what} in {len(ops)} op{'s' if len(ops) != 1 else ''} (below: only what that does not explain)"
+        kind = (
+            "dtype" if {was, now} <= set(_DTYPES) else "shape" if f"{was}{now}".strip(_HOLE).isdigit() else "op input"
+        )
+        headline = f"{kind} changed: {_DTYPES.get(was, was)} → {_DTYPES.get(now, now)} in {len(ops)} op(s)"
+        headline = headline.replace(_HOLE, "bs") + " (below: only what that does not explain)"
         items = [item for item, (swaps, whole) in zip(items, found) if not (whole and swaps == {(was, now)})]
-    name = lambda entry: _subject(entry[0]).rsplit("::", 1)[-1]  # noqa: E731
-
-    def change(entry: Entry) -> tuple:  # what a line says changed, whatever the op's own shapes
-        counts = tuple(re.findall(r"×\d+|count \d+ → \d+", _line(entry, None).split(" ", 2)[-1]))
-        return entry[0][0], _swaps(entry)[0], counts
-
-    leaves = [i for i, (_, e) in enumerate(items) if classes.kind(_subject(e[0])) == "gemm"]
-    leaves = [i for i in leaves if name(items[i][1]) not in _GEMM_CALLERS]
-    callers: dict[int, list[str]] = {}
-    dropped = set()
-    for i, (sizes, entry) in enumerate(items):
-        said = change(entry)
-        if name(entry) in _GEMM_CALLERS and (said[1] or said[2]):
-            leaf = next((j for j in leaves if items[j][0] == sizes and change(items[j][1]) == said), None)
-            if leaf is not None:
-                callers.setdefault(leaf, []).append(name(entry))
-                dropped.add(i)
-    out = []
-    for i, (sizes, (text, lists)) in enumerate(items):
-        if i in callers:
-            chain = " › ".join(sorted(set(callers[i]), key=_GEMM_CALLERS.index))
-            text = text.replace(f" {_subject(text)}", f" {_subject(text)} (from {chain})", 1)
-        if i not in dropped:
-            out.append((sizes, (text, lists)))
-    return headline, out
+    names = [_subject(e[0]).rsplit("::", 1)[-1] for _, e in items]
+    # What a line says changed, whatever the op's own shapes: a caller folds into a leaf saying the same.
+    said = [
+        (e[0][0], _swaps(e)[0], re.findall(r"×\d+|count \d+ → \d+", _line(e, None).split(" ", 2)[-1])) for _, e in items
+    ]
+    leaves = [
+        j for j, (_, e) in enumerate(items) if classes.kind(_subject(e[0])) == "gemm" and names[j] not in _GEMM_CALLERS
+    ]
+    callers: dict[int, list[int]] = {}
+    for i, (sizes, _) in enumerate(items):
+        leaf = next((j for j in leaves if items[j][0] == sizes and said[j] == said[i]), None)
+        if names[i] in _GEMM_CALLERS and (said[i][1] or said[i][2]) and leaf is not None:
+            callers.setdefault(leaf, []).append(i)
+    for leaf, found_callers in callers.items():
+        sizes, (text, lists) = items[leaf]
+        marker, subject, rest = text.split(" ", 2)
+        chain = " › ".join(sorted({names[i] for i in found_callers}, key=_GEMM_CALLERS.index))
+        items[leaf] = (sizes, (f"{marker} {subject} (from {chain}) {rest}", lists))
+    dropped = {i for found_callers in callers.values() for i in found_callers}
+    return headline, [item for i, item in enumerate(items) if i not in dropped]
 
 
 def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MAX_DIFF_LINES) -> list[str]:

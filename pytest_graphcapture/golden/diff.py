@@ -54,14 +54,6 @@ def _fit_pair(was: str, now: str, room: int) -> tuple[str, str]:
 LIST_BUDGET = 140
 
 
-def _has_launch(kernels: list) -> bool:
-    return any("launch" in entry for entry in kernels)
-
-
-def _without_launch(kernels: list) -> list:
-    return [{k: v for k, v in entry.items() if k != "launch"} for entry in kernels]
-
-
 def _split_launch(label: str) -> tuple[str, str]:
     """A kernel label as ``(the rest, launch shape)``; the shape is empty where the label has none."""
     head, sep, shape = label.rpartition(" <<<")
@@ -78,8 +70,10 @@ def _launch_swap(was: str, now: str) -> Optional[tuple[str, str, str]]:
 
 def _kernel_changes(expected: list, actual: list) -> list[Change]:
     """Kernel changes, per launching op where both sides name ops (a swap reads as one line)."""
-    if not (_has_launch(expected) and _has_launch(actual)):
-        expected, actual = _without_launch(expected), _without_launch(actual)
+    if not all(any("launch" in entry for entry in side) for side in (expected, actual)):  # compared where both have it
+        expected, actual = (
+            [{k: v for k, v in e.items() if k != "launch"} for e in side] for side in (expected, actual)
+        )
     if not (_attributed(expected) and _attributed(actual)):
         # A golden written before kernels named their op (or an NVIDIA replay): compare kernels alone.
         return _plain_kernel_changes(expected, actual)
@@ -263,14 +257,10 @@ def _tree(expected: Any, actual: Any) -> dict[str, list[tuple[list, Any, Any]]]:
     return out
 
 
-def _dims(sig: str) -> str:
-    return compact(json.loads(sig)[0])
-
-
 def _sig_texts(sigs: Sequence[str], among: Sequence[str]) -> list[str]:
     """Each signature's text, with its input types wherever its shapes alone match another of ``among``."""
-    seen = Counter(map(_dims, among))
-    return [_sig_text(s, seen[_dims(s)] > 1) for s in sigs]
+    seen = Counter(_sig_text(s, False) for s in among)
+    return [_sig_text(s, seen[_sig_text(s, False)] > 1) for s in sigs]
 
 
 def _sig_text(sig: str, show_types: bool) -> str:

@@ -53,7 +53,7 @@ def _covered(message: list[str], per_size: str) -> list[str]:
             bs = int(heading.group(1))
         elif re.match(r"    [~+-] ", line):
             text = line.strip()
-            if DEFAULT_CLASSES.is_view(text.split(" ", 2)[1]):
+            if DEFAULT_CLASSES.kind(text.split(" ", 2)[1]) == "view":
                 continue
             if not any(
                 bs in sizes and re.sub(r"(?<![\w.])bs(?![\w.])", str(bs), template) in (text, text.split(" ")[1])
