@@ -471,8 +471,8 @@ def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optiona
         kind = (
             "dtype" if {was, now} <= set(_DTYPES) else "shape" if f"{was}{now}".strip(_HOLE).isdigit() else "op input"
         )
-        headline = f"{kind} changed: {_DTYPES.get(was, was)} → {_DTYPES.get(now, now)} in {len(ops)} op(s)"
-        headline = headline.replace(_HOLE, "bs") + " (below: only what that does not explain)"
+        headline = f"{kind} changed: {_DTYPES.get(was, was)} → {_DTYPES.get(now, now)} in {len(ops)} op"
+        headline = headline.replace(_HOLE, "bs") + f"{'s' * (len(ops) != 1)} (below: only what that does not explain)"
         items = [item for item, (swaps, whole) in zip(items, found) if not (whole and swaps == {(was, now)})]
     names = [_subject(e[0]).rsplit("::", 1)[-1] for _, e in items]
     # What a line says changed, whatever the op's own shapes: a caller folds into a leaf saying the same.

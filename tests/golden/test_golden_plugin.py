@@ -281,7 +281,7 @@ def test_markdown_report_has_the_diffs(gate: pytest.Pytester, monkeypatch: pytes
     result.assert_outcomes(failed=2)
     text = (gate.path / "summary" / "report.md").read_text()
     assert "| `cpu` | 6 | 0 | 6 | 0 | 0 | 0 | 0 | 0 |" in text
-    assert "~ aten::mm [[4,256],[256,256]] → [[4,128],[128,256]]" in text
+    assert "bs=1,2,4: ~ aten::mm [[bs,256],[256,256]] → [[bs,128],[128,256]]" in text  # once for every size
     assert "<code>test_model.py::test_other</code>" in text
 
 
