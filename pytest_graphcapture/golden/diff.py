@@ -313,8 +313,9 @@ def _op_changes(expected: list, actual: list, batch_size: Optional[int] = None) 
             counts = f" (count {old_count} → {new_count})" if old_count != new_count else ""
             parts.append(f"{was} → {now}{counts}")
         if recounted:
+            texts = _sig_texts(recounted, recounted)
             parts.append(
-                _listed(lists, [f"{_sig_text(s, False)} count {old_shapes[s]} → {new_shapes[s]}" for s in recounted])
+                _listed(lists, [f"{t} count {old_shapes[s]} → {new_shapes[s]}" for s, t in zip(recounted, texts)])
             )
         old_value = removed if (removed or added) else (old_shapes[recounted[0]] if len(recounted) == 1 else None)
         new_value = added if (removed or added) else (new_shapes[recounted[0]] if len(recounted) == 1 else None)

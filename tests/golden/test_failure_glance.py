@@ -92,12 +92,16 @@ def test_old_and_new_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixtur
         folder.mkdir()
         same = [("aten::to", [[1, 64]], [gone], 2), ("aten::to", [[1, 32]], [kept], 1)]
         added = [("aten::copy_", [[1, 8]], [t], 1) for t in (kept, gone)] if folder == new else []
-        (folder / "eng_bs_1_rank0.json").write_text(json.dumps(_trace(same + added)))
+        recounted = [
+            ("aten::add", [[1, 8]], [t], n + 1 + (folder == new)) for n, t in enumerate(("float", "c10::Half"))
+        ]
+        (folder / "eng_bs_1_rank0.json").write_text(json.dumps(_trace(same + added + recounted)))
     assert check_cli(capsys, tmp_path / "base", "--golden-dir", goldens, "--update")[0] == 0
     code, out, _ = check_cli(capsys, new, "--golden-dir", goldens)
     assert code == 1
     assert "~ aten::to [[1,64]] (c10::Half) → [[1,64]] (c10::BFloat16)" in out
     assert "+ aten::copy_ [[1,8]] (c10::BFloat16) ×1" in out and "+ aten::copy_ [[1,8]] (float) ×1" in out
+    assert "~ aten::add [[1,8]] (c10::Half) count 2 → 3, [[1,8]] (float) count 1 → 2" in out
 
 
 @pytest.mark.parametrize(
