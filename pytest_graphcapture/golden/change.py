@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -82,10 +83,6 @@ class OpClasses:
             return VIEW, 0
         return OTHER, 0
 
-    def is_view(self, name: str) -> bool:
-        """A view/metadata op: its lines fold into one in a failure."""
-        return self.rank(name)[0] == VIEW
-
     def kind(self, name: str) -> str:
         """The class an op is of: ``gemm``, ``attention``, … ``project`` (the settings), ``other`` or ``view``."""
         tier, index = self.rank(name)
@@ -129,26 +126,21 @@ def _differs(name: str, old: Any, new: Any) -> bool:
     return version_text(name, old) != version_text(name, new)
 
 
-def _environment_differences(
-    expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
-) -> list[str]:
-    """``["torch_version 2.11.0 → 2.12.0", ...]``: each field that differs, at most ``limit`` then a count."""
-    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
-    names = sorted(n for n in set(old) | set(new) if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
-    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
-    if len(names) > limit:
-        items.append(f"… {len(names) - limit} more")
-    return items
+#: Profiler flags that cannot change what is gated: stacks, FLOPs, memory and module events are recorded
+#: beside the ops and kernels a summary reads (record_shapes can: it decides the ops' shapes).
+_UNGATED_FLAGS = frozenset(f"profiler.{f}" for f in ("with_stack", "with_flops", "profile_memory", "with_modules"))
 
 
 def environment_note(
     expected_env: Mapping[str, Any], actual_env: Mapping[str, Any], *, limit: int = 6
 ) -> Optional[str]:
-    """One line saying how the golden's environment differs from the current one, or None."""
-    items = _environment_differences(expected_env, actual_env, limit=limit)
-    if not items:
-        return None
-    return "environment differs from the golden's (may explain the diff): " + "; ".join(items)
+    """One line naming each field that differs from the golden's environment (``limit``, then a count), or None."""
+    old, new = _flatten(expected_env or {}), _flatten(actual_env or {})
+    fields = (set(old) | set(new)) - _UNGATED_FLAGS
+    names = sorted(n for n in fields if _differs(n, old.get(n, "(absent)"), new.get(n, "(absent)")))
+    items = [f"{n} {old.get(n, '(absent)')} → {new.get(n, '(absent)')}" for n in names[:limit]]
+    more = [f"… {len(names) - limit} more"] if len(names) > limit else []
+    return "environment differs from the golden's (may explain the diff): " + "; ".join(items + more) if items else None
 
 
 #: Fields a golden records but no check compares (how the capture was read, what ran it): a difference in
@@ -184,15 +176,10 @@ def toolchain_changes(expected_env: Mapping[str, Any], actual_env: Mapping[str, 
     return changes
 
 
-def _torch_release(version: Any) -> str:
-    """The release part of a torch version: ``"2.13.0+cpu"`` → ``"2.13.0"``."""
-    return str(version).split("+", 1)[0]
-
-
 def torch_release_changed(expected_env: Mapping[str, Any], actual_env: Mapping[str, Any]) -> bool:
     """Whether the golden was written under another torch release than the capture ran on."""
     old, new = (expected_env or {}).get("torch_version"), (actual_env or {}).get("torch_version")
-    return old is not None and new is not None and _torch_release(old) != _torch_release(new)
+    return old is not None and new is not None and str(old).split("+", 1)[0] != str(new).split("+", 1)[0]
 
 
 def toolchain_lead(changes: Sequence[str], release_changed: bool) -> Optional[str]:
@@ -270,7 +257,7 @@ def fit_list(items: Sequence[str], budget: Optional[int]) -> str:
     """``items`` joined by ", " within about ``budget`` characters, then ``… +N more`` (all when None)."""
     if budget is None or not items:
         return ", ".join(items)
-    out = [shorten(items[0], budget)]
+    out = [items[0]]  # an entry is never cut here: a line's fields are (_fit_line)
     for i, item in enumerate(items[1:], 1):
         rest = len(items) - i - 1
         tail = f", … +{rest} more" if rest else ""
@@ -292,7 +279,7 @@ def shorten(name: str, width: Optional[int]) -> str:
 
 
 #: What separates the fields of a change line (entries, old → new); a cut never crosses one.
-_FIELD_SEPARATORS = re.compile(r"(, |; | → |: )")
+_FIELD_SEPARATORS = re.compile(r"(, |; | → |: | \()")
 #: A field is never cut shorter than this: its start and end still tell which entry it is.
 _MIN_FIELD_WIDTH = 24
 
@@ -310,8 +297,22 @@ def _fit_line(text: str, width: int) -> str:
             low = mid
         else:
             high = mid - 1
-    parts[0::2] = [shorten(f, low) for f in fields]
+    cut = [shorten(f, low) for f in fields]
+    for i, sep in enumerate(parts[1::2]):
+        if sep == " → ":
+            cut[i], cut[i + 1] = shorten_pair(fields[i], fields[i + 1], low)
+    parts[0::2] = cut
     return "".join(parts)
+
+
+def shorten_pair(was: str, now: str, width: int) -> tuple[str, str]:
+    """Old and new each within ``width``, cut alike around where they first differ: they never look alike."""
+    first = len(os.path.commonprefix([was, now]))
+    if was == now or max(len(was), len(now)) <= width or first < (width - 1) * 2 // 3:
+        return shorten(was, width), shorten(now, width)  # their difference is in the part a middle cut keeps
+    start = max(0, first - width // 2)
+    cut = lambda t: ("…" if start else "") + t[start : start + width - 2] + ("…" if start + width - 2 < len(t) else "")  # noqa: E731
+    return cut(was), cut(now)
 
 
 @dataclass
@@ -337,8 +338,7 @@ class Change:
         return f"{marker} {shorten(self.subject, width)}{detail}"
 
     def render(self, width: Optional[int] = MAX_NAME_WIDTH) -> str:
-        text = _fill_slots(self.head(width), self.lists, None if width is None else LIST_BUDGET)
-        return text if width is None else _fit_line(text, MAX_LINE_WIDTH)
+        return _line((self.head(width), self.lists), width)
 
     def to_dict(self) -> dict:
         return {
@@ -392,10 +392,12 @@ class KeyDiff:
             counts = {k: sum(1 for c in items if c.kind == k) for k in ("added", "removed", "changed")}
             summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
             lines.append(f"  {section}: {summary}")
-            shown = [c for c in items if not (fold and self.is_view(c))]
-            lines.extend(f"    {c.render(width)}" for c in shown)
-            if len(shown) < len(items):
-                lines.append(f"    {_folded_line([c.subject for c in items if self.is_view(c)], full_diff)}")
+            entries: list = [(None, (c.head(width), c.lists)) for c in items]
+            if brief and section == "ops":
+                headline, entries = _glance(entries, self.classes)
+                lines[1:1] = [f"  {headline}"] if headline else []
+            view = fold and section == "ops"
+            lines += _section_lines(entries, view, self.classes, full_diff, lambda _, entry: _line(entry, width))
         lines.extend(f"  note: {n}" for n in self.notes)
         return lines
 
@@ -420,6 +422,78 @@ def _folded_line(subjects: Sequence[str], full_diff: Optional[str]) -> str:
     where = f"; full diff in {full_diff}" if full_diff else ""
     n = len(subjects)
     return f"+ {n} view/metadata op line{'s' if n != 1 else ''} ({which}){where}"
+
+
+def _line(entry: Entry, width: Optional[int]) -> str:
+    """A line's text with its lists, fitted to a failure line (whole when ``width`` is None)."""
+    text = _fill_slots(entry[0], entry[1], None if width is None else LIST_BUDGET)
+    return text if width is None else _fit_line(text, MAX_LINE_WIDTH)
+
+
+def _section_lines(
+    items: Sequence[tuple[Any, Entry]], fold: bool, classes: OpClasses, full_diff: Optional[str], show: Any
+) -> list[str]:
+    """A section's lines, ``show(sizes, entry)`` each; with ``fold``, view/metadata op lines as one."""
+    views = [e for _, e in items if fold and classes.rank(_subject(e[0]))[0] == VIEW]
+    out = [f"    {show(sizes, e)}" for sizes, e in items if e not in views]
+    return out + ([f"    {_folded_line([_subject(e[0]) for e in views], full_diff)}"] if views else [])
+
+
+_TOKEN = re.compile(r"[\w:.<>]+|\x00")
+#: The profiler's input type names of torch dtypes.
+_DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16", "int": "int32"}
+#: Ops that reach a GEMM through another op, outermost first: the op launching the kernels names them.
+_GEMM_CALLERS = ("linear", "einsum", "matmul", "conv1d", "conv2d", "conv3d", "convolution", "_convolution")
+
+
+def _swaps(entry: Entry) -> tuple[frozenset, bool]:
+    """The token swaps turning a line's old entries into its new ones, and whether they are all it says."""
+    text, lists = entry
+    pair = f"{slot(0)} → {slot(1)}"
+    if pair not in text or len(lists[0]) != len(lists[1]):
+        return frozenset(), False
+    tokens = [(_TOKEN.findall(was), _TOKEN.findall(now)) for was, now in zip(lists[0], lists[1])]
+    if any(len(a) != len(b) for a, b in tokens):
+        return frozenset(), False
+    swaps = frozenset((x, y) for a, b in tokens for x, y in zip(a, b) if x != y)
+    return swaps, text.endswith(pair) and len(lists) == 2
+
+
+def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optional[str], list[tuple[Any, Entry]]]:
+    """Op lines at a glance: a headline for the swap most lines share (the lines it alone explains go), then
+    each GEMM caller's line folded into the launching op's line saying the same change."""
+    found = [_swaps(entry) for _, entry in items]
+    shared = Counter(swap for swaps, _ in found for swap in swaps).most_common(1)
+    headline = None
+    if shared and shared[0][1] >= 3 and shared[0][1] * 2 > len(items):  # most lines, and more than a headline
+        (was, now), _ = shared[0]
+        ops = {_subject(e[0]) for (_, e), (swaps, _) in zip(items, found) if (was, now) in swaps}
+        kind = (
+            "dtype" if {was, now} <= set(_DTYPES) else "shape" if f"{was}{now}".strip(_HOLE).isdigit() else "op input"
+        )
+        headline = f"{kind} changed: {_DTYPES.get(was, was)} → {_DTYPES.get(now, now)} in {len(ops)} op"
+        headline = headline.replace(_HOLE, "bs") + f"{'s' * (len(ops) != 1)} (below: only what that does not explain)"
+        items = [item for item, (swaps, whole) in zip(items, found) if not (whole and swaps == {(was, now)})]
+    names = [_subject(e[0]).rsplit("::", 1)[-1] for _, e in items]
+    # What a line says changed, whatever the op's own shapes: a caller folds into a leaf saying the same.
+    said = [
+        (e[0][0], _swaps(e)[0], re.findall(r"×\d+|count \d+ → \d+", _line(e, None).split(" ", 2)[-1])) for _, e in items
+    ]
+    leaves = [
+        j for j, (_, e) in enumerate(items) if classes.kind(_subject(e[0])) == "gemm" and names[j] not in _GEMM_CALLERS
+    ]
+    callers: dict[int, list[int]] = {}
+    for i, (sizes, _) in enumerate(items):
+        leaf = next((j for j in leaves if items[j][0] == sizes and said[j] == said[i]), None)
+        if names[i] in _GEMM_CALLERS and (said[i][1] or said[i][2]) and leaf is not None:
+            callers.setdefault(leaf, []).append(i)
+    for leaf, found_callers in callers.items():
+        sizes, (text, lists) = items[leaf]
+        marker, subject, rest = text.split(" ", 2)
+        chain = " › ".join(sorted({names[i] for i in found_callers}, key=_GEMM_CALLERS.index))
+        items[leaf] = (sizes, (f"{marker} {subject} (from {chain}) {rest}", lists))
+    dropped = {i for found_callers in callers.values() for i in found_callers}
+    return headline, [item for i, item in enumerate(items) if i not in dropped]
 
 
 def cut_lines(lines: list[str], full_path: Optional[Any], *, max_lines: int = MAX_DIFF_LINES) -> list[str]:
@@ -537,12 +611,13 @@ def _group_lines(
         items = {bs: found for bs, found in items.items() if found}
         if not items:
             continue
-        lines.append(f"  {section}:")
         grouped = _grouped(items, by_subject=section != "launches", classes=classes if section == "ops" else None)
-        folded = [t for _, t in grouped if fold and section == "ops" and classes.rank(_subject(t[0]))[0] == VIEW]
-        lines.extend(f"    {_render(sizes, t)}" for sizes, t in grouped if t not in folded)
-        if folded:
-            lines.append(f"    {_folded_line([_subject(t[0]) for t in folded], full_diff)}")
+        if section == "ops":
+            headline, grouped = _glance(grouped, classes)
+            lines[1:1] = [f"  {headline}"] if headline else []
+        if grouped:
+            lines.append(f"  {section}:")
+            lines += _section_lines(grouped, fold and section == "ops", classes, full_diff, _render)
     notes = {bs: [(n, ()) for n in d.notes] for bs, d in by_bs.items() if d.notes}
     lines.extend(f"  note: {_render(sizes, template)}" for sizes, template in _grouped(notes))
     return lines

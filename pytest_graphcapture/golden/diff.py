@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -25,6 +26,7 @@ from .change import (
     environment_note,
     fit_list,
     shorten,
+    shorten_pair,
     slot,
     toolchain_changes,
     torch_release_changed,
@@ -45,19 +47,11 @@ def _fit_pair(was: str, now: str, room: int) -> tuple[str, str]:
         return shorten(was, max(_SWAP_WIDTH // 3, room - len(now))), now
     if len(was) <= keep:
         return was, shorten(now, max(_SWAP_WIDTH // 3, room - len(was)))
-    return shorten(was, half), shorten(now, half)
+    return shorten_pair(was, now, half)
 
 
 #: Characters a list of kernels may take in a failure line (the diff file lists them all).
 LIST_BUDGET = 140
-
-
-def _has_launch(kernels: list) -> bool:
-    return any("launch" in entry for entry in kernels)
-
-
-def _without_launch(kernels: list) -> list:
-    return [{k: v for k, v in entry.items() if k != "launch"} for entry in kernels]
 
 
 def _split_launch(label: str) -> tuple[str, str]:
@@ -76,8 +70,10 @@ def _launch_swap(was: str, now: str) -> Optional[tuple[str, str, str]]:
 
 def _kernel_changes(expected: list, actual: list) -> list[Change]:
     """Kernel changes, per launching op where both sides name ops (a swap reads as one line)."""
-    if not (_has_launch(expected) and _has_launch(actual)):
-        expected, actual = _without_launch(expected), _without_launch(actual)
+    if not all(any("launch" in entry for entry in side) for side in (expected, actual)):  # compared where both have it
+        expected, actual = (
+            [{k: v for k, v in e.items() if k != "launch"} for e in side] for side in (expected, actual)
+        )
     if not (_attributed(expected) and _attributed(actual)):
         # A golden written before kernels named their op (or an NVIDIA replay): compare kernels alone.
         return _plain_kernel_changes(expected, actual)
@@ -116,8 +112,8 @@ def _kernel_changes(expected: list, actual: list) -> list[Change]:
                 short.append(f"{rs or '(none)'} → {as_ or '(none)'}")
                 full.append(f"{rf or '(none)'} → {af or '(none)'}")
         for name in sorted(k for k in old if k in new and old[k] != new[k]):
-            short.append(f"{shorten(name, MAX_NAME_WIDTH)} ×{old[name]} → ×{new[name]}")
-            full.append(f"{name} ×{old[name]} → ×{new[name]}")
+            short.append(f"{shorten(name, MAX_NAME_WIDTH)} count {old[name]} → {new[name]}")
+            full.append(f"{name} count {old[name]} → {new[name]}")
         changes.append(Change("kernels", "changed", op, old, new, ": " + "; ".join(short), ": " + "; ".join(full)))
     return sorted(changes, key=lambda c: (c.subject, c.kind))
 
@@ -166,7 +162,7 @@ def _plain_kernel_changes(expected: list, actual: list) -> list[Change]:
         elif not new:
             changes.append(Change("kernels", "removed", label, old, None, f" ×{old}"))
         else:
-            changes.append(Change("kernels", "changed", label, old, new, f" ×{old} → ×{new}"))
+            changes.append(Change("kernels", "changed", label, old, new, f" count {old} → {new}"))
     return sorted(changes, key=lambda c: (c.subject, c.kind))
 
 
@@ -179,7 +175,9 @@ def _topology_changes(expected: Optional[Mapping], actual: Optional[Mapping]) ->
     for node_type in sorted(set(old_nodes) | set(new_nodes)):
         old, new = old_nodes.get(node_type, 0), new_nodes.get(node_type, 0)
         if old != new:
-            changes.append(Change("kernels", "changed", f"graph nodes ({node_type})", old, new, f" ×{old} → ×{new}"))
+            changes.append(
+                Change("kernels", "changed", f"graph nodes ({node_type})", old, new, f" count {old} → {new}")
+            )
     old_branches, new_branches = expected.get("branches"), actual.get("branches")
     if old_branches != new_branches:
         changes.append(
@@ -259,6 +257,12 @@ def _tree(expected: Any, actual: Any) -> dict[str, list[tuple[list, Any, Any]]]:
     return out
 
 
+def _sig_texts(sigs: Sequence[str], among: Sequence[str]) -> list[str]:
+    """Each signature's text, with its input types wherever its shapes alone match another of ``among``."""
+    seen = Counter(_sig_text(s, False) for s in among)
+    return [_sig_text(s, seen[_sig_text(s, False)] > 1) for s in sigs]
+
+
 def _sig_text(sig: str, show_types: bool) -> str:
     dims, types = json.loads(sig)
     text = compact(dims)
@@ -283,12 +287,14 @@ def _op_changes(expected: list, actual: list, batch_size: Optional[int] = None) 
     changes: list[Change] = []
     for path, _, new in tree.get("dictionary_item_added", []):
         if len(path) == 1:
-            for sig in sorted(new, key=order):
-                changes.append(Change("ops", "added", path[0], None, sig, f" {_sig_text(sig, False)} ×{new[sig]}"))
+            sigs = sorted(new, key=order)
+            for sig, text in zip(sigs, _sig_texts(sigs, sigs)):
+                changes.append(Change("ops", "added", path[0], None, sig, f" {text} ×{new[sig]}"))
     for path, old, _ in tree.get("dictionary_item_removed", []):
         if len(path) == 1:
-            for sig in sorted(old, key=order):
-                changes.append(Change("ops", "removed", path[0], sig, None, f" {_sig_text(sig, False)} ×{old[sig]}"))
+            sigs = sorted(old, key=order)
+            for sig, text in zip(sigs, _sig_texts(sigs, sigs)):
+                changes.append(Change("ops", "removed", path[0], sig, None, f" {text} ×{old[sig]}"))
     # Ops present on both sides: per-op shape sets (matched by name), one line per op.
     touched = sorted({p[0] for entries in tree.values() for p, _, _ in entries if p[0] in exp and p[0] in act})
     for name in touched:
@@ -300,17 +306,16 @@ def _op_changes(expected: list, actual: list, batch_size: Optional[int] = None) 
         lists: list[tuple[str, ...]] = []
 
         if removed or added:
-            old_dims = {json.dumps(json.loads(s)[0]) for s in removed}
-            new_dims = {json.dumps(json.loads(s)[0]) for s in added}
-            show_types = old_dims == new_dims  # only the dtypes changed: say so
-            was = _listed(lists, [_sig_text(s, show_types) for s in removed])
-            now = _listed(lists, [_sig_text(s, show_types) for s in added])
+            # Types are shown where shapes alone would print old and new (or two entries) alike.
+            was = _listed(lists, _sig_texts(removed, removed + added))
+            now = _listed(lists, _sig_texts(added, removed + added))
             old_count, new_count = sum(old_shapes[s] for s in removed), sum(new_shapes[s] for s in added)
-            counts = f" (×{old_count} → ×{new_count})" if old_count != new_count else ""
+            counts = f" (count {old_count} → {new_count})" if old_count != new_count else ""
             parts.append(f"{was} → {now}{counts}")
         if recounted:
+            texts = _sig_texts(recounted, recounted)
             parts.append(
-                _listed(lists, [f"{_sig_text(s, False)} ×{old_shapes[s]} → ×{new_shapes[s]}" for s in recounted])
+                _listed(lists, [f"{t} count {old_shapes[s]} → {new_shapes[s]}" for s, t in zip(recounted, texts)])
             )
         old_value = removed if (removed or added) else (old_shapes[recounted[0]] if len(recounted) == 1 else None)
         new_value = added if (removed or added) else (new_shapes[recounted[0]] if len(recounted) == 1 else None)

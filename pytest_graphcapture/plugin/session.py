@@ -391,7 +391,7 @@ class Session:
         head, body, tail = parts(diff_path)
         per_key = outcome.per_key_lines()  # the full record: every batch size's own diff
         full = [head, *per_key, *tail]
-        self.report.add_failure(nodeid, outcome.platform, "\n".join(full) + "\n")
+        self.report.add_failure(nodeid, outcome.platform, "\n".join([head, *body, *tail]) + "\n")  # merged as shown
         shown = cut_lines(body, None)
         if shown != body or body != per_key:
             if not _write(diff_path, full):

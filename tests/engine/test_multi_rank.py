@@ -143,7 +143,7 @@ def test_two_ranks_per_rank_and_shared_goldens_traces_and_a_shard_layout_regress
     text = skewed.stdout.str()
     assert "TinyDecodeRunner-tp2 does not match its goldens for bs=1 rank=1, bs=2 rank=1 (" in text
     assert "rank=1 bs=1,2 differ from their goldens:" in text  # each change once for both sizes
-    assert "bs=1,2: ~ aten::linear [[bs,64],[128,64],[]] → [[bs,64],[192,64],[]]" in text
+    assert "bs=1,2: ~ aten::mm (from linear › matmul) [[bs,64],[64,128]] → [[bs,64],[64,192]]" in text  # GEMM once
     assert "bs=1 rank=0" not in text and "bs=2 rank=0" not in text
     assert "bs=2: share_ranks=True, but rank 1 differs from rank 0, so they cannot share one golden" in text
     assert golden_bytes(goldens) == before

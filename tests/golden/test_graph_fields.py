@@ -112,7 +112,7 @@ def test_launch_shape_change_with_other_counts_reads_as_removed_and_added() -> N
         "kernels: 1 added, 1 removed, 1 changed",
         f"- {SGEMM} <<<16,128,0>>> ×2",
         f"+ {SGEMM} <<<32,128,0>>> ×3",
-        "~ graph nodes (kernel) ×2 → ×3",
+        "~ graph nodes (kernel) count 2 → 3",
     ]
 
 
@@ -122,7 +122,7 @@ def test_fewer_branches_is_a_regression_and_node_counts_are_compared() -> None:
     new.topology["nodes"]["event_record"] = 1
     assert lines(golden.compare(old, new))[1:] == [
         "kernels: 2 changed",
-        "~ graph nodes (event_record) ×0 → ×1",
+        "~ graph nodes (event_record) count 0 → 1",
         "~ graph branches (nodes that can run at once) 2 → 1",
     ]
 

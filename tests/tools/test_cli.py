@@ -159,7 +159,7 @@ def test_diff_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     code, out, _ = _run(capsys, "diff", str(golden), str(changed))
     assert code == 1
     # The CLI prints the golden gate's own diff lines.
-    assert "~ void k<1> grid=[1,1,1] block=[128,1,1] ×2 → ×3" in out
+    assert "~ void k<1> grid=[1,1,1] block=[128,1,1] count 2 → 3" in out
     assert "+ void extra<2>" in out
     assert "+ aten::add [[4,4]] ×1" in out
     assert "~ total launches 2 → 4" in out
