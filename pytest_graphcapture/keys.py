@@ -140,9 +140,10 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
-    """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``."""
-    label = f"bs={batch_size_text(key.batch_size)}"
+def key_label(key: CaptureKey, *, explicit_rank: bool = False, runner: bool = False) -> str:
+    """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``;
+    after its runner's name with ``runner`` (a check of several runners)."""
+    label = f"{key.runner} " * runner + f"bs={batch_size_text(key.batch_size)}"
     if key.variant is not None:
         label += f" variant={_variant_shown(key.variant)}"
     if key.rank or explicit_rank:

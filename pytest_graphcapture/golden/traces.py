@@ -11,7 +11,7 @@ from ..errors import TraceFormatError, UsageError
 from ..keys import key_label
 from ..naming import is_hidden, is_merged_trace, is_trace_path
 from ..result import CaptureResult, KeyMetrics, KeyResult
-from ..summary.files import TraceKeys, summarize_trace_keys
+from ..summary.files import TraceKeys, is_sidecar, size_shown, summarize_trace_keys
 from ..summary.model import graph_count
 from ..summary.platform import CPU
 
@@ -26,29 +26,32 @@ _EMPTY_HINT = (
 )
 
 
-def _trace_files(paths: Sequence[Union[str, Path]]) -> list[Path]:
-    """The trace files ``paths`` name: files as given, folders searched (recursively) for ``*.json[.gz]``."""
+def _trace_files(paths: Sequence[Union[str, Path]]) -> tuple[dict[Path, Optional[Path]], list[str]]:
+    """The trace files ``paths`` names (files as given, folders searched recursively for ``*.json[.gz]``), each with
+    the folder it was found in; and the other files of those folders, as shown (passed over)."""
     if not paths:
         raise UsageError("no trace given: name the trace files or the folder the engine wrote them to")
-    found: list[Path] = []
+    found: dict[Path, Optional[Path]] = {}
+    other: list[str] = []
     for given in map(Path, paths):
         if given.is_dir():
             inside = sorted(
                 p
                 for p in given.rglob("*")
-                if p.is_file() and is_trace_path(p) and not is_merged_trace(p)
+                if p.is_file() and not is_merged_trace(p)
                 if not any(is_hidden(part) for part in p.relative_to(given).parts)
             )
-            if not inside:
+            if not any(is_trace_path(p) for p in inside):
                 raise UsageError(f"{given}: no capture traces (*.json, *.json.gz) in this folder; {_EMPTY_HINT}")
-            found += inside
+            found.update((p, given) for p in inside if is_trace_path(p) and p not in found)
+            other += [p.relative_to(given).as_posix() for p in inside if not is_trace_path(p)]
         elif given.is_file():
-            found.append(given)
+            found.setdefault(given, None)
         elif given.exists():  # a FIFO or a device: reading it would block or never end
             require_regular(given, error=TraceFormatError)
         else:
             raise UsageError(f"{given}: no such file or folder")
-    return list(dict.fromkeys(found))
+    return found, other
 
 
 def collect_traces(
@@ -59,12 +62,26 @@ def collect_traces(
     level: str = "name",
     max_bytes: Optional[int] = None,
     ignore_unkeyed_windows: bool = False,
+    variants: Optional[Sequence[str]] = None,
 ) -> CaptureResult:
-    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result."""
-    files = _trace_files(paths)
-    read = [
-        summarize_trace_keys(p, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes) for p in files
-    ]
+    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result.
+
+    A folder's files that are no trace (a sidecar such as TraceLens's ``execution_details.json``) are passed over."""
+    files, passed_over = _trace_files(paths)
+    read = []
+    for path, folder in files.items():
+        try:
+            read.append(
+                summarize_trace_keys(
+                    path, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes, variants=variants
+                )
+            )
+        except TraceFormatError:
+            if folder is None or not is_sidecar(path):  # a file named or shaped like a trace fails as it is
+                raise
+            passed_over.append(path.relative_to(folder).as_posix())
+    if not read:
+        raise UsageError(f"no capture traces in {', '.join(map(str, paths))}, only {_passed_over(passed_over)}")
     if batch_sizes is not None and not any(t.split_by == "windows" for t in read):
         raise UsageError(
             f"batch sizes {','.join(map(str, batch_sizes))} were given, but no trace is one trace of a whole "
@@ -77,6 +94,8 @@ def collect_traces(
         raise UsageError(f"the traces come from {len(platforms)} platforms ({where}); check each platform's on its own")
     whole = any(Path(p).is_dir() for p in paths)
     result = CaptureResult(_runner_name(read), platforms[0], traces=read, whole=whole)
+    result.passed_over = _passed_over(sorted(passed_over)) if passed_over else None
+    _refuse_mislabelled(read)
     seen: dict = {}
     for trace in read:
         _refuse_empty(trace)
@@ -109,6 +128,33 @@ def unkeyed_windows(trace: TraceKeys) -> str:
         f"{n} capture window{'s' if n != 1 else ''} (the first at ts={trace.unkeyed[0]}) in no "
         f"capture_{{bs}}_{{mode}} range belong{'s' if n == 1 else ''} to no key"
     )
+
+
+def _passed_over(names: list) -> str:
+    n = len(names)
+    shown = ", ".join(names[:5]) + (f", … {n - 5} more" if n > 5 else "")
+    return f"passed over {n} file{'s that are not traces' if n != 1 else ' that is not a trace'}: {shown}"
+
+
+def _refuse_mislabelled(read: list) -> None:
+    """Refuse a per-size file whose window shows another of its runner's sizes than its name (sglang #39092)."""
+    named: dict = {}
+    for trace in read:
+        for summary in trace.summaries if trace.split_by == "file name" else ():
+            named.setdefault((summary.key.runner, summary.key.rank), []).append((trace.path, summary))
+    for files in named.values():
+        sizes = {summary.key.batch_size for _, summary in files}
+        for path, summary in sorted(files, key=lambda file: -file[1].key.batch_size):  # capture order
+            shown = size_shown(summary, summary.key.batch_size, sizes)
+            if shown is not None:
+                raise TraceFormatError(
+                    path,
+                    f"is named bs={summary.key.batch_size}, but no input of its capture leads with "
+                    f"{summary.key.batch_size} and most lead with {shown}: a mislabelled file. sglang 0.5.18-0.5.21 "
+                    "(and TraceLens's 0.5.13 patch) name per-size traces from a list of sizes, wrong from the first "
+                    "size that captures several graphs (LoRA, DSA dense/sparse, PD-multiplexing; sglang #39092): "
+                    "use sglang 0.5.22 or later, or one graph per size",
+                )
 
 
 def _runner_name(read: list) -> str:
