@@ -141,8 +141,7 @@ def parse_batch_sizes(text: str) -> list[int]:
 
 
 def key_label(key: CaptureKey, *, explicit_rank: bool = False, runner: bool = False) -> str:
-    """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``;
-    after its runner's name with ``runner`` (a check of several runners)."""
+    """How messages name a key: ``[runner ]bs=4``, with ``variant=`` when set, ``rank=`` when not 0 or ``explicit_rank``."""
     label = f"{key.runner} " * runner + f"bs={batch_size_text(key.batch_size)}"
     if key.variant is not None:
         label += f" variant={_variant_shown(key.variant)}"

@@ -116,8 +116,7 @@ def trace_stem(path: PathLike) -> str:
     return name
 
 
-#: ``{runner}_bs_{bs}[_{variant}]_rank{r}``; the variant is sglang's tag after the size (``sparse``, ``candidate_all_lora``,
-#: ``dense_nolora_stream_1``) whole, so every part of it keys. TraceLens's patch for sglang 0.5.13 names no runner.
+#: The variant is all of sglang's tag after the size (``candidate_all_nolora_stream_1``): every part of it keys.
 _KEY_NAME = re.compile(r"^(?:(?P<runner>.+?)_)?bs_(?P<bs>\d+)(?:_(?P<variant>.+?))?_rank(?P<rank>\d+)$")
 #: The runner of a ``bs_{bs}_rank{r}`` trace (TraceLens's sglang 0.5.13 patch): the class that writes it.
 UNNAMED_RUNNER = "CudaGraphRunner"

@@ -27,8 +27,7 @@ _EMPTY_HINT = (
 
 
 def _trace_files(paths: Sequence[Union[str, Path]]) -> tuple[dict[Path, Optional[Path]], list[str]]:
-    """The trace files ``paths`` names (files as given, folders searched recursively for ``*.json[.gz]``), each with
-    the folder it was found in; and the other files of those folders, as shown (passed over)."""
+    """The trace files ``paths`` names, each with the folder it was found in (None: named), and the folders' others."""
     if not paths:
         raise UsageError("no trace given: name the trace files or the folder the engine wrote them to")
     found: dict[Path, Optional[Path]] = {}
@@ -64,18 +63,14 @@ def collect_traces(
     ignore_unkeyed_windows: bool = False,
     variants: Optional[Sequence[str]] = None,
 ) -> CaptureResult:
-    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result.
-
-    A folder's files that are no trace (a sidecar such as TraceLens's ``execution_details.json``) are passed over."""
+    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result; a folder's
+    files that are no trace (TraceLens's ``execution_details.json``) are passed over, and said."""
     files, passed_over = _trace_files(paths)
+    sizes = {"batch_sizes": batch_sizes, "variants": variants}
     read = []
     for path, folder in files.items():
         try:
-            read.append(
-                summarize_trace_keys(
-                    path, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes, variants=variants
-                )
-            )
+            read.append(summarize_trace_keys(path, runner=runner, level=level, max_bytes=max_bytes, **sizes))
         except TraceFormatError:
             if folder is None or not is_sidecar(path):  # a file named or shaped like a trace fails as it is
                 raise
@@ -131,8 +126,7 @@ def unkeyed_windows(trace: TraceKeys) -> str:
 
 
 def _passed_over(names: list) -> str:
-    n = len(names)
-    shown = ", ".join(names[:5]) + (f", … {n - 5} more" if n > 5 else "")
+    n, shown = len(names), ", ".join(names[:5]) + (f", … {len(names) - 5} more" if len(names) > 5 else "")
     return f"passed over {n} file{'s that are not traces' if n != 1 else ' that is not a trace'}: {shown}"
 
 
@@ -143,17 +137,14 @@ def _refuse_mislabelled(read: list) -> None:
         for summary in trace.summaries if trace.split_by == "file name" else ():
             named.setdefault((summary.key.runner, summary.key.rank), []).append((trace.path, summary))
     for files in named.values():
-        sizes = {summary.key.batch_size for _, summary in files}
         for path, summary in sorted(files, key=lambda file: -file[1].key.batch_size):  # capture order
-            shown = size_shown(summary, summary.key.batch_size, sizes)
+            shown = size_shown(summary, summary.key.batch_size, {s.key.batch_size for _, s in files})
             if shown is not None:
                 raise TraceFormatError(
                     path,
-                    f"is named bs={summary.key.batch_size}, but no input of its capture leads with "
-                    f"{summary.key.batch_size} and most lead with {shown}: a mislabelled file. sglang 0.5.18-0.5.21 "
-                    "(and TraceLens's 0.5.13 patch) name per-size traces from a list of sizes, wrong from the first "
-                    "size that captures several graphs (LoRA, DSA dense/sparse, PD-multiplexing; sglang #39092): "
-                    "use sglang 0.5.22 or later, or one graph per size",
+                    f"is named bs={summary.key.batch_size}, but its inputs lead with {shown}, never with "
+                    f"{summary.key.batch_size}: sglang 0.5.18-0.5.21 mislabel sizes that capture several graphs "
+                    "(LoRA, DSA, PD-multiplexing; sglang #39092); use 0.5.22 or later",
                 )
 
 

@@ -372,10 +372,10 @@ class GoldenChecker:
 
         Each trace is split into its capture keys by the engine's markers: vLLM's ``capture_{bs}_{mode}`` ranges,
         sglang's per-size file names, or, for one trace of a whole capture, its windows mapped to ``batch_sizes``
-        (capture order: sglang captures the largest first), one window per ``variants`` label each.  ``runner`` names
-        every key's runner.  A folder without traces, a trace without a capture window or a key that captured nothing
-        fails the test in one line: nothing to check is never a pass.  So does a capture window in no ``capture_{bs}_{mode}`` range, unless
-        ``ignore_unkeyed_windows`` (then a warning names it).
+        (capture order, largest first; each size one window per ``variants`` label).  ``runner`` names every key's
+        runner.  A folder without traces, a trace without a capture window or a key that captured nothing fails the
+        test in one line: nothing to check is never a pass.  So does a capture window in no ``capture_{bs}_{mode}``
+        range, unless ``ignore_unkeyed_windows`` (then a warning names it).
         """
         from ..golden.traces import collect_traces, unkeyed_windows
 

@@ -185,9 +185,8 @@ def summarize_trace_keys(
     check_order: bool = True,
     variants: Optional[Sequence[str]] = None,
 ) -> TraceKeys:
-    """Every capture key of the trace at ``path`` with its graphs: by engine markers, file name or sizes given.
-
-    ``variants``: each size of ``batch_sizes`` captured one graph per variant, in this order (sglang's LoRA/attention)."""
+    """Every capture key of the trace at ``path`` with its graphs: by engine markers, file name or sizes given (each
+    size one window per ``variants`` label, in capture order: sglang's LoRA and attention variants)."""
     check_level(level)
     path = Path(path)
     if batch_sizes is not None:
@@ -197,17 +196,16 @@ def summarize_trace_keys(
             raise UsageError(f"batch sizes {_listed(batch_sizes)}: {problem}")
     if variants is not None and (not batch_sizes or len(set(variants)) != len(variants) or not all(variants)):
         raise UsageError(f"variants {_listed(variants)}: give distinct labels, in capture order, with the batch sizes")
-    sized = [(bs, v) for bs in batch_sizes for v in variants] if batch_sizes and variants else None
+    sized = [(bs, v) for bs in batch_sizes for v in variants or [None]] if batch_sizes is not None else None
     with gc_paused():
         scan, top = collect_trace_file(path, max_bytes=max_bytes)
         platform, environment = platform_from_trace(top), environment_from_trace(top)
         windows = scan.windows()
         spans = windows.spans if windows is not None else []
-        plan, split_by = _plan(path, scan, top, spans, sized or batch_sizes, runner)
+        plan, split_by = _plan(path, scan, top, spans, sized, runner)
         summaries = _summaries(scan, windows, plan, platform, level, environment)
         if split_by == "windows" and check_order:
-            given = [bs for bs, _ in sized] if sized else batch_sizes
-            _check_order(path, given, [g for s in summaries for g in (s.graphs or [s])])
+            _check_order(path, [bs for bs, _ in sized], [g for s in summaries for g in (s.graphs or [s])])
     keyed = {w for _, graphs in plan for w in graphs}
     unkeyed = [spans[w][0] for w in range(len(spans)) if w not in keyed] if split_by == "annotations" else []
     # A range around no capture window captured nothing (with no window at all, every range is empty).
@@ -250,14 +248,12 @@ def size_shown(summary: Summary, named: int, sizes: set) -> Optional[int]:
 
 def is_sidecar(path: Union[str, Path], *, max_bytes: int = 1 << 24) -> bool:
     """A small JSON file that is no trace and not named like one (TraceLens's ``execution_details.json``)."""
-    name = trace_stem(path)
-    if "trace" in name.lower() or _PER_SIZE.match(name) or _SINGLE_TRACE.match(_stable_runner(path)):
+    if "trace" in (name := trace_stem(path)).lower() or _PER_SIZE.match(name) or _SINGLE_TRACE.match(name):
         return False
     try:
         with open(path, "rb") as handle:
             data = handle.read(max_bytes + 1)
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+        data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
         top = loads_strict(data.decode("utf-8")) if len(data) <= max_bytes else None
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, JSONProblem):
         return False
@@ -296,8 +292,8 @@ def _plan(
         return _keys_by_marker(path, markers, spans, runner, base, rank), "annotations"
     if batch_sizes is not None:
         if len(batch_sizes) != len(spans):
-            n = len({given[1] for given in batch_sizes}) if isinstance(batch_sizes[0], tuple) else 0
-            per = f" ({len(batch_sizes) // n} sizes x {n} variants)" if n else ""
+            n = len({variant for _, variant in batch_sizes})
+            per = f" ({len(batch_sizes) // n} sizes x {n} variants)" if n > 1 else ""
             raise TraceFormatError(
                 path,
                 f"holds {len(spans)} capture window{'s' if len(spans) != 1 else ''} but {len(batch_sizes)} batch "
@@ -305,8 +301,8 @@ def _plan(
                 f"order (sglang captures the largest first)",
             )
         plan: list = []
-        for i, given in enumerate(batch_sizes):  # a key repeated in a row: one key of several graphs
-            key = CaptureKey(base, *given, rank) if isinstance(given, tuple) else CaptureKey(base, given, None, rank)
+        for i, (bs, variant) in enumerate(batch_sizes):  # a key repeated in a row: one key of several graphs
+            key = CaptureKey(base, bs, variant, rank)
             if plan and plan[-1][0] == key:
                 plan[-1][1].append(i)
             else:
