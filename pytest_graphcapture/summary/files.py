@@ -195,7 +195,7 @@ def summarize_trace_keys(
         if problem is not None:
             raise UsageError(f"batch sizes {_listed(batch_sizes)}: {problem}")
     if variants is not None and (not batch_sizes or len(set(variants)) != len(variants) or not all(variants)):
-        raise UsageError(f"variants {_listed(variants)}: give distinct labels, in capture order, with the batch sizes")
+        raise UsageError(f"--variants {_listed(variants)}: distinct labels in capture order, with --batch-sizes")
     sized = [(bs, v) for bs in batch_sizes for v in variants or [None]] if batch_sizes is not None else None
     with gc_paused():
         scan, top = collect_trace_file(path, max_bytes=max_bytes)

@@ -171,6 +171,12 @@ def test_single_trace_variants_key_apart_and_match_the_per_size_goldens(capsys, 
     code, out, _ = check_cli(capsys, layouts("single-nolora-gone"), *options[:-1], "lora")
     assert code == 1
     assert "bs=4 variant=nolora (not captured), bs=8 variant=nolora (not captured)" in out
+    for wrong in (["--variants", "lora,lora", "--batch-sizes", "8,4"], ["--variants", "lora,nolora"]):
+        code, _, err = check_cli(capsys, layouts("single"), "--golden-dir", golden, *wrong)
+        assert (code, err) == (
+            2,
+            f"graphcapture check: error: --variants {wrong[1]}: distinct labels in capture order, with --batch-sizes\n",
+        )
 
 
 def test_check_traces_reads_the_same_layouts(pytester, layouts):
