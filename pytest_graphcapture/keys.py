@@ -140,9 +140,9 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def key_label(key: CaptureKey, *, explicit_rank: bool = False) -> str:
-    """How messages name a key: ``bs=4``, with ``variant=`` when set and ``rank=`` when rank != 0 or ``explicit_rank``."""
-    label = f"bs={batch_size_text(key.batch_size)}"
+def key_label(key: CaptureKey, *, explicit_rank: bool = False, runner: bool = False) -> str:
+    """How messages name a key: ``[runner ]bs=4``, with ``variant=`` when set, ``rank=`` when not 0 or ``explicit_rank``."""
+    label = f"{key.runner} " * runner + f"bs={batch_size_text(key.batch_size)}"
     if key.variant is not None:
         label += f" variant={_variant_shown(key.variant)}"
     if key.rank or explicit_rank:

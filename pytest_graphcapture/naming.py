@@ -116,7 +116,10 @@ def trace_stem(path: PathLike) -> str:
     return name
 
 
-_KEY_NAME = re.compile(r"^(?P<runner>.+?)_bs_(?P<bs>\d+)(?:_(?P<variant>.+?))?_rank(?P<rank>\d+)$")
+#: The variant is all of sglang's tag after the size (``candidate_all_nolora_stream_1``): every part of it keys.
+_KEY_NAME = re.compile(r"^(?:(?P<runner>.+?)_)?bs_(?P<bs>\d+)(?:_(?P<variant>.+?))?_rank(?P<rank>\d+)$")
+#: The runner of a ``bs_{bs}_rank{r}`` trace (TraceLens's sglang 0.5.13 patch): the class that writes it.
+UNNAMED_RUNNER = "CudaGraphRunner"
 _BS_TOKEN = re.compile(r"(?:^|[^A-Za-z0-9])bs[_=](\d+)(?![0-9])")
 _BS_ANNOTATION = re.compile(r"(?:^|[^A-Za-z0-9])bs\s*[=_:]\s*(\d+)(?![0-9])|^capture_(\d+)(?:_|$)")
 #: A longer number in an annotation is no batch size (and may hold more digits than ``int()`` reads).
@@ -132,7 +135,7 @@ def key_from_trace_name(
     batch_size: Optional[int] = None,
     unknown_ok: bool = False,
 ) -> CaptureKey:
-    """Capture key from a trace file name (``{runner}_bs_{bs}[_{variant}]_rank{r}.json.gz``), else from its parts.
+    """Capture key from a trace file name (``[{runner}_]bs_{bs}[_{variant}]_rank{r}.json.gz``), else from its parts.
 
     Other names: runner = stem; batch size from a ``bs_N`` token, else annotations (``bs=32``, ``capture_32_DECODE``);
     rank from ``rankN`` or ``distributedInfo``. ``batch_size`` overrides; ``unknown_ok``: ``bs=?`` instead of an error."""
@@ -142,9 +145,8 @@ def key_from_trace_name(
     stem = trace_stem(path)
     match = _KEY_NAME.match(stem)
     if match:
-        return CaptureKey(
-            match.group("runner"), int(match.group("bs")), match.group("variant"), int(match.group("rank"))
-        )
+        runner = match.group("runner") or UNNAMED_RUNNER
+        return CaptureKey(runner, int(match.group("bs")), match.group("variant"), int(match.group("rank")))
     token = _BS_TOKEN.search(stem)
     batch: Optional[int] = int(token.group(1)) if token else None
     if batch is None:

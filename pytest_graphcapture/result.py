@@ -112,6 +112,8 @@ class CaptureResult:
     traces: list = field(default_factory=list)
     #: False when only named traces were read: a golden of a key they do not hold is not checked.
     whole: bool = True
+    #: The files of the folders read that are no trace, in words (``passed over 1 file that is not a trace: …``).
+    passed_over: Optional[str] = None
 
     def __iter__(self) -> Iterator[KeyResult]:
         return iter(self.keys.values())

@@ -221,6 +221,8 @@ class _Gate:
     postprocess: _Postprocess
     display: Callable[[Path], str]
     warnings: list[str] = field(default_factory=list)
+    #: The keys are of several runners (engine traces): labels name the runner.
+    runners: bool = False
 
     def normalized(self, summary: Summary, key: CaptureKey) -> Summary:
         o = self.options
@@ -239,7 +241,7 @@ class _Gate:
         if path.is_symlink():  # the folder is checked and the name is safe: only a link can lead elsewhere
             store.ensure_inside(self.golden_dir, path)
         shown = self.display(path)
-        out = _KeyOutcome(key, key_label(key, explicit_rank=self.explicit_rank), path, "failed")
+        out = _KeyOutcome(key, key_label(key, explicit_rank=self.explicit_rank, runner=self.runners), path, "failed")
         if item.summary is None:
             out.lines = [
                 f"{out.label} ({shown}):",
@@ -488,6 +490,7 @@ def check_result(
         )
     explicit_rank = result.world_size > 1 and not options.share_ranks
     gate = _Gate(golden_dir, folder, out_folder, update, options, explicit_rank, postprocess, display)
+    gate.runners = len({kr.key.runner for kr in items}) > 1
     share_failures: list[_KeyOutcome] = []
     if options.share_ranks:
         items, share_failures = gate.share_ranks(items)
@@ -535,7 +538,7 @@ def _not_captured(
         if selected is not None and not selected[0](key):
             outcome.unchecked.append((path, f"{selected[1]} left their keys out"))
         elif gate.update != "all":
-            label = key_label(key, explicit_rank=gate.explicit_rank)
+            label = key_label(key, explicit_rank=gate.explicit_rank, runner=gate.runners)
             line = f"{label}: not captured, but {gate.display(path)} holds its golden (did it fall back to eager?)"
             outcome.keys.append(_KeyOutcome(key, label, path, "failed", [line], not_captured=True))
             outcome.total += 1

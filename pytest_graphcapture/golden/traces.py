@@ -11,7 +11,7 @@ from ..errors import TraceFormatError, UsageError
 from ..keys import CaptureKey, key_label
 from ..naming import is_hidden, is_merged_trace, is_trace_path
 from ..result import CaptureResult, KeyMetrics, KeyResult
-from ..summary.files import TraceKeys, handler_stamp, summarize_trace_keys
+from ..summary.files import TraceKeys, handler_stamp, is_sidecar, size_shown, summarize_trace_keys
 from ..summary.model import graph_count
 from ..summary.platform import CPU
 
@@ -29,29 +29,31 @@ _EMPTY_HINT = (
 _MARKED_SIZE = {"batch_size_counts": "tokens"}
 
 
-def _trace_files(paths: Sequence[Union[str, Path]]) -> list[Path]:
-    """The trace files ``paths`` name: files as given, folders searched (recursively) for ``*.json[.gz]``."""
+def _trace_files(paths: Sequence[Union[str, Path]]) -> tuple[dict[Path, Optional[Path]], list[str]]:
+    """The trace files ``paths`` names, each with the folder it was found in (None: named), and the folders' others."""
     if not paths:
         raise UsageError("no trace given: name the trace files or the folder the engine wrote them to")
-    found: list[Path] = []
+    found: dict[Path, Optional[Path]] = {}
+    other: list[str] = []
     for given in map(Path, paths):
         if given.is_dir():
             inside = sorted(
                 p
                 for p in given.rglob("*")
-                if p.is_file() and is_trace_path(p) and not is_merged_trace(p)
+                if p.is_file() and not is_merged_trace(p)
                 if not any(is_hidden(part) for part in p.relative_to(given).parts)
             )
-            if not inside:
+            if not any(is_trace_path(p) for p in inside):
                 raise UsageError(f"{given}: no capture traces (*.json, *.json.gz) in this folder; {_EMPTY_HINT}")
-            found += inside
+            found.update((p, given) for p in inside if is_trace_path(p) and p not in found)
+            other += [p.relative_to(given).as_posix() for p in inside if not is_trace_path(p)]
         elif given.is_file():
-            found.append(given)
+            found.setdefault(given, None)
         elif given.exists():  # a FIFO or a device: reading it would block or never end
             require_regular(given, error=TraceFormatError)
         else:
             raise UsageError(f"{given}: no such file or folder")
-    return list(dict.fromkeys(found))
+    return found, other
 
 
 def collect_traces(
@@ -62,12 +64,22 @@ def collect_traces(
     level: str = "name",
     max_bytes: Optional[int] = None,
     ignore_unkeyed_windows: bool = False,
+    variants: Optional[Sequence[str]] = None,
 ) -> CaptureResult:
-    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result."""
-    files = _trace_files(paths)
-    read = [
-        summarize_trace_keys(p, batch_sizes=batch_sizes, runner=runner, level=level, max_bytes=max_bytes) for p in files
-    ]
+    """Every key of the traces ``paths`` names, checked for emptiness (module docstring), as one result; a folder's
+    files that are no trace (TraceLens's ``execution_details.json``) are passed over, and said."""
+    files, passed_over = _trace_files(paths)
+    sizes = {"batch_sizes": batch_sizes, "variants": variants}
+    read = []
+    for path, folder in files.items():
+        try:
+            read.append(summarize_trace_keys(path, runner=runner, level=level, max_bytes=max_bytes, **sizes))
+        except TraceFormatError:
+            if folder is None or not is_sidecar(path):  # a file named or shaped like a trace fails as it is
+                raise
+            passed_over.append(path.relative_to(folder).as_posix())
+    if not read:
+        raise UsageError(f"no capture traces in {', '.join(map(str, paths))}, only {_passed_over(passed_over)}")
     if batch_sizes is not None and not any(t.split_by == "windows" for t in read):
         raise UsageError(
             f"batch sizes {','.join(map(str, batch_sizes))} were given, but no trace is one trace of a whole "
@@ -81,6 +93,8 @@ def collect_traces(
     whole = any(Path(p).is_dir() for p in paths)
     result = CaptureResult(_runner_name(read), platforms[0], traces=read, whole=whole)
     _marked_keys(read)
+    result.passed_over = _passed_over(sorted(passed_over)) if passed_over else None
+    _refuse_mislabelled(read)
     seen: dict = {}
     for trace in read:
         _refuse_empty(trace)
@@ -145,6 +159,29 @@ def unkeyed_windows(trace: TraceKeys) -> str:
         f"{n} capture window{'s' if n != 1 else ''} (the first at ts={trace.unkeyed[0]}) in no "
         f"capture_{{bs}}_{{mode}} range belong{'s' if n == 1 else ''} to no key"
     )
+
+
+def _passed_over(names: list) -> str:
+    n, shown = len(names), ", ".join(names[:5]) + (f", … {len(names) - 5} more" if len(names) > 5 else "")
+    return f"passed over {n} file{'s that are not traces' if n != 1 else ' that is not a trace'}: {shown}"
+
+
+def _refuse_mislabelled(read: list) -> None:
+    """Refuse a per-size file whose window shows another of its runner's sizes than its name (sglang #39092)."""
+    named: dict = {}
+    for trace in read:
+        for summary in trace.summaries if trace.split_by == "file name" else ():
+            named.setdefault((summary.key.runner, summary.key.rank), []).append((trace.path, summary))
+    for files in named.values():
+        for path, summary in sorted(files, key=lambda file: -file[1].key.batch_size):  # capture order
+            shown = size_shown(summary, summary.key.batch_size, {s.key.batch_size for _, s in files})
+            if shown is not None:
+                raise TraceFormatError(
+                    path,
+                    f"is named bs={summary.key.batch_size}, but its inputs lead with {shown}, never with "
+                    f"{summary.key.batch_size}: sglang 0.5.18-0.5.21 mislabel sizes that capture several graphs "
+                    "(LoRA, DSA, PD-multiplexing; sglang #39092); use 0.5.22 or later",
+                )
 
 
 def _runner_name(read: list) -> str:

@@ -369,15 +369,16 @@ class GoldenChecker:
         max_launches: Union[int, Mapping[int, int], None] = None,
         name: Optional[str] = None,
         ignore_unkeyed_windows: bool = False,
+        variants: Optional[Sequence[str]] = None,
     ) -> None:
         """The gate of :meth:`check` over capture traces an engine wrote (files, or folders searched for them).
 
         Each trace is split into its capture keys by the engine's markers: vLLM's ``capture_{bs}_{mode}`` ranges,
         sglang's per-size file names, or, for one trace of a whole capture, its windows mapped to ``batch_sizes``
-        (capture order: sglang captures the largest first).  ``runner`` names every key's runner.  A folder without
-        traces, a trace without a capture window or a key that captured nothing fails the test in one line: nothing to
-        check is never a pass.  So does a capture window in no ``capture_{bs}_{mode}`` range, unless
-        ``ignore_unkeyed_windows`` (then a warning names it).
+        (capture order, largest first; each size one window per ``variants`` label).  ``runner`` names every key's
+        runner.  A folder without traces, a trace without a capture window or a key that captured nothing fails the
+        test in one line: nothing to check is never a pass.  So does a capture window in no ``capture_{bs}_{mode}``
+        range, unless ``ignore_unkeyed_windows`` (then a warning names it).
         """
         from ..golden.traces import collect_traces, unkeyed_windows
 
@@ -389,6 +390,7 @@ class GoldenChecker:
                 runner=runner,
                 level=level or self._session.options.level,
                 ignore_unkeyed_windows=ignore_unkeyed_windows,
+                variants=variants,
             )
         except GraphCaptureError as exc:
             problem = f"golden.check_traces: {exc}"
@@ -396,6 +398,8 @@ class GoldenChecker:
             problem = None
         if problem is not None:
             pytest.fail(problem, pytrace=False)
+        if result.passed_over:
+            warnings.warn(f"golden.check_traces: {result.passed_over}", UserWarning, stacklevel=2)
         for trace in result.traces:  # windows of no key, ignored on request: said, never silent
             if trace.unkeyed:
                 warnings.warn(

@@ -131,7 +131,7 @@ _SINGLE_TRACE = re.compile(r"^cuda_graph_capture-(?P<runner>.+)-TP-(?P<rank>[0-9
 PIECE_MARK = "graph-capture: graph"
 
 #: A per-size trace name, as sglang and the plugin write it.
-_PER_SIZE = re.compile(r"^.+?_bs_[0-9]+(?:_.+?)?_rank[0-9]+$")
+_PER_SIZE = re.compile(r"^(?:.+?_)?bs_[0-9]+(?:_.+?)?_rank[0-9]+$")
 
 #: What a profiler's trace handler adds to a file name: ``.pt.trace``, and a time stamp (vLLM's: ``time_ns``).
 _HANDLER_PARTS = re.compile(r"(?:\.(?P<stamp>[0-9]{10,}))?(?:\.pt\.trace)?$")
@@ -189,8 +189,10 @@ def summarize_trace_keys(
     level: str = DEFAULT_LEVEL,
     max_bytes: Optional[int] = None,
     check_order: bool = True,
+    variants: Optional[Sequence[str]] = None,
 ) -> TraceKeys:
-    """Every capture key of the trace at ``path`` with its graphs: by engine markers, file name or sizes given."""
+    """Every capture key of the trace at ``path`` with its graphs: by engine markers, file name or sizes given (each
+    size one window per ``variants`` label, in capture order: sglang's LoRA and attention variants)."""
     check_level(level)
     path = Path(path)
     if batch_sizes is not None:
@@ -198,15 +200,18 @@ def summarize_trace_keys(
         problem = batch_sizes_problem(batch_sizes)
         if problem is not None:
             raise UsageError(f"batch sizes {_listed(batch_sizes)}: {problem}")
+    if variants is not None and (not batch_sizes or len(set(variants)) != len(variants) or not all(variants)):
+        raise UsageError(f"--variants {_listed(variants)}: distinct labels in capture order, with --batch-sizes")
+    sized = [(bs, v) for bs in batch_sizes for v in variants or [None]] if batch_sizes is not None else None
     with gc_paused():
         scan, top = collect_trace_file(path, max_bytes=max_bytes)
         platform, environment = platform_from_trace(top), environment_from_trace(top)
         windows = scan.windows()
         spans = windows.spans if windows is not None else []
-        plan, split_by = _plan(path, scan, top, spans, batch_sizes, runner)
+        plan, split_by = _plan(path, scan, top, spans, sized, runner)
         summaries = _summaries(scan, windows, plan, platform, level, environment)
         if split_by == "windows" and check_order:
-            _check_order(path, batch_sizes, [g for s in summaries for g in (s.graphs or [s])])
+            _check_order(path, [bs for bs, _ in sized], [g for s in summaries for g in (s.graphs or [s])])
     keyed = {w for _, graphs in plan for w in graphs}
     unkeyed = [spans[w][0] for w in range(len(spans)) if w not in keyed] if split_by == "annotations" else []
     # A range around no capture window captured nothing (with no window at all, every range is empty).
@@ -238,6 +243,27 @@ def _check_order(path: Path, batch_sizes: list, windows: list) -> None:
             f"the batch sizes given in capture order ({_listed(batch_sizes)}) contradict the windows: their "
             f"inputs' leading dimensions show {_listed(shown)} in capture order; give the sizes in that order",
         )
+
+
+def size_shown(summary: Summary, named: int, sizes: set) -> Optional[int]:
+    """The size of ``sizes`` a window's inputs lead with most when none leads with its ``named`` size; else None."""
+    found = _leading_dims(summary, sizes | {named})
+    shown = max(sorted(sizes), key=lambda s: found[s], default=named)
+    return shown if found[named] == 0 and found[shown] > 0 else None
+
+
+def is_sidecar(path: Union[str, Path], *, max_bytes: int = 1 << 24) -> bool:
+    """A small JSON file that is no trace and not named like one (TraceLens's ``execution_details.json``)."""
+    if "trace" in (name := trace_stem(path)).lower() or _PER_SIZE.match(name) or _SINGLE_TRACE.match(name):
+        return False
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+        data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+        top = loads_strict(data.decode("utf-8")) if len(data) <= max_bytes else None
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, JSONProblem):
+        return False
+    return top is not None and not (isinstance(top, dict) and "traceEvents" in top)
 
 
 def _leading_dims(summary: Summary, sizes: set) -> Counter:
@@ -272,18 +298,21 @@ def _plan(
         return _keys_by_marker(path, markers, spans, runner, base, rank), "annotations"
     if batch_sizes is not None:
         if len(batch_sizes) != len(spans):
+            n = len({variant for _, variant in batch_sizes})
+            per = f" ({len(batch_sizes) // n} sizes x {n} variants)" if n > 1 else ""
             raise TraceFormatError(
                 path,
                 f"holds {len(spans)} capture window{'s' if len(spans) != 1 else ''} but {len(batch_sizes)} batch "
-                f"size{'s' if len(batch_sizes) != 1 else ''} were given; give one batch size per window, in capture "
+                f"size{'s' if len(batch_sizes) != 1 else ''} were given{per}; give one batch size per window, in capture "
                 f"order (sglang captures the largest first)",
             )
         plan: list = []
-        for i, bs in enumerate(batch_sizes):  # a size repeated in a row: one key of several graphs
-            if plan and plan[-1][0].batch_size == bs:
+        for i, (bs, variant) in enumerate(batch_sizes):  # a key repeated in a row: one key of several graphs
+            key = CaptureKey(base, bs, variant, rank)
+            if plan and plan[-1][0] == key:
                 plan[-1][1].append(i)
             else:
-                plan.append((CaptureKey(base, bs, None, rank), [i]))
+                plan.append((key, [i]))
         return plan, "windows"
     if single:
         raise TraceFormatError(

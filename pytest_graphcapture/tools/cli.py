@@ -293,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch sizes of a single-capture trace's windows, in capture order (sglang: largest first); "
         "a size repeated in a row is one key of that many graphs",
     )
+    p.add_argument(
+        "--variants",
+        type=lambda text: [v for v in text.split(",") if v],
+        metavar="V1,V2,...",
+        help="with --batch-sizes: each size captured one graph per variant, in this order (sglang: e.g. lora,nolora)",
+    )
     p.add_argument("--runner", help="runner name of every key (default: from each trace)")
     p.add_argument(
         "--ignore-unkeyed-windows",
@@ -394,6 +400,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         runner=args.runner,
         level=args.level,
         ignore_unkeyed_windows=args.ignore_unkeyed_windows,
+        variants=args.variants,
     )
     if out_dir is not None:
         reset_harvest(out_dir, f"--golden-out {args.golden_out}")
@@ -424,7 +431,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     finally:
         if lock is not None:
             lock.release()
-    return _report(args, outcome, golden_dir, out_folder)
+    return _report(args, outcome, golden_dir, out_folder, result.passed_over)
 
 
 def _unused(folder: Path, kept: set, *, root: Path) -> None:
@@ -435,7 +442,9 @@ def _unused(folder: Path, kept: set, *, root: Path) -> None:
             print(f"removed {_shown(path)}: its key is not in the traces")
 
 
-def _report(args: argparse.Namespace, outcome, golden_dir: Path, out_folder: Optional[Path]) -> int:
+def _report(
+    args: argparse.Namespace, outcome, golden_dir: Path, out_folder: Optional[Path], passed_over: Optional[str]
+) -> int:
     rerun = _rerun_command(args, golden_dir)
     obtained = str(_shown(out_folder)) if out_folder else None
     report = SessionReport(golden_dir=str(_shown(golden_dir)), update_mode=args.update, obtained_dir=obtained)
@@ -462,12 +471,14 @@ def _report(args: argparse.Namespace, outcome, golden_dir: Path, out_folder: Opt
         lines.append(f"not checked: {len(names)} golden(s) in {_shown(outcome.folder)}/, {why}: {', '.join(names)}")
         report.notes.append(lines[-1][len("not checked: ") :])
     if failed:
+        lines += [passed_over] if passed_over else []
         report.add_failure(node, outcome.platform, "\n".join(lines) + "\n")
     else:
         written = [k for k in outcome.keys if k.outcome in ("created", "updated")]
         notes = [f"{len(written)} written"] if written else []
         notes += [f"{len(incomplete)} incomplete"] if incomplete else []
         notes += [f"{len(outcome.unchecked)} golden(s) not checked"] if outcome.unchecked else []
+        notes += [passed_over] if passed_over else []
         lines.append(
             f"{len(outcome.keys)} key(s) match their goldens in {_shown(outcome.folder)}/"
             + (f" ({', '.join(notes)})" if notes else "")
@@ -493,6 +504,8 @@ def _rerun_command(args: argparse.Namespace, golden_dir: Path) -> str:
         words += ["--name", args.name]
     if args.batch_sizes:
         words += ["--batch-sizes", ",".join(map(str, args.batch_sizes))]
+    if args.variants:
+        words += ["--variants", ",".join(args.variants)]
     if args.runner:
         words += ["--runner", args.runner]
     if args.ignore_unkeyed_windows:
