@@ -89,7 +89,9 @@ def _dead_pid() -> int:
     return child.pid
 
 
-@pytest.mark.parametrize("mode", [(), ("-n", "2")], ids=["in-process", "xdist"])
+@pytest.mark.parametrize(
+    "mode", [pytest.param((), id="in-process"), pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow)]
+)
 def test_leftovers_of_a_killed_export_are_removed_and_never_read(
     pytester: pytest.Pytester, clean_env: None, mode: tuple
 ) -> None:
