@@ -273,8 +273,9 @@ def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
 
 
 @pytest.mark.slow
-def test_stopping_the_ranks_stops_every_process_they_started(tmp_path: Path) -> None:
+def test_stopping_the_ranks_stops_every_process_they_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 0 hangs and is stopped; rank 1 fails and exits: the processes both started go with them."""
+    monkeypatch.setattr(distributed, "_ERROR_GRACE", 0.5)  # rank 0 hangs: no error of its own to wait for
     pid_files = [str(tmp_path / f"rank{rank}-child.pid") for rank in range(2)]
     first = len(distributed.spawned_pids())
     try:
