@@ -24,11 +24,12 @@ from pytest_graphcapture.naming import golden_file_name
 
 @pytest.fixture(scope="module")
 def two_ranks() -> list[dict]:
-    """One two-rank run for the tests marked ``two_ranks`` (each checks its own part of what the ranks saw)."""
+    """One two-rank run for the TWO_RANKS tests (each checks its own part of what the ranks saw)."""
     return run_on_ranks("rank_targets:tp_decode_logits", 2, args=(2,), batch_sizes=[1, 2], timeout=60)
 
 
-TWO_RANKS = pytest.mark.xdist_group("test_distributed_two_ranks")  # the run is made once, on one worker
+# The run is made once, on one worker; both tests are slow, so they stay together when slow tests go first.
+TWO_RANKS = pytest.mark.xdist_group("test_distributed_two_ranks")
 
 
 @pytest.mark.slow
@@ -44,6 +45,7 @@ def test_two_rank_tensor_parallel_decode_equals_one_rank(two_ranks: list[dict]) 
         assert rank_result["tokens"] == one["tokens"]
 
 
+@pytest.mark.slow
 @TWO_RANKS
 def test_ranks_see_an_initialized_gloo_process_group_and_the_session_batch_sizes(two_ranks: list[dict]) -> None:
     results = [rank_result["world"] for rank_result in two_ranks]
