@@ -77,3 +77,10 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in CI_VARIABLES + GRAPH_CAPTURE_VARIABLES + XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_PYTEST_ADDOPTS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run first: ``--dist loadgroup`` hands tests out in this order, one at a time,
+    so a long test started last would keep one worker busy while the others have finished."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise collection order

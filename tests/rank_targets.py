@@ -15,7 +15,8 @@ from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
 
 def tp_decode_logits(ctx, tp_size: int) -> dict:
-    """Eager decode of a fixed batch on this rank's shard; returns logits and the KV-cache shape."""
+    """Eager decode of a fixed batch on this rank's shard; returns logits, the KV-cache shape and
+    what the rank sees of its run (:func:`rank_and_world`)."""
     runner = TinyDecodeRunner([1, 2, 4], tp_size=tp_size, tp_rank=ctx.rank)
     generator = torch.Generator().manual_seed(3)
     ids = torch.randint(0, runner.config.vocab_size, (4,), generator=generator)
@@ -28,7 +29,12 @@ def tp_decode_logits(ctx, tp_size: int) -> dict:
         full = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
         cache.copy_(full[:, :, :, ctx.rank * kv : (ctx.rank + 1) * kv])
     tokens, logits = runner.eager_decode(ids, lens, slots=torch.arange(4))
-    return {"logits": logits.tolist(), "tokens": tokens.tolist(), "cache": list(runner.k_cache.shape)}
+    return {
+        "logits": logits.tolist(),
+        "tokens": tokens.tolist(),
+        "cache": list(runner.k_cache.shape),
+        "world": rank_and_world(ctx),
+    }
 
 
 def threads_and_variable(ctx, name: str) -> list:

@@ -45,6 +45,7 @@ def test_decode(graph_capture, golden):
 """
 
 
+@pytest.mark.slow
 def test_the_failure_report_holds_the_projects_logs_and_no_torch_trace_records(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -87,7 +86,8 @@ def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Pa
 
 
 def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")
+    # Forked warm: CUDA reads CUDA_VISIBLE_DEVICES when torch first asks for devices, after the fork.
+    env = dict(os.environ, PYTHON=warm_python(), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(
         ["bash", str(SCRIPT), "--out", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
     )

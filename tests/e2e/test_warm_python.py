@@ -86,6 +86,7 @@ def test_options_it_does_not_know_run_the_real_interpreter(bin_dir: Path) -> Non
     assert done.stdout.strip() == "1 False"
 
 
+@pytest.mark.slow
 def test_the_zygote_has_one_thread_after_its_imports_so_what_it_forks_is_no_fork_of_threads() -> None:
     # A fork of a process with threads can crash (issue 39): the zygote's imports, in its environment,
     # start none (numpy's OpenBLAS pool did), and a zygote that had some would serve nothing.

@@ -22,9 +22,21 @@ from pytest_graphcapture.keys import CaptureKey, key_label
 from pytest_graphcapture.naming import golden_file_name
 
 
-def test_two_rank_tensor_parallel_decode_equals_one_rank() -> None:
+@pytest.fixture(scope="module")
+def two_ranks() -> list[dict]:
+    """One two-rank run for the TWO_RANKS tests (each checks its own part of what the ranks saw)."""
+    return run_on_ranks("rank_targets:tp_decode_logits", 2, args=(2,), batch_sizes=[1, 2], timeout=60)
+
+
+# The run is made once, on one worker; both tests are slow, so they stay together when slow tests go first.
+TWO_RANKS = pytest.mark.xdist_group("test_distributed_two_ranks")
+
+
+@pytest.mark.slow
+@TWO_RANKS
+def test_two_rank_tensor_parallel_decode_equals_one_rank(two_ranks: list[dict]) -> None:
     one = run_on_ranks("rank_targets:tp_decode_logits", 1, args=(1,), timeout=60)[0]
-    two = run_on_ranks("rank_targets:tp_decode_logits", 2, args=(2,), timeout=60)
+    two = two_ranks
     assert one["cache"][3] == 2 and [r["cache"][3] for r in two] == [1, 1]  # KV heads split across ranks
     for rank_result in two:  # every rank ends with the full (all-reduced) result
         torch.testing.assert_close(
@@ -33,8 +45,10 @@ def test_two_rank_tensor_parallel_decode_equals_one_rank() -> None:
         assert rank_result["tokens"] == one["tokens"]
 
 
-def test_ranks_see_an_initialized_gloo_process_group_and_the_session_batch_sizes() -> None:
-    results = run_on_ranks("rank_targets:rank_and_world", 2, batch_sizes=[1, 2], timeout=60)
+@pytest.mark.slow
+@TWO_RANKS
+def test_ranks_see_an_initialized_gloo_process_group_and_the_session_batch_sizes(two_ranks: list[dict]) -> None:
+    results = [rank_result["world"] for rank_result in two_ranks]
     assert results == [(0, 2, "gloo", (1, 2), 0, 2), (1, 2, "gloo", (1, 2), 1, 2)]
 
 

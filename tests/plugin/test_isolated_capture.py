@@ -56,6 +56,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     return pytester
 
 
+@pytest.mark.slow
 def test_the_marker_captures_in_a_fresh_process_and_checks_goldens_like_an_in_process_capture(
     project: pytest.Pytester,
 ) -> None:

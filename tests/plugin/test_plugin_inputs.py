@@ -89,10 +89,14 @@ def _dead_pid() -> int:
     return child.pid
 
 
-@pytest.mark.parametrize("mode", [(), ("-n", "2")], ids=["in-process", "xdist"])
+@pytest.mark.parametrize(
+    "mode", [pytest.param((), id="in-process"), pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow)]
+)
 def test_leftovers_of_a_killed_export_are_removed_and_never_read(
-    pytester: pytest.Pytester, clean_env: None, mode: tuple
+    pytester: pytest.Pytester, clean_env: None, mode: tuple, capsys: pytest.CaptureFixture
 ) -> None:
+    from pytest_graphcapture.tools.cli import main
+
     pytester.makepyfile(test_capture=CAPTURE)
     folder = trace_dir(pytester.path / "out", trace_group_for("test_capture.py::test_capture"))
     folder.mkdir(parents=True)
@@ -109,7 +113,7 @@ def test_leftovers_of_a_killed_export_are_removed_and_never_read(
     live = folder / f".{name}.{os.getpid()}-efgh5678.partial.json.gz"
     live.write_bytes(b"")
     args = ("--graph-capture-trace", "--graph-capture-dir=out", "--graph-capture-batch-sizes=1,2", *mode)
-    result = run(pytester, *args, subprocess=bool(mode), timeout=300)
+    result = run(pytester, *args, subprocess=bool(mode), timeout=300, warm=bool(mode))
     result.assert_outcomes(passed=1)
     assert not any(p.exists() for p in leftovers)
     assert live.exists()
@@ -117,11 +121,11 @@ def test_leftovers_of_a_killed_export_are_removed_and_never_read(
         "TinyDecodeRunner_bs_1_rank0.json.gz",
         "TinyDecodeRunner_bs_2_rank0.json.gz",
     ]
-    shown = subprocess.run(
-        [sys.executable, "-m", "pytest_graphcapture", "show", str(folder)], capture_output=True, text=True, timeout=120
-    )
-    assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.count("TinyDecodeRunner rank 0") == 1, shown.stdout
+    capsys.readouterr()
+    code = main(["show", str(folder)])
+    shown, errors = capsys.readouterr()
+    assert code == 0, errors
+    assert shown.count("TinyDecodeRunner rank 0") == 1, shown
 
 
 def test_show_skips_partial_files_a_reader_might_take_for_traces(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ def test_capture_after_an_inline_pytester_run(pytester, graph_capture):
 '''
 
 
+@pytest.mark.slow
 def test_capturing_after_an_in_process_pytester_run_works(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,6 +56,7 @@ def test_capture(graph_capture):
 """
 
 
+@pytest.mark.slow
 def test_warnings_as_errors_without_numpy_cannot_break_torch(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
