@@ -124,7 +124,7 @@ def _annotation(name: str, start: float, end: float, like: dict) -> dict:
 def _write(path: Path, top: dict, events: list) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=6) as f:
-        json.dump({**top, "traceEvents": events}, f)
+        f.write(json.dumps({**top, "traceEvents": events}))  # dumps encodes in C, dump in Python
     return path
 
 
