@@ -25,15 +25,19 @@ def _cache_child_bytecode() -> None:
     and assertion-rewrote every module it imported from source: about a second apiece.  Their
     bytecode goes instead to one folder outside the repository (PYTHONPYCACHEPREFIX, which
     pytest's rewriting honours), so no ``__pycache__`` appears in the folders tests create or copy.
-    The pytest started by hand keeps its own setting; a prefix already chosen is kept.  The
-    bytecode of test folders that pytest has since removed (it keeps its last three sessions'
-    temp folders) is removed from the cache at the start of a session, so it does not grow.
+    The pytest started by hand writes there too where it writes no bytecode (an in-process pytester
+    run drops what it imported, and each run re-imported and re-rewrote hypothesis and the package);
+    a prefix already chosen is kept.  The bytecode of test folders that pytest has since removed
+    (it keeps its last three sessions' temp folders) is removed from the cache at the start of a
+    session, so it does not grow.
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     prefix = os.environ.setdefault(
         "PYTHONPYCACHEPREFIX",
         os.path.join(tempfile.gettempdir(), f"pytest-graphcapture-pycache-{getattr(os, 'getuid', lambda: 'user')()}"),
     )
+    if sys.dont_write_bytecode:
+        sys.pycache_prefix, sys.dont_write_bytecode = sys.pycache_prefix or prefix, False
     if "PYTEST_XDIST_WORKER" in os.environ:  # the session's main process prunes, before its workers start
         return
     mirror = Path(prefix + os.path.abspath(tempfile.gettempdir()))

@@ -64,6 +64,7 @@ class Capture:
             (_slim(e) for e in events if e.get("cat") in _KEPT_CATS and self.start <= e.get("ts", -1) <= self.end),
             key=lambda e: e["ts"],
         )
+        self._text = json.dumps(self.events)  # each shape parses its own copy of the events from it
 
     def shape(self, bs: int, at: float, pieces: int = 1, drop: Optional[int] = None) -> tuple[list, float]:
         """The window's events for batch size ``bs`` from time ``at``, cut into ``pieces`` graphs; (events, end).
@@ -75,7 +76,7 @@ class Capture:
         cuts = [launches[len(launches) * k // pieces] for k in range(1, pieces)]
         out: list = []
         graph, extra, dropped = 1, 0.0, False
-        for i, event in enumerate(self.events):
+        for i, (event, copied) in enumerate(zip(self.events, json.loads(self._text))):
             if i in cuts:
                 last = out[-1]["ts"]
                 out.append(_call("hipStreamEndCapture", last + 1, event))
@@ -86,7 +87,6 @@ class Capture:
             if drop == graph and not dropped and event["name"] == "hipLaunchKernel":
                 dropped = True
                 continue
-            copied = json.loads(json.dumps(event))
             copied["ts"] = event["ts"] + shift + extra
             dims = copied.get("args", {}).get("Input Dims")
             if isinstance(dims, list):
@@ -124,7 +124,7 @@ def _annotation(name: str, start: float, end: float, like: dict) -> dict:
 def _write(path: Path, top: dict, events: list) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=6) as f:
-        json.dump({**top, "traceEvents": events}, f)
+        f.write(json.dumps({**top, "traceEvents": events}))  # dumps encodes in C, dump in Python
     return path
 
 

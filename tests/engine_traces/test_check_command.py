@@ -106,8 +106,8 @@ def test_a_gpu_trace_without_a_capture_window_is_a_failure(tmp_path, built, caps
         trace = json.load(f)
     trace["traceEvents"] = [e for e in trace["traceEvents"] if "Capture" not in e["name"]]
     path = tmp_path / "x_bs_2_rank0.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump(trace, f)
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        f.write(json.dumps(trace))
     code, _, err = check(capsys, path, "--golden-dir", tmp_path / "g")
     assert code == 2 and "holds no capture window" in err
 
@@ -118,8 +118,8 @@ def test_a_capture_cut_off_by_the_profiler_is_bad_input(tmp_path, built, capsys)
         trace = json.load(f)
     trace["traceEvents"] = [e for e in trace["traceEvents"] if e["name"] != "hipStreamEndCapture"]
     path = tmp_path / "x_bs_2_rank0.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump(trace, f)
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        f.write(json.dumps(trace))
     code, _, err = check(capsys, path, "--golden-dir", tmp_path / "g")
     assert code == 2 and "incomplete capture" in err
 

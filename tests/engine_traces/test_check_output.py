@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import check_cli as check
+from helpers import run
 
 from pytest_graphcapture.golden.change import MAX_LINE_WIDTH
 from pytest_graphcapture.tools.cli import main
@@ -165,10 +166,10 @@ def test_graph_capture_report_adds_to_the_file_and_links_only_what_opens(pyteste
     report.write_text(EARLIER)
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(report if step_summary else pytester.path / "elsewhere"))
     pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm"))))
-    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
     report.write_text(EARLIER)
     pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm", drop=(4, "PIECEWISE", 2)))))
-    result = pytester.runpytest("--golden-out=harvest", f"--graph-capture-report={report}")
+    result = run(pytester, "--golden-out=harvest", f"--graph-capture-report={report}")
     result.assert_outcomes(failed=1)
     text = report.read_text()
     assert text.startswith(EARLIER) and "bs=4 variant=PIECEWISE" in text
@@ -232,7 +233,7 @@ def test_check_update_rewrites_no_golden_for_what_it_does_not_gate(goldens, buil
 @pytest.mark.parametrize("edits", NOT_GATED[2:], ids=lambda e: "+".join(f.__name__ for f in e))
 def test_update_golden_rewrites_no_golden_for_what_it_does_not_gate(pytester, built, edits):
     pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm"))))
-    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
     folder = pytester.path / "goldens" / "rocm-gfx942" / "test_engine.py" / "test_engine_capture"
     for path in folder.glob("*.json"):
         data = json.loads(path.read_text())
@@ -240,7 +241,7 @@ def test_update_golden_rewrites_no_golden_for_what_it_does_not_gate(pytester, bu
             edit(data)
         path.write_text(store_text(data))
     before = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-    result = pytester.runpytest("--update-golden")
+    result = run(pytester, "--update-golden")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*0 created, 0 updated*"])
     assert {p.name: p.read_bytes() for p in sorted(folder.iterdir())} == before
@@ -284,13 +285,13 @@ def test_every_golden_is_one_line_per_entry_whatever_its_graphs(tmp_path, built,
 
 def test_update_golden_writes_a_key_of_several_graphs_one_line_per_entry(pytester, built):
     pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm"))))
-    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
     folder = pytester.path / "goldens" / "rocm-gfx942" / "test_engine.py" / "test_engine_capture"
     piecewise = folder / "decoder_bs_4_PIECEWISE.json"
     assert len(json.loads(piecewise.read_text())["graphs"]) == 3
     for path in sorted(folder.glob("*.json")):
         lines, entries = entry_lines(path)
         assert lines == entries, f"{path.name}: {lines} entry lines for {entries} entries"
-    pytester.runpytest().assert_outcomes(passed=1)
+    run(pytester).assert_outcomes(passed=1)
     pytester.makepyfile(test_engine=PYTEST_CHECK.format(traces=str(built("vllm", drop=(4, "PIECEWISE", 2)))))
-    pytester.runpytest().assert_outcomes(failed=1)
+    run(pytester).assert_outcomes(failed=1)

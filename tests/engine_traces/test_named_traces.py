@@ -106,8 +106,8 @@ def _nameless(source: Path, target: Path) -> Path:
     for event in data["traceEvents"]:
         event.get("args", {}).pop("kernel", None)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(target, "wt", encoding="utf-8") as f:
-        json.dump(data, f)
+    with gzip.open(target, "wt", encoding="utf-8", compresslevel=1) as f:
+        f.write(json.dumps(data))
     return target
 
 

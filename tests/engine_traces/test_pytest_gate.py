@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from helpers import run
 
 from pytest_graphcapture.errors import GoldenError, UsageError
 from pytest_graphcapture.golden import store
@@ -23,12 +24,12 @@ def test_engine_capture(golden):
 def test_check_traces_gates_a_test_like_golden_check(pytester, built):
     good, bad = built("vllm"), built("vllm", drop=(4, "PIECEWISE", 2))
     pytester.makepyfile(test_engine=TEST.format(traces=str(good)))
-    pytester.runpytest("--update-golden").assert_outcomes(passed=1)
+    run(pytester, "--update-golden").assert_outcomes(passed=1)
     folder = pytester.path / "goldens" / "rocm-gfx942" / "test_engine.py" / "test_engine_capture"
     assert len(list(folder.glob("decoder_bs_*.json"))) == 4
-    pytester.runpytest().assert_outcomes(passed=1)
+    run(pytester).assert_outcomes(passed=1)
     pytester.makepyfile(test_engine=TEST.format(traces=str(bad)))
-    result = pytester.runpytest()
+    result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*bs=4 variant=PIECEWISE graph 2 of 3 (*", "*kernels: 1 removed*"])
 
@@ -36,7 +37,7 @@ def test_check_traces_gates_a_test_like_golden_check(pytester, built):
 def test_check_traces_of_an_empty_folder_fails_in_one_line(pytester):
     pytester.mkdir("capture_traces")
     pytester.makepyfile(test_engine=TEST.format(traces="capture_traces"))
-    result = pytester.runpytest()
+    result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*golden.check_traces: capture_traces: no capture traces*"])
 

@@ -107,8 +107,8 @@ def test_a_subsystem_prefix_names_the_runner(built, tmp_path):
         if event.get("cat") == "user_annotation":
             event["name"] = "speculator_" + event["name"]
     renamed = tmp_path / "1701234567890.pt.trace.json.gz"
-    with gzip.open(renamed, "wt") as f:
-        json.dump(trace, f)
+    with gzip.open(renamed, "wt", compresslevel=1) as f:
+        f.write(json.dumps(trace))
     (summary,) = summarize_trace_keys(renamed).summaries
     assert summary.key == CaptureKey("speculator", 2, "FULL")
 
@@ -130,7 +130,7 @@ def test_a_range_around_no_capture_window_is_an_empty_key(built, tmp_path):
         }
     )
     path = tmp_path / "decoder.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump(trace, f)
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        f.write(json.dumps(trace))
     read = summarize_trace_keys(path)
     assert read.empty == [CaptureKey("decoder", 1, "FULL")]

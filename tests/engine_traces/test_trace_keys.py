@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import check_cli as check
+from helpers import run
 
 from pytest_graphcapture.errors import TraceFormatError
 from pytest_graphcapture.keys import CaptureKey
@@ -29,7 +30,7 @@ def test_engine_capture(golden):
 def gate_in_pytest(pytester, traces: Path, **kwargs):
     """``golden.check_traces(traces, **kwargs)`` in a pytest run of its own: its outcome and output."""
     pytester.makepyfile(test_engine=TEST.format(traces=str(traces), kwargs=kwargs))
-    return pytester.runpytest("--update-golden", "-p", "no:cacheprovider")
+    return run(pytester, "--update-golden")
 
 
 def one_failure_line(result, *parts: str) -> None:
@@ -46,8 +47,8 @@ def load(path: Path) -> dict:
 
 def save(trace: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt") as f:
-        json.dump(trace, f)
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        f.write(json.dumps(trace))
     return path
 
 

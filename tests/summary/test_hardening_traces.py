@@ -180,17 +180,35 @@ def test_a_gzip_bomb_stops_at_the_cap_and_says_how_to_raise_it(tmp_path: Path, m
     assert cli_main(["summarize", str(path)]) == 2
 
 
+#: ``python -m pytest_graphcapture summarize PATH`` for each PATH in turn, in one Python: per path, its exit code and
+#: stderr (a JSON list on stdout); an exception escaping the module shows as a traceback on the process's stderr.
+_EACH_AS_MAIN = """
+import contextlib, io, json, runpy, sys
+results = []
+for path in sys.argv[1:]:
+    err = io.StringIO()
+    sys.argv = ["graphcapture", "summarize", path]
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            runpy.run_module("pytest_graphcapture", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    results.append([code, err.getvalue()])
+print(json.dumps(results))
+"""
+
+
 def test_the_cli_module_prints_no_traceback_for_any_rejected_input(tmp_path: Path) -> None:
+    """The module as ``python -m`` runs it, in one process for all inputs (a Python per input cost 8 s)."""
     paths = [str(write(tmp_path, f"R_bs_{i + 1}_rank0.json", data)) for i, (data, _) in enumerate(REJECTED.values())]
-    for path in paths:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest_graphcapture", "summarize", path],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 2 and "Traceback" not in done.stderr
-        assert done.stderr.count("\n") == 1 and path in done.stderr
+    done = subprocess.run([sys.executable, "-c", _EACH_AS_MAIN, *paths], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    results = json.loads(done.stdout)
+    assert len(results) == len(paths)
+    for path, (code, stderr) in zip(paths, results):
+        assert code == 2 and "Traceback" not in stderr
+        assert stderr.count("\n") == 1 and path in stderr
 
 
 @pytest.mark.parametrize("case", sorted(REJECTED))

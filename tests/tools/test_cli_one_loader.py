@@ -6,7 +6,9 @@ Traces in vLLM's and sglang's layouts are derived from the shared real sglang ca
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import os
 import shutil
@@ -17,6 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, engine_traces, real_traces_dir
 
+from pytest_graphcapture.tools.cli import main
+
 #: The layouts, the options ``check`` needs to split them, and how many keys each holds.
 LAYOUTS = {
     "vllm": ((), 4),
@@ -25,7 +29,16 @@ LAYOUTS = {
 }
 
 
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``graphcapture ARGS`` in this process, as the console script runs ``main``: exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def cli_process(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``graphcapture ARGS`` in a process of its own (a FIFO that blocks it stops at ``timeout``, not the suite)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     command = [sys.executable, "-m", "pytest_graphcapture", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
@@ -151,7 +164,7 @@ def _fifo(tmp_path: Path) -> Path:
 def test_a_fifo_given_as_a_trace_is_named_as_a_fifo_that_cannot_be_read(tmp_path: Path, command: str) -> None:
     fifo = _fifo(tmp_path)
     args = {"check": ("--golden-dir", str(tmp_path / "goldens")), "diff": (str(fifo),)}.get(command, ())
-    done = cli(command, str(fifo), *args, timeout=60)
+    done = cli_process(command, str(fifo), *args, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == f"graphcapture {command}: error: {fifo}: is a FIFO, not a regular file\n"
 
