@@ -64,7 +64,7 @@ class Capture:
             (_slim(e) for e in events if e.get("cat") in _KEPT_CATS and self.start <= e.get("ts", -1) <= self.end),
             key=lambda e: e["ts"],
         )
-        self._text = json.dumps(self.events)  # each shape parses its own copy of the events from it
+        self._text = (self.events, json.dumps(self.events))  # each shape parses its own copy of the events from it
 
     def shape(self, bs: int, at: float, pieces: int = 1, drop: Optional[int] = None) -> tuple[list, float]:
         """The window's events for batch size ``bs`` from time ``at``, cut into ``pieces`` graphs; (events, end).
@@ -76,7 +76,9 @@ class Capture:
         cuts = [launches[len(launches) * k // pieces] for k in range(1, pieces)]
         out: list = []
         graph, extra, dropped = 1, 0.0, False
-        for i, (event, copied) in enumerate(zip(self.events, json.loads(self._text))):
+        if self._text[0] is not self.events:  # events replaced (a slimmed copy): encode them anew
+            self._text = (self.events, json.dumps(self.events))
+        for i, (event, copied) in enumerate(zip(self.events, json.loads(self._text[1]), strict=True)):
             if i in cuts:
                 last = out[-1]["ts"]
                 out.append(_call("hipStreamEndCapture", last + 1, event))

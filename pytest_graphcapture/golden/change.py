@@ -467,12 +467,20 @@ def _glance(items: list[tuple[Any, Entry]], classes: OpClasses) -> tuple[Optiona
     headline = None
     if shared and shared[0][1] >= 3 and shared[0][1] * 2 > len(items):  # most lines, and more than a headline
         (was, now), _ = shared[0]
-        ops = {_subject(e[0]) for (_, e), (swaps, _) in zip(items, found) if (was, now) in swaps}
+        ops = list(dict.fromkeys(_subject(e[0]) for (_, e), (swaps, _) in zip(items, found) if (was, now) in swaps))
+        short = [op.rsplit("::", 1)[-1] for op in ops]
+        if any(classes.kind(op) == "gemm" and name not in _GEMM_CALLERS for op, name in zip(ops, short)):
+            short = [name for name in short if name not in _GEMM_CALLERS]  # a GEMM is named once, by its leaf
         kind = (
             "dtype" if {was, now} <= set(_DTYPES) else "shape" if f"{was}{now}".strip(_HOLE).isdigit() else "op input"
         )
-        headline = f"{kind} changed: {_DTYPES.get(was, was)} → {_DTYPES.get(now, now)} in {len(ops)} op"
-        headline = headline.replace(_HOLE, "bs") + f"{'s' * (len(ops) != 1)} (below: only what that does not explain)"
+        # The ops are named (compute first, as the lines are): which ops changed is what a reviewer looks for.
+        named = ", ".join(short[:6]) + (f", … +{len(short) - 6} more" if len(short) > 6 else "")
+        headline = f"{kind} changed: {_DTYPES.get(was, was)} → {_DTYPES.get(now, now)} in {len(short)} op"
+        headline = (
+            headline.replace(_HOLE, "bs")
+            + f"{'s' * (len(short) != 1)} ({named}; below: only what that does not explain)"
+        )
         items = [item for item, (swaps, whole) in zip(items, found) if not (whole and swaps == {(was, now)})]
     names = [_subject(e[0]).rsplit("::", 1)[-1] for _, e in items]
     # What a line says changed, whatever the op's own shapes: a caller folds into a leaf saying the same.

@@ -239,7 +239,16 @@ def test_gpu_readiness_lists_the_steps_the_gpu_check_runs() -> None:
     page = _read("docs/gpu-readiness.md")
     listed = re.findall(r"^\d+\. `([a-z-]+)`:", page, flags=re.M)
     assert listed == script, f"scripts/gpu_check.sh runs {script}; docs/gpu-readiness.md lists {listed}"
-    numbers = {"5": "five", "6": "six", "7": "seven", "8": "eight", "9": "nine", "10": "ten"}
+    numbers = {
+        "5": "five",
+        "6": "six",
+        "7": "seven",
+        "8": "eight",
+        "9": "nine",
+        "10": "ten",
+        "11": "eleven",
+        "12": "twelve",
+    }
     assert f"It runs {numbers.get(str(len(script)), len(script))} steps" in page
 
 
