@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a GPU machine should tell us, in one call of at most 9.5 minutes:
 #
-#   scripts/gpu_check.sh [--out DIR] [--dry-run]
+#   scripts/gpu_check.sh [--out DIR] [--dry-run [--examples-python PY] [--examples-opt ARG]...]
 #
 # 1. the gpu-marked tests;
 # 2. the examples with real graphs, --graph-capture-trace and --golden-out (the platform's goldens,
@@ -36,20 +36,32 @@
 #
 # --dry-run runs the same steps on CPU (small sizes, one repetition) to check this script's plumbing;
 # CI runs it (tests/e2e/test_gpu_check.py). Without --dry-run, a machine without a GPU is refused.
+# With --dry-run only: --examples-python PY runs the examples step in PY instead of $PYTHON, and
+# --examples-opt ARG (repeatable) adds ARG to its pytest (the suite runs the README's examples job,
+# -Werror in a fresh interpreter, as this step: tests/e2e/conftest.py).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$repo/gpu_check_out"
 dry=0
+examples_python=""
+examples_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) out="$2"; shift 2 ;;
         --out=*) out="${1#--out=}"; shift ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,35p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        --examples-python) examples_python="$2"; shift 2 ;;
+        --examples-opt) examples_opts+=("$2"); shift 2 ;;
+        -h|--help) sed -n '2,41p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 python="${PYTHON:-python}"
+if [ $dry = 0 ] && { [ -n "$examples_python" ] || [ ${#examples_opts[@]} -gt 0 ]; }; then
+    echo "gpu_check.sh: --examples-python and --examples-opt go with --dry-run only" >&2
+    exit 2
+fi
+examples_python="${examples_python:-$python}"
 mkdir -p "$out" || exit 2
 out="$(cd "$out" && pwd)"
 if [ $dry = 1 ]; then
@@ -92,8 +104,8 @@ step() {  # step NAME COMMAND...: run one step under its time limit, log it, rec
 step gpu-tests "$python" -m pytest -q -p no:cacheprovider -n0 -m gpu tests
 # On a GPU without goldens for its platform yet the examples fail "missing golden" (informational there):
 # the harvest under DIR/goldens is the point. Their own batch sizes: the goldens depend on them.
-step examples "$python" -m pytest -q -p no:cacheprovider examples --graph-capture-device="$device" \
-    --graph-capture-trace --graph-capture-dir="$out/examples" \
+step examples "$examples_python" -m pytest -q -p no:cacheprovider examples ${examples_opts[@]+"${examples_opts[@]}"} \
+    --graph-capture-device="$device" --graph-capture-trace --graph-capture-dir="$out/examples" \
     --golden-out="$out/goldens" --graph-capture-report="$out/examples-report.md"
 step probe "$python" scripts/gpu_probe.py probe "$out/probe.json" --device "$device"
 step timings "$python" scripts/gpu_probe.py timings "$out/timings.json" --device "$device" \

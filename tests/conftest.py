@@ -84,7 +84,21 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` run first: ``--dist loadgroup`` hands tests out in this order, one at a time,
-    so a long test started last would keep one worker busy while the others have finished."""
+    so a long test started last would keep one worker busy while the others have finished.
+
+    In an xdist worker under ``--dist loadgroup``, a test marked ``xdist_group(NAME)`` gets ``@NAME``
+    after its id, which is what sends a group to one worker: pytest-xdist 3.8 does that by setting
+    ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``), so without this every
+    group was spread over the workers and each ran the group's session fixtures again."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise collection order
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
+        if names and not item.nodeid.endswith(f"@{'_'.join(names)}") and hasattr(item, "_id"):
+            from _pytest.nodes import coerce_node_id  # pytest 9: where the structured id lives
+
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")

@@ -35,20 +35,28 @@ def run_examples(*args: str, cwd: Path = REPO_ROOT, warm: bool = False, only: st
 
 
 @pytest.mark.slow
-def test_examples_pass_against_committed_cpu_goldens_under_w_error(tmp_path: Path) -> None:
-    done = run_examples("-W", "error", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+@pytest.mark.xdist_group("gpu_check_dry_run")
+def test_examples_pass_against_committed_cpu_goldens_under_w_error(
+    gpu_check_dry_run: tuple[subprocess.CompletedProcess, Path],
+) -> None:
+    # The README's main job (-W error, --graph-capture-trace, a fresh interpreter) is the gpu_check dry
+    # run's examples step, run once for this test and test_gpu_check.py (tests/e2e/conftest.py).
+    _, out = gpu_check_dry_run
+    log = (out / "examples.log").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "| examples | 0 |" in summary, log[-3000:]
+    captures = out / "examples"  # the step's --graph-capture-dir
     # Every key of every example passes (the examples grow: the count is not pinned here).
-    checked = re.search(r"cpu: (\d+) checked, \1 passed, 0 failed", done.stdout)
-    assert checked, done.stdout[-1500:]
+    checked = re.search(r"cpu: (\d+) checked, \1 passed, 0 failed", log)
+    assert checked, log[-1500:]
     # One trace per checked key: tests capturing runners of the same name (MiniEngine) keep theirs apart.
-    traces = sorted(tmp_path.rglob("*.json.gz"))
-    assert len(traces) == int(checked.group(1)), [p.relative_to(tmp_path).as_posix() for p in traces]
-    folder = trace_dir(tmp_path, trace_group_for("test_decode_graphs.py::test_decode_graphs_match_goldens"))
+    traces = sorted(captures.rglob("*.json.gz"))
+    assert len(traces) == int(checked.group(1)), [p.relative_to(captures).as_posix() for p in traces]
+    folder = trace_dir(captures, trace_group_for("test_decode_graphs.py::test_decode_graphs_match_goldens"))
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(f"TinyDecodeRunner_bs_{bs}_rank0.json.gz" for bs in DEFAULT_SIZES)
     tp = trace_dir(
-        tmp_path, trace_group_for("test_tensor_parallel.py::test_tensor_parallel_decode_graphs_match_goldens")
+        captures, trace_group_for("test_tensor_parallel.py::test_tensor_parallel_decode_graphs_match_goldens")
     )
     assert sorted(p.name for p in tp.glob("TinyDecodeRunner-tp2_*")) == sorted(
         f"TinyDecodeRunner-tp2_bs_{bs}_rank{rank}.json.gz" for bs in (1, 2, 4) for rank in (0, 1)

@@ -23,17 +23,11 @@ SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
 
 
 @pytest.mark.slow
-def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(tmp_path: Path) -> None:
-    out = tmp_path / "check"
-    env = dict(os.environ, PYTHON=warm_python())  # each step's Python forked warm (tests/warm_python.py)
-    done = subprocess.run(
-        ["bash", str(SCRIPT), "--dry-run", "--out", str(out)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,  # ten steps of at most 420 s each on a loaded CPU machine
-    )
+@pytest.mark.xdist_group("gpu_check_dry_run")
+def test_the_dry_run_runs_every_step_on_cpu_and_writes_every_answer(
+    gpu_check_dry_run: tuple[subprocess.CompletedProcess, Path],
+) -> None:
+    done, out = gpu_check_dry_run  # run once for this test and test_examples.py (tests/e2e/conftest.py)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     assert "dry run on CPU" in summary and "platform: cpu" in summary and '"torch_version"' in summary
@@ -93,3 +87,15 @@ def test_without_a_gpu_the_real_run_is_refused_with_one_line(tmp_path: Path) -> 
     )
     assert done.returncode == 2
     assert "torch sees no GPU here; run it on a GPU machine, or pass --dry-run" in done.stderr
+
+
+def test_the_examples_step_options_go_with_the_dry_run_only(tmp_path: Path) -> None:
+    # Refused before any Python starts: the GPU run's examples step is the one the script names.
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--out", str(tmp_path), "--examples-opt", "-Werror"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--examples-python and --examples-opt go with --dry-run only" in done.stderr
