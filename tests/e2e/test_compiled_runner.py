@@ -18,12 +18,16 @@ import os
 import sys
 
 import pytest
+import torch._inductor.config
 
 sys.path.insert(0, {str(EXAMPLES)!r})
 from test_compiled_decode import CompiledDecodeRunner
 
 from pytest_graphcapture import DecoderConfig
 
+# Compile in this process: inductor's pool of compile workers is fresh Pythons that import torch
+# (most of the test's CPU time); which process compiles a kernel changes nothing in the graphs.
+torch._inductor.config.compile_threads = 1
 
 class SomeSizes(CompiledDecodeRunner):
     # Static buffers sized for bs=4 in both runs (their size shows in the slicing ops' shapes);
