@@ -37,16 +37,24 @@ def tp_runner(ctx):
     return TinyDecodeRunner((1, 2), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank, config=config)
 
 
+def runner_b(ctx):
+    runner = TinyDecodeRunner((2,), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
+    runner.runner_name = "ModelB"
+    return runner
+
+
 def shared_runner(ctx):
     runner = tp_runner(ctx)
     runner.runner_name = "SharedTP"
     return runner
 
 
+# Two parametrizations: run side by side on two xdist workers, without colliding.
 @pytest.mark.graph_capture_ranks(2)
-def test_per_rank(graph_capture, golden):
-    result = graph_capture(tp_runner)
-    assert result.world_size == 2 and len(result) == 4
+@pytest.mark.parametrize(("factory", "captures"), [(tp_runner, 4), (runner_b, 2)], ids=["a", "b"])
+def test_per_rank(graph_capture, golden, factory, captures):
+    result = graph_capture(factory)
+    assert result.world_size == 2 and len(result) == captures
     golden.check(result)
 
 
@@ -107,51 +115,6 @@ def golden_bytes(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_two_ranks_per_rank_and_shared_goldens_traces_and_a_shard_layout_regression(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytester.makepyfile(test_tp=TP_TESTS)
-    created = pytester.runpytest(*QUIET, "--update-golden")
-    created.assert_outcomes(passed=2)
-    goldens = pytester.path / "goldens"
-    folder = goldens / "cpu" / "test_tp.py"
-    assert sorted(p.name for p in (folder / "test_per_rank").iterdir()) == [
-        f"TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json" for bs in (1, 2) for r in (0, 1)
-    ]
-    assert sorted(p.name for p in (folder / "test_shared").iterdir()) == ["SharedTP_bs_1.json", "SharedTP_bs_2.json"]
-    rank1 = json.loads((folder / "test_per_rank" / "TinyDecodeRunner-tp2_bs_2_rank1.json").read_text())
-    assert rank1["key"]["rank"] == 1
-    assert [op["input_dims"][0] for op in rank1["ops"] if op["name"] == "c10d::allreduce_"] == [[[2, 64]]]
-    before = golden_bytes(goldens)
-
-    # Unchanged model: passes, goldens byte-identical, one trace per rank and batch size.
-    passed = pytester.runpytest(*QUIET, "-k", "per_rank", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
-    passed.assert_outcomes(passed=1, deselected=1)
-    assert golden_bytes(goldens) == before
-    traces = trace_dir(tmp_path, trace_group_for("test_tp.py::test_per_rank"))
-    assert sorted(p.name for p in traces.glob("*.json.gz")) == [
-        f"TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json.gz" for bs in (1, 2) for r in (0, 1)
-    ]
-    for path in traces.glob("*.json.gz"):
-        ops = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "cpu_op"]
-        assert any(e["name"] == "c10d::allreduce_" for e in ops), path.name
-
-    # Rank 1's MLP shard changes: both tests fail naming rank 1 and each batch size, rank 0 passes.
-    # Without --graph-capture-trace no rank exports a trace.
-    monkeypatch.setenv("SKEW_RANK", "1")
-    skewed = pytester.runpytest(*QUIET, f"--graph-capture-dir={tmp_path / 'untraced'}")
-    skewed.assert_outcomes(failed=2)
-    assert not (tmp_path / "untraced" / TRACE_SUBDIR).exists()
-    text = skewed.stdout.str()
-    assert "TinyDecodeRunner-tp2 does not match its goldens for bs=1 rank=1, bs=2 rank=1 (" in text
-    assert "rank=1 bs=1,2 differ from their goldens:" in text  # each change once for both sizes
-    assert "bs=1,2: ~ aten::mm (from linear › matmul) [[bs,64],[64,128]] → [[bs,64],[64,192]]" in text  # GEMM once
-    assert "bs=1 rank=0" not in text and "bs=2 rank=0" not in text
-    assert "bs=2: share_ranks=True, but rank 1 differs from rank 0, so they cannot share one golden" in text
-    assert golden_bytes(goldens) == before
-
-
-@pytest.mark.slow
 def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_leaves_no_process(
     pytester: pytest.Pytester,
 ) -> None:
@@ -184,88 +147,72 @@ def test_a_raising_or_hanging_rank_fails_the_test_in_time_naming_the_rank_and_le
     assert_gone(pids)
 
 
-XDIST_TESTS = """
-import pytest
-
-from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
-
-
-def runner_a(ctx):
-    runner = TinyDecodeRunner((1,), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
-    runner.runner_name = "ModelA"
-    return runner
-
-
-def runner_b(ctx):
-    runner = TinyDecodeRunner((2,), device=ctx.device, tp_size=ctx.world_size, tp_rank=ctx.rank)
-    runner.runner_name = "ModelB"
-    return runner
-
-
-@pytest.mark.graph_capture_ranks(2)
-@pytest.mark.parametrize("factory", [runner_a, runner_b], ids=["a", "b"])
-def test_model(graph_capture, golden, factory):
-    golden.check(graph_capture(factory))
-"""
+def xdist_run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """pytest -n 2 in the project: the run and its workers start warm (tests/warm_python.py); each worker spawns its ranks."""
+    return run(
+        pytester, "--graph-capture-device=cpu", "-p", "xdist", "-n", "2", *args, subprocess=True, warm=True, timeout=300
+    )
 
 
 @pytest.mark.slow
-def test_xdist_workers_capture_multi_rank_tests_side_by_side_without_collisions(
-    pytester: pytest.Pytester, tmp_path: Path
+def test_two_ranks_per_rank_and_shared_goldens_traces_a_shard_layout_regression_and_xdist_workers_side_by_side(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One xdist run creates every golden and trace (two-rank per-rank and shared, and two parametrizations side
+    by side), one more checks them with rank 1's shard skewed: 6 two-rank sets where separate runs took 9."""
     pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install pytest-xdist")
-    pytester.makepyfile(test_x=XDIST_TESTS)
+    pytester.makepyfile(test_tp=TP_TESTS)
     started = time.monotonic()
-    # The run and its workers start warm (tests/warm_python.py); each worker spawns its ranks.
-    done = run(
-        pytester,
-        "--graph-capture-device=cpu",
-        "-p",
-        "xdist",
-        "-n",
-        "2",
-        "--update-golden",
-        "--graph-capture-trace",
-        f"--graph-capture-dir={tmp_path}",
-        subprocess=True,
-        warm=True,
-        timeout=300,
-    )
-    done.assert_outcomes(passed=2)
-    assert "cpu: 4 checked, 0 passed, 0 failed, 4 created" in done.stdout.str()
-    folder = pytester.path / "goldens" / "cpu" / "test_x.py"
-    files = sorted(folder.rglob("*.json"))
-    assert [p.name for p in files] == [
-        "ModelA_bs_1_rank0.json",
-        "ModelA_bs_1_rank1.json",
-        "ModelB_bs_2_rank0.json",
-        "ModelB_bs_2_rank1.json",
+    created = xdist_run(pytester, "--update-golden", "--graph-capture-trace", f"--graph-capture-dir={tmp_path}")
+    created.assert_outcomes(passed=3)
+    # 4 + 2 per-rank goldens (two parametrizations) and 2 shared, counted across both workers.
+    assert "cpu: 8 checked, 0 passed, 0 failed, 8 created" in created.stdout.str()
+    goldens = pytester.path / "goldens"
+    folder = goldens / "cpu" / "test_tp.py"
+    assert sorted(p.name for p in (folder / "test_shared").iterdir()) == ["SharedTP_bs_1.json", "SharedTP_bs_2.json"]
+    files = sorted((p for p in folder.rglob("*.json") if p.parent.name != "test_shared"), key=lambda p: p.name)
+    assert [p.name for p in files] == ["ModelB_bs_2_rank0.json", "ModelB_bs_2_rank1.json"] + [
+        f"TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json" for bs in (1, 2) for r in (0, 1)
     ]
-    assert len({p.parent for p in files}) == 2 and all(p.parent.name.startswith("test_model_") for p in files)
-    # Each parametrization exports to its own folder (as its goldens' folder).
-    traces = sorted(p.relative_to(tmp_path / TRACE_SUBDIR).as_posix() for p in tmp_path.rglob("*.gz"))
-    a, b = (trace_group_for(f"test_x.py::test_model[{param}]") for param in "ab")
-    assert traces == [
-        f"{a}/ModelA_bs_1_rank0.json.gz",
-        f"{a}/ModelA_bs_1_rank1.json.gz",
-        f"{b}/ModelB_bs_2_rank0.json.gz",
-        f"{b}/ModelB_bs_2_rank1.json.gz",
-    ]
-    untraced = tmp_path / "untraced"  # without --graph-capture-trace, no worker's ranks export a trace
-    again = run(
-        pytester,
-        "--graph-capture-device=cpu",
-        "-p",
-        "xdist",
-        "-n",
-        "2",
-        f"--graph-capture-dir={untraced}",
-        subprocess=True,
-        warm=True,
-        timeout=300,
+    # Each parametrization has its own folder.
+    assert len({p.parent for p in files}) == 2 and all(p.parent.name.startswith("test_per_rank_") for p in files)
+    assert len({p.parent for p in files[:2]}) == 1 and len({p.parent for p in files[2:]}) == 1
+    rank1 = json.loads(files[-1].read_text())  # TinyDecodeRunner-tp2_bs_2_rank1.json
+    assert rank1["key"]["rank"] == 1
+    assert [op["input_dims"][0] for op in rank1["ops"] if op["name"] == "c10d::allreduce_"] == [[[2, 64]]]
+    before = golden_bytes(goldens)
+
+    # One trace per rank and batch size, each with the all-reduce; each parametrization exports to its own
+    # folder (as its goldens' folder).
+    a, b = (trace_group_for(f"test_tp.py::test_per_rank[{param}]") for param in "ab")
+    traces = sorted(
+        p.relative_to(tmp_path / TRACE_SUBDIR).as_posix()
+        for p in (tmp_path / TRACE_SUBDIR).rglob("*.gz")
+        if "test_shared" not in p.as_posix()
     )
-    again.assert_outcomes(passed=2)
+    assert traces == [f"{a}/TinyDecodeRunner-tp2_bs_{bs}_rank{r}.json.gz" for bs in (1, 2) for r in (0, 1)] + [
+        f"{b}/ModelB_bs_2_rank{r}.json.gz" for r in (0, 1)
+    ]
+    for path in trace_dir(tmp_path, a).glob("*.json.gz"):
+        ops = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "cpu_op"]
+        assert any(e["name"] == "c10d::allreduce_" for e in ops), path.name
+
+    # Rank 1's MLP shard changes: both tests of tp_runner fail naming rank 1 and each batch size, rank 0 passes;
+    # the unchanged model passes, goldens byte-identical. Without --graph-capture-trace no worker's ranks export
+    # a trace.
+    monkeypatch.setenv("SKEW_RANK", "1")
+    untraced = tmp_path / "untraced"
+    skewed = xdist_run(pytester, f"--graph-capture-dir={untraced}")
+    skewed.assert_outcomes(failed=2, passed=1)
+    assert "failed: test_tp.py::test_per_rank[a] " in skewed.stdout.str()
     assert not (untraced / TRACE_SUBDIR).exists()
+    text = skewed.stdout.str()
+    assert "TinyDecodeRunner-tp2 does not match its goldens for bs=1 rank=1, bs=2 rank=1 (" in text
+    assert "rank=1 bs=1,2 differ from their goldens:" in text  # each change once for both sizes
+    assert "bs=1,2: ~ aten::mm (from linear › matmul) [[bs,64],[64,128]] → [[bs,64],[64,192]]" in text  # GEMM once
+    assert "bs=1 rank=0" not in text and "bs=2 rank=0" not in text
+    assert "bs=2: share_ranks=True, but rank 1 differs from rank 0, so they cannot share one golden" in text
+    assert golden_bytes(goldens) == before
     assert time.monotonic() - started < 280
 
 
