@@ -54,6 +54,9 @@ _cache_child_bytecode()
 # instead (set before any process of the suite imports torch, which reads it when its OpenMP
 # runtime loads).  What the tests check does not depend on it; a value already set is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# torch.compile tests compile their C++ kernels in the test's own process: with an empty inductor cache
+# (a fresh machine) inductor otherwise starts a pool of Pythons that each import torch, to compile a few kernels.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 GRAPH_CAPTURE_VARIABLES = tuple(
     name for name in os.environ if name.startswith("GRAPH_CAPTURE_") and name != "GRAPH_CAPTURE_REAL_TRACES"
