@@ -7,8 +7,9 @@ import filecmp
 import shutil
 
 import pytest
+import torch
 from helpers import run
-from vllm_v034 import GPUModelRunner, Options, TinyDecoder
+from vllm_v034 import GPUModelRunner
 
 #: The test file a vLLM user writes (docs/engine-vllm.md), against the stand-in instead of vllm.
 USER_TEST = '''
@@ -128,7 +129,9 @@ def test_passes_names_a_method_and_is_refused_with_one_trace(tmp_path) -> None:
     from pytest_graphcapture.engine.loop import capture_engine_loop
     from pytest_graphcapture.errors import UsageError
 
-    model = TinyDecoder(Options())
+    model = torch.nn.Linear(
+        2, 2
+    )  # any forward: the stand-in model binds a graph pool, which only the loop stands in for
     kwargs = {"forward": (model, "forward"), "key": lambda *args: 1}
     with pytest.raises(UsageError, match="^graph_capture.engine: passes=: GPUModelRunner has no method 'capture'$"):
         capture_engine_loop(lambda: None, passes=(GPUModelRunner, "capture"), **kwargs)
