@@ -326,11 +326,8 @@ def _profiler_options(name: str) -> tuple[dict, str | None]:
     return {"experimental_config": config}, None
 
 
-def memset_replay(device: torch.device, name: str) -> dict:
-    """One graph with memsets, its replay profiled by ``name``: the memset records and the summary entries."""
-    options, missing = _profiler_options(name)
-    if missing:
-        return {"skipped": missing}
+def _memset_graph(device: torch.device) -> tuple[Any, CaptureKey, Any]:
+    """A :class:`MemsetGraph` captured after two warmups, as the plugin captures a key: (backend, key, graph)."""
     backend = make_backend(device)
     forward = MemsetGraph(device)
     for _ in range(2):
@@ -338,6 +335,15 @@ def memset_replay(device: torch.device, name: str) -> dict:
     key = CaptureKey("MemsetGraph", 1)
     with backend.graph_context(key, forward) as graph:
         backend.run_forward(forward)
+    return backend, key, graph
+
+
+def memset_replay(device: torch.device, name: str) -> dict:
+    """One graph with memsets, its replay profiled by ``name``: the memset records and the summary entries."""
+    options, missing = _profiler_options(name)
+    if missing:
+        return {"skipped": missing}
+    backend, key, graph = _memset_graph(device)
     backend.synchronize()
     try:
         with profile(activities=profiler_activities(device), **options) as prof:
@@ -388,13 +394,7 @@ def ports(device: torch.device) -> dict:
         return {"answers": {**answers, "ports": "no GPU (dry run)"}}
     if not callable(getattr(torch.cuda.CUDAGraph, "get_graph_data", None)):
         return {"answers": {**answers, "ports": f"skipped: torch {torch.__version__} has no CUDAGraph.get_graph_data"}}
-    backend = make_backend(device)
-    forward = MemsetGraph(device)
-    for _ in range(2):
-        backend.run_forward(forward)
-    key = CaptureKey("MemsetGraph", 1)
-    with backend.graph_context(key, forward) as graph:
-        backend.run_forward(forward)
+    backend, key, graph = _memset_graph(device)
     answers["kernel_source"] = backend.readout_sources.get(key)
     if not trusted:  # torch would read them from freed memory: the plugin does not ask, nor does this
         return {"answers": {**answers, "ports": "left out: get_graph_data() not asked"}}
