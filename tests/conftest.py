@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,32 +16,17 @@ if TESTS_DIR not in sys.path:
 
 
 def _cache_child_bytecode() -> None:
-    """The Pythons the tests start compile each module once per machine, not once per process.
+    """The Pythons the tests start compile each module once, not once per process.
 
     The suite starts a few hundred Pythons (pytester runs, xdist workers inside them, ranks, doc
     commands).  Where PYTHONDONTWRITEBYTECODE is set, as on some CI images, each of them compiled
-    and assertion-rewrote every module it imported from source: about a second apiece.  Their
-    bytecode goes instead to one folder outside the repository (PYTHONPYCACHEPREFIX, which
-    pytest's rewriting honours), so no ``__pycache__`` appears in the folders tests create or copy.
-    The pytest started by hand writes there too where it writes no bytecode (an in-process pytester
-    run drops what it imported, and each run re-imported and re-rewrote hypothesis and the package);
-    a prefix already chosen is kept.  The bytecode of test folders that pytest has since removed
-    (it keeps its last three sessions' temp folders) is removed from the cache at the start of a
-    session, so it does not grow.
+    and assertion-rewrote every module it imported from source: about a second apiece.  They write
+    bytecode where Python does by default, beside each module (``__pycache__``, ignored by git); no
+    prefix folder, which would hide the bytecode pip wrote at install (torch's: 8 s of CPU to
+    compile again).  A prefix already chosen by the user is kept.
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    prefix = os.environ.setdefault(
-        "PYTHONPYCACHEPREFIX",
-        os.path.join(tempfile.gettempdir(), f"pytest-graphcapture-pycache-{getattr(os, 'getuid', lambda: 'user')()}"),
-    )
-    if sys.dont_write_bytecode:
-        sys.pycache_prefix, sys.dont_write_bytecode = sys.pycache_prefix or prefix, False
-    if "PYTEST_XDIST_WORKER" in os.environ:  # the session's main process prunes, before its workers start
-        return
-    mirror = Path(prefix + os.path.abspath(tempfile.gettempdir()))
-    for session in mirror.glob("pytest-of-*/pytest-*"):
-        if not Path(tempfile.gettempdir(), session.relative_to(mirror)).exists():
-            shutil.rmtree(session, ignore_errors=True)
+    sys.dont_write_bytecode = False
 
 
 _cache_child_bytecode()
