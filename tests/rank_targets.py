@@ -15,9 +15,14 @@ from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
 
 def tp_decode_logits(ctx, tp_size: int) -> dict:
-    """Eager decode of a fixed batch on this rank's shard; returns logits, the KV-cache shape and
-    what the rank sees of its run (:func:`rank_and_world`)."""
-    runner = TinyDecodeRunner([1, 2, 4], tp_size=tp_size, tp_rank=ctx.rank)
+    """:func:`tp_decode` on this rank's shard, and what the rank sees of its run (:func:`rank_and_world`)."""
+    return {**tp_decode(ctx.rank, tp_size), "world": rank_and_world(ctx)}
+
+
+def tp_decode(rank: int, tp_size: int) -> dict:
+    """Eager decode of a fixed batch on shard ``rank`` of ``tp_size`` (1: the whole model, no process group
+    needed); returns logits, tokens and the KV-cache shape."""
+    runner = TinyDecodeRunner([1, 2, 4], tp_size=tp_size, tp_rank=rank)
     generator = torch.Generator().manual_seed(3)
     ids = torch.randint(0, runner.config.vocab_size, (4,), generator=generator)
     lens = torch.randint(1, runner.config.max_seq_len + 1, (4,), generator=generator)
@@ -27,13 +32,12 @@ def tp_decode_logits(ctx, tp_size: int) -> dict:
         shape = list(cache.shape)
         shape[3] = kv * tp_size
         full = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-        cache.copy_(full[:, :, :, ctx.rank * kv : (ctx.rank + 1) * kv])
+        cache.copy_(full[:, :, :, rank * kv : (rank + 1) * kv])
     tokens, logits = runner.eager_decode(ids, lens, slots=torch.arange(4))
     return {
         "logits": logits.tolist(),
         "tokens": tokens.tolist(),
         "cache": list(runner.k_cache.shape),
-        "world": rank_and_world(ctx),
     }
 
 

@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 from helpers import assert_gone
+from rank_targets import tp_decode
 
 from pytest_graphcapture.engine.decode_model import DecoderConfig, TinyDecodeRunner, check_tensor_parallel
 from pytest_graphcapture.engine.ranks.supervisor import (
@@ -35,7 +36,7 @@ TWO_RANKS = pytest.mark.xdist_group("test_distributed_two_ranks")
 @pytest.mark.slow
 @TWO_RANKS
 def test_two_rank_tensor_parallel_decode_equals_one_rank(two_ranks: list[dict]) -> None:
-    one = run_on_ranks("rank_targets:tp_decode_logits", 1, args=(1,), timeout=60)[0]
+    one = tp_decode(0, 1)  # the unsharded model, here: no process of its own needed
     two = two_ranks
     assert one["cache"][3] == 2 and [r["cache"][3] for r in two] == [1, 1]  # KV heads split across ranks
     for rank_result in two:  # every rank ends with the full (all-reduced) result
