@@ -1,17 +1,15 @@
 """Module-level targets the multi-rank tests run inside spawned rank processes.
 
 Spawned ranks import their target by name, so these live in a plain module (not a
-test module) that the rank processes import from ``tests/`` on ``sys.path``.
+test module) that the rank processes import from ``tests/`` on ``sys.path``.  The process that starts
+the ranks imports this module too (to check the target's name), so torch is imported by the targets that
+use it: a Python that only starts ranks (the GIL test's parent) does not pay for torch.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-
-import torch
-
-from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
 
 
 def tp_decode_logits(ctx, tp_size: int) -> dict:
@@ -22,6 +20,10 @@ def tp_decode_logits(ctx, tp_size: int) -> dict:
 def tp_decode(rank: int, tp_size: int) -> dict:
     """Eager decode of a fixed batch on shard ``rank`` of ``tp_size`` (1: the whole model, no process group
     needed); returns logits, tokens and the KV-cache shape."""
+    import torch
+
+    from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
+
     runner = TinyDecodeRunner([1, 2, 4], tp_size=tp_size, tp_rank=rank)
     generator = torch.Generator().manual_seed(3)
     ids = torch.randint(0, runner.config.vocab_size, (4,), generator=generator)
@@ -43,6 +45,8 @@ def tp_decode(rank: int, tp_size: int) -> dict:
 
 def threads_and_variable(ctx, name: str) -> list:
     """torch's intra-op threads (libgomp read OMP_NUM_THREADS when torch loaded it) and ``os.environ[name]``."""
+    import torch
+
     return [torch.get_num_threads(), os.environ.get(name)]
 
 
@@ -57,6 +61,8 @@ def how_started(ctx, name: str) -> list:
 
 def rank_and_world(ctx) -> tuple:
     """What the rank sees: its context and the initialized process group."""
+    import torch
+
     return (
         ctx.rank,
         ctx.world_size,
@@ -69,6 +75,8 @@ def rank_and_world(ctx) -> tuple:
 
 def exit_on_rank_one(ctx) -> int:
     """Rank 1 dies without a Python exception (like a segfault or the OOM killer)."""
+    import torch
+
     if ctx.rank == 1:
         os._exit(7)
     torch.distributed.barrier()
