@@ -73,16 +73,6 @@ def rank_and_world(ctx) -> tuple:
     )
 
 
-def exit_on_rank_one(ctx) -> int:
-    """Rank 1 dies without a Python exception (like a segfault or the OOM killer)."""
-    import torch
-
-    if ctx.rank == 1:
-        os._exit(7)
-    torch.distributed.barrier()
-    return ctx.rank
-
-
 def _start_sleeper(pid_file: str) -> None:
     """Start a process of the rank's own (as a runner factory may: a server, a compile worker) and note its pid."""
     import subprocess
@@ -115,5 +105,10 @@ def hold_the_gil(ctx, pid_file: str) -> None:
 
 
 def exit_while_building(ctx):
-    """A runner factory that ends its process without a word (like a native crash) while building the runner."""
-    os._exit(7)
+    """A runner factory whose rank 1 ends its process without a word (like a native crash or the OOM killer)
+    while building the runner; rank 0 waits for it in a collective."""
+    import torch
+
+    if ctx.rank == 1:
+        os._exit(7)
+    torch.distributed.barrier()
