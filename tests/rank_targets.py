@@ -1,7 +1,9 @@
 """Module-level targets the multi-rank tests run inside spawned rank processes.
 
 Spawned ranks import their target by name, so these live in a plain module (not a
-test module) that the rank processes import from ``tests/`` on ``sys.path``.
+test module) that the rank processes import from ``tests/`` on ``sys.path``.  The process that starts
+the ranks imports this module too (to check the target's name), so torch is imported by the targets that
+use it: a Python that only starts ranks (the GIL test's parent) does not pay for torch.
 """
 
 from __future__ import annotations
@@ -9,15 +11,20 @@ from __future__ import annotations
 import os
 import sys
 
-import torch
-
-from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
-
 
 def tp_decode_logits(ctx, tp_size: int) -> dict:
-    """Eager decode of a fixed batch on this rank's shard; returns logits, the KV-cache shape and
-    what the rank sees of its run (:func:`rank_and_world`)."""
-    runner = TinyDecodeRunner([1, 2, 4], tp_size=tp_size, tp_rank=ctx.rank)
+    """:func:`tp_decode` on this rank's shard, and what the rank sees of its run (:func:`rank_and_world`)."""
+    return {**tp_decode(ctx.rank, tp_size), "world": rank_and_world(ctx)}
+
+
+def tp_decode(rank: int, tp_size: int) -> dict:
+    """Eager decode of a fixed batch on shard ``rank`` of ``tp_size`` (1: the whole model, no process group
+    needed); returns logits, tokens and the KV-cache shape."""
+    import torch
+
+    from pytest_graphcapture.engine.decode_model import TinyDecodeRunner
+
+    runner = TinyDecodeRunner([1, 2, 4], tp_size=tp_size, tp_rank=rank)
     generator = torch.Generator().manual_seed(3)
     ids = torch.randint(0, runner.config.vocab_size, (4,), generator=generator)
     lens = torch.randint(1, runner.config.max_seq_len + 1, (4,), generator=generator)
@@ -27,18 +34,19 @@ def tp_decode_logits(ctx, tp_size: int) -> dict:
         shape = list(cache.shape)
         shape[3] = kv * tp_size
         full = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-        cache.copy_(full[:, :, :, ctx.rank * kv : (ctx.rank + 1) * kv])
+        cache.copy_(full[:, :, :, rank * kv : (rank + 1) * kv])
     tokens, logits = runner.eager_decode(ids, lens, slots=torch.arange(4))
     return {
         "logits": logits.tolist(),
         "tokens": tokens.tolist(),
         "cache": list(runner.k_cache.shape),
-        "world": rank_and_world(ctx),
     }
 
 
 def threads_and_variable(ctx, name: str) -> list:
     """torch's intra-op threads (libgomp read OMP_NUM_THREADS when torch loaded it) and ``os.environ[name]``."""
+    import torch
+
     return [torch.get_num_threads(), os.environ.get(name)]
 
 
@@ -53,6 +61,8 @@ def how_started(ctx, name: str) -> list:
 
 def rank_and_world(ctx) -> tuple:
     """What the rank sees: its context and the initialized process group."""
+    import torch
+
     return (
         ctx.rank,
         ctx.world_size,
@@ -61,14 +71,6 @@ def rank_and_world(ctx) -> tuple:
         torch.distributed.get_rank(),
         torch.distributed.get_world_size(),
     )
-
-
-def exit_on_rank_one(ctx) -> int:
-    """Rank 1 dies without a Python exception (like a segfault or the OOM killer)."""
-    if ctx.rank == 1:
-        os._exit(7)
-    torch.distributed.barrier()
-    return ctx.rank
 
 
 def _start_sleeper(pid_file: str) -> None:
@@ -103,5 +105,10 @@ def hold_the_gil(ctx, pid_file: str) -> None:
 
 
 def exit_while_building(ctx):
-    """A runner factory that ends its process without a word (like a native crash) while building the runner."""
-    os._exit(7)
+    """A runner factory whose rank 1 ends its process without a word (like a native crash or the OOM killer)
+    while building the runner; rank 0 waits for it in a collective."""
+    import torch
+
+    if ctx.rank == 1:
+        os._exit(7)
+    torch.distributed.barrier()

@@ -8,6 +8,7 @@ at start-up: the environment of the run, the main module imported in the rank, a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,6 +26,7 @@ from pytest_graphcapture.engine.ranks import supervisor as diagnose
 from pytest_graphcapture.engine.ranks.supervisor import RankError, run_on_ranks, spawned_pids
 
 PACKAGE = Path(pytest_graphcapture.__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 
 
 def test_nothing_in_the_package_forks_a_python_or_keeps_a_fork_server() -> None:
@@ -38,18 +40,6 @@ def test_nothing_in_the_package_forks_a_python_or_keeps_a_fork_server() -> None:
     assert found == []
     assert not (PACKAGE / "engine" / "ranks" / "start.py").exists()
     assert not (PACKAGE / "engine" / "ranks" / "server_guard.py").exists()
-
-
-def test_each_rank_is_a_spawned_python_of_the_run_and_sees_its_environment_even_what_torch_reads_at_import(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # libgomp reads OMP_NUM_THREADS when torch loads it: each rank, a fresh Python, reads its run's value.
-    # Started by spawn, as children of this process (not of a server that forks them).  One rank
-    # shows it: every rank is started the same way, and a forked one would fail each check.
-    monkeypatch.setenv("OMP_NUM_THREADS", "1" if torch.get_num_threads() != 1 else "2")
-    monkeypatch.setenv("GRAPH_CAPTURE_TEST_MARK", "this run")
-    started = run_on_ranks("rank_targets:how_started", 1, args=("GRAPH_CAPTURE_TEST_MARK",), timeout=60)
-    assert started == [[True, os.getpid(), int(os.environ["OMP_NUM_THREADS"]), "this run"]]
 
 
 def test_a_rank_whose_start_up_hangs_is_stopped_at_the_start_up_deadline(
@@ -75,19 +65,34 @@ def test_a_rank_whose_start_up_hangs_is_stopped_at_the_start_up_deadline(
     assert_gone(spawned_pids()[before:])
 
 
-def test_each_rank_imports_the_main_module_itself_as_a_spawned_rank_does(tmp_path: Path) -> None:
-    # A main module's top level runs in each rank, as Python runs it there (spawn), with the rank's own pid
-    # (one rank shows it: a rank forked from a process that ran the main module sees that process's pid).
+def test_each_rank_is_a_spawned_python_of_the_run_importing_the_main_module_itself_and_seeing_its_environment(
+    tmp_path: Path,
+) -> None:
+    # A main module's top level runs in each rank, as Python runs it there (spawn), with the rank's own pid.
+    # libgomp reads OMP_NUM_THREADS when torch loads it: each rank, a fresh Python, reads its run's value.
+    # Started by spawn, as children of the run's process (not of a server that forks them).  One rank
+    # shows it all: every rank is started the same way, and a forked one would fail each check (a rank
+    # forked from a process that ran the main module sees that process's pid).
     script = tmp_path / "main_script.py"
     script.write_text(
+        "import json\n"
         "import os\n"
         "IMPORTED_IN = os.getpid()\n\n\n"
-        "def imported_here(ctx):\n"
-        "    return IMPORTED_IN == os.getpid()\n\n\n"
+        "def imported_here_and_how_started(ctx):\n"
+        "    from rank_targets import how_started\n\n"
+        '    return [IMPORTED_IN == os.getpid(), *how_started(ctx, "GRAPH_CAPTURE_TEST_MARK")]\n\n\n'
         'if __name__ == "__main__":\n'
         "    from pytest_graphcapture.engine.ranks.supervisor import run_on_ranks\n\n"
-        "    print(run_on_ranks(imported_here, 1, timeout=60))\n"
+        "    print(json.dumps([os.getpid(), run_on_ranks(imported_here_and_how_started, 1, timeout=60)]))\n"
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    threads = 1 if torch.get_num_threads() != 1 else 2
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "GRAPH_CAPTURE_TEST_MARK": "this run",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "[True]"
+    run_pid, started = json.loads(done.stdout)
+    assert started == [[True, True, run_pid, threads, "this run"]]

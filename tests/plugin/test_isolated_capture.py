@@ -7,8 +7,8 @@ the test's runner factory the way multi-rank captures build each rank's runner.
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 
 import pytest
 from helpers import run
@@ -57,38 +57,26 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 
 @pytest.mark.slow
-def test_the_marker_captures_in_a_fresh_process_and_checks_goldens_like_an_in_process_capture(
+def test_the_marker_and_the_option_capture_in_a_fresh_process_and_check_goldens_like_an_in_process_capture(
     project: pytest.Pytester,
 ) -> None:
     QUIET = ("--graph-capture-device=cpu", "--graph-capture-batch-sizes=1,2")
-    run(project, *QUIET, "-k", "marker or plain", "--update-golden").assert_outcomes(passed=2)
-    files = sorted(p.name for p in (project.path / "goldens/cpu/test_iso.py/test_marker").iterdir())
-    assert files == ["TinyDecodeRunner_bs_1.json", "TinyDecodeRunner_bs_2.json"], "one process: no rank suffix"
-    # The isolated capture and the in-process one summarize the same graphs.
-    for name in files:
-        isolated = json.loads((project.path / "goldens/cpu/test_iso.py/test_marker" / name).read_text())
-        plain = json.loads((project.path / "goldens/cpu/test_iso.py/test_plain" / name).read_text())
-        for section in ("ops", "kernels", "launches"):
-            assert isolated[section] == plain[section], (name, section)
-    run(project, *QUIET, "-k", "marker").assert_outcomes(passed=1)
-
-
-def test_the_option_isolates_every_capture_and_a_runner_object_gets_one_clear_line(project: pytest.Pytester) -> None:
-    result = run(
-        project,
-        "--graph-capture-device=cpu",
-        "--graph-capture-batch-sizes=1,2",
-        "--update-golden",
-        "--graph-capture-isolate",
-        "-k",
-        "runner_object or plain",
-    )
+    run(project, *QUIET, "-k", "plain", "--update-golden").assert_outcomes(passed=1)
+    folder = project.path / "goldens/cpu/test_iso.py"
+    shutil.copytree(folder / "test_plain", folder / "test_marker")
+    before = {p.name: p.read_bytes() for p in (folder / "test_marker").iterdir()}
+    assert sorted(before) == ["TinyDecodeRunner_bs_1.json", "TinyDecodeRunner_bs_2.json"]
+    # The isolated capture (the marker's; the option isolates every capture) passes the goldens of the in-process
+    # one: the same graphs, and one process: no rank suffix.  A runner object (it cannot be sent to the
+    # process) gets one clear line.
+    result = run(project, *QUIET, "--graph-capture-isolate", "-k", "marker or runner_object")
     result.assert_outcomes(passed=1, failed=1)
+    assert "cpu: 2 checked, 2 passed, 0 failed" in result.stdout.str()
+    assert {p.name: p.read_bytes() for p in (folder / "test_marker").iterdir()} == before
     result.stdout.fnmatch_lines(
         ["*isolated graph_capture() got a runner object (TinyDecodeRunner); each process builds its own runner*"]
     )
     assert "Traceback" not in result.stdout.str()
-    assert (project.path / "goldens/cpu/test_iso.py/test_plain/TinyDecodeRunner_bs_2.json").is_file()
 
 
 MARKER_TESTS = """
