@@ -271,9 +271,7 @@ def test_a_rank_holding_the_gil_dies_with_its_killed_parent(tmp_path: Path) -> N
                 os.kill(rank_pid, signal.SIGKILL)
 
 
-def test_a_rank_that_dies_without_an_exception_while_building_its_runner_is_named_with_its_exit_code_and_stage() -> (
-    None
-):
+def test_a_rank_that_exits_while_building_its_runner_is_named_with_its_exit_code_and_stage() -> None:
     first = len(distributed.spawned_pids())
     started = time.monotonic()
     with pytest.raises(RankError) as info:
