@@ -393,6 +393,7 @@ def _start() -> Optional[Path]:
         start_new_session=True,
     )
     atexit.register(_stop, process, root)
+    _STATE["zygote"] = process
     deadline = time.monotonic() + 120
     while not os.path.exists(sock):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -417,6 +418,16 @@ def warm_bin() -> Optional[Path]:
     if "bin" not in _STATE:
         _STATE["bin"] = _start()
     return _STATE["bin"]
+
+
+def zygote_threads() -> Optional[int]:
+    """How many threads this worker's zygote has now (started on first use); None when none is serving."""
+    if warm_bin() is None:
+        return None
+    try:
+        return len(os.listdir(f"/proc/{_STATE['zygote'].pid}/task"))
+    except FileNotFoundError:  # it has ended since
+        return None
 
 
 def warm_python() -> str:
