@@ -46,9 +46,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-#: The modules the zygote imports once: torch, and what a profiled capture imports next (torch's
-#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own).
-PRELOAD = ("torch", "torch.profiler", "torch._inductor")
+#: The modules the zygote imports once: torch, what a profiled capture imports next (torch's
+#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own), and what
+#: a first torch.compile imports (inductor's compile_fx, about 1.2 s: the compiled runner's three runs,
+#: gpu_check's compiled step).
+PRELOAD = ("torch", "torch.profiler", "torch._inductor", "torch._inductor.compile_fx")
 _HEADER = struct.Struct("!I")
 
 
