@@ -17,7 +17,8 @@ exits with (or dies of the same signal).  To a caller, the command behaves as th
 What a forked run shares with the zygote, and so differs from a fresh Python: torch was imported
 under the zygote's environment (variables torch reads at import, such as ``TORCH_LOGS``, are not the
 run's), Python's own start-up options (``-X``, ``-I``, hash seed) are the zygote's, torch's
-import-time warnings were given before the run, and numpy's BLAS has one thread.  Tests that
+import-time warnings were given before the run (those of a first torch.compile's imports too:
+``torch.jit.script_method`` is deprecated), and numpy's BLAS has one thread.  Tests that
 check any of that start real Pythons; a command given options this module does not know runs the
 real interpreter.  Without a zygote (one could not start) every command runs the real interpreter.
 
