@@ -105,7 +105,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--engine-keys",
         type=int,
         default=None,
-        help="B7's keys in its one engine trace (default 61; --quick 8): more keys, a larger trace",
+        help="B7's keys in its one engine trace (default 61; --quick 4): more keys, a larger trace",
     )
     parser.add_argument("--engine-rounds", type=int, default=None, help="B7's rounds (default 5; --quick 1)")
     parser.add_argument(
@@ -163,7 +163,7 @@ def run_b1(args: argparse.Namespace, device: str) -> Section:
     from pytest_graphcapture.engine.runner import default_batch_sizes
 
     plans = {
-        "tiny": ([1, 2, 4] if args.quick else default_batch_sizes(32), args.rounds or (1 if args.quick else 11)),
+        "tiny": ([1, 2] if args.quick else default_batch_sizes(32), args.rounds or (1 if args.quick else 11)),
         "realistic": (
             [1] if args.quick else list(REALISTIC_BATCH_SIZES),
             args.realistic_rounds or (1 if args.quick else REALISTIC_ROUNDS),
@@ -276,7 +276,7 @@ def run_b6(args: argparse.Namespace, device: str) -> Section:
 def run_b7(args: argparse.Namespace) -> Section:
     import b7_engine_traces
 
-    keys = args.engine_keys or (8 if args.quick else 61)
+    keys = args.engine_keys or (4 if args.quick else 61)
     return b7_engine_traces.run(
         keys=keys, rounds=args.engine_rounds or (1 if args.quick else 5), work_dir=args.work_dir
     )

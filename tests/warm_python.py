@@ -17,7 +17,8 @@ exits with (or dies of the same signal).  To a caller, the command behaves as th
 What a forked run shares with the zygote, and so differs from a fresh Python: torch was imported
 under the zygote's environment (variables torch reads at import, such as ``TORCH_LOGS``, are not the
 run's), Python's own start-up options (``-X``, ``-I``, hash seed) are the zygote's, torch's
-import-time warnings were given before the run, and numpy's BLAS has one thread.  Tests that
+import-time warnings were given before the run (those of a first torch.compile's imports too:
+``torch.jit.script_method`` is deprecated), and numpy's BLAS has one thread.  Tests that
 check any of that start real Pythons; a command given options this module does not know runs the
 real interpreter.  Without a zygote (one could not start) every command runs the real interpreter.
 
@@ -46,9 +47,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-#: The modules the zygote imports once: torch, and what a profiled capture imports next (torch's
-#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own).
-PRELOAD = ("torch", "torch.profiler", "torch._inductor")
+#: The modules the zygote imports once: torch, what a profiled capture imports next (torch's
+#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own), and what
+#: a first torch.compile imports (inductor's compile_fx, about 1.2 s: the compiled runner's three runs,
+#: gpu_check's compiled step).
+PRELOAD = ("torch", "torch.profiler", "torch._inductor", "torch._inductor.compile_fx")
 _HEADER = struct.Struct("!I")
 
 
@@ -393,6 +396,7 @@ def _start() -> Optional[Path]:
         start_new_session=True,
     )
     atexit.register(_stop, process, root)
+    _STATE["zygote"] = process
     deadline = time.monotonic() + 120
     while not os.path.exists(sock):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -417,6 +421,16 @@ def warm_bin() -> Optional[Path]:
     if "bin" not in _STATE:
         _STATE["bin"] = _start()
     return _STATE["bin"]
+
+
+def zygote_threads() -> Optional[int]:
+    """How many threads this worker's zygote has now (started on first use); None when none is serving."""
+    if warm_bin() is None:
+        return None
+    try:
+        return len(os.listdir(f"/proc/{_STATE['zygote'].pid}/task"))
+    except FileNotFoundError:  # it has ended since
+        return None
 
 
 def warm_python() -> str:

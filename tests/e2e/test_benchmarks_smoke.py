@@ -50,7 +50,7 @@ def test_quick_run_prints_and_writes_the_table(tmp_path: Path) -> None:
     assert len(realistic) == 1 and "≤ 1.10" in realistic[0] and "tiny model (hidden 64, 2 layers): " in realistic[0]
     if sorted(_real_traces().glob("*.json.gz")):
         assert "summarize_trace_file" in table
-        assert "graphcapture check of a vLLM capture trace of 8 keys" in table  # B7 at the quick size
+        assert "graphcapture check of a vLLM capture trace of 4 keys" in table  # B7 at the quick size
     else:
         assert "B2/B3 skipped" in done.stdout
     assert "B3" not in table  # --skip-hta
