@@ -7,6 +7,7 @@ processes the multi-rank tests spawn) can import it and ``rank_targets``.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -229,6 +230,7 @@ def wait_gone(pids: list[int], within: float) -> list[int]:
         time.sleep(0.05)
 
 
+@functools.cache
 def engine_traces():
     """``examples/engine_traces/make_traces.py`` (builds sglang and vLLM layouts from the real sglang capture).
 
@@ -248,6 +250,34 @@ def engine_traces():
     spec.loader.exec_module(module)
     module.SOURCE = source
     return module
+
+
+@functools.cache
+def engine_capture():
+    """The real capture window (``make_traces.Capture``), read once per process."""
+    make = engine_traces()
+    return make.Capture(make.SOURCE)
+
+
+_ENGINE_TRACES: dict = {}
+
+
+def built_engine_traces(tmp_path_factory: pytest.TempPathFactory, layout: str, **changes) -> Path:
+    """The folder of ``make_traces.build(layout, **changes)``: each distinct trace set built once per process.
+
+    Requests that differ only by spelling out a default (``piecewise=(4, 3)``) share one folder.
+    """
+    import inspect
+
+    make = engine_traces()
+    options = inspect.signature(make.build).parameters
+    given = {name: options[name].default for name in ("sizes", "piecewise", "drop")} | changes
+    key = (layout, tuple(sorted(given.items())))
+    if key not in _ENGINE_TRACES:
+        folder = tmp_path_factory.mktemp(layout)
+        make.build(layout, folder, capture=engine_capture(), **changes)
+        _ENGINE_TRACES[key] = folder
+    return _ENGINE_TRACES[key]
 
 
 def check_cli(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:
