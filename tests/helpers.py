@@ -54,6 +54,12 @@ def real_traces_dir() -> Path:
     return Path(os.environ.get("GRAPH_CAPTURE_REAL_TRACES", REPO_ROOT.parent / "shared" / "testdata" / "real_traces"))
 
 
+@functools.cache
+def real_trace(path: Path) -> dict:
+    """:func:`load_trace` of a shared real trace, read once per process: callers must not change what it returns."""
+    return load_trace(path)
+
+
 def assert_gone(pids: list[int]) -> None:
     """Every pid is gone (not even a zombie left for us to reap)."""
     assert pids
