@@ -23,7 +23,7 @@ def make_traces():
 
 @pytest.fixture(scope="session")
 def capture(make_traces):
-    """The real capture window, read once per process."""
+    """The real capture window, read once per process, three of its 36 decoder layers kept (helpers.engine_capture)."""
     return engine_capture()
 
 
