@@ -7,6 +7,7 @@ processes the multi-rank tests spawn) can import it and ``rank_targets``.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -51,6 +52,12 @@ def cpu_op_names(trace: dict) -> list[str]:
 
 def real_traces_dir() -> Path:
     return Path(os.environ.get("GRAPH_CAPTURE_REAL_TRACES", REPO_ROOT.parent / "shared" / "testdata" / "real_traces"))
+
+
+@functools.cache
+def real_trace(path: Path) -> dict:
+    """:func:`load_trace` of a shared real trace, read once per process: callers must not change what it returns."""
+    return load_trace(path)
 
 
 def assert_gone(pids: list[int]) -> None:
@@ -229,6 +236,7 @@ def wait_gone(pids: list[int], within: float) -> list[int]:
         time.sleep(0.05)
 
 
+@functools.cache
 def engine_traces():
     """``examples/engine_traces/make_traces.py`` (builds sglang and vLLM layouts from the real sglang capture).
 
@@ -248,6 +256,42 @@ def engine_traces():
     spec.loader.exec_module(module)
     module.SOURCE = source
     return module
+
+
+@functools.cache
+def engine_capture():
+    """The real capture window (``make_traces.Capture``), read once per process, less 33 of its 36 decoder layers.
+
+    What is left (the embedding, two layers, the last one, the final norm and the logits) holds every op, kernel
+    and runtime call of the window in a tenth of its events, so the many traces tests build from it read quickly.
+    """
+    make = engine_traces()
+    capture = make.Capture(make.SOURCE)
+    layer_norm = "sglang_profiler::rmsnorm_rmsnorm2d_fwd_with_add_110"  # two a layer
+    norms = [i for i, event in enumerate(capture.events) if event["name"] == layer_norm]
+    capture.events = capture.events[: norms[3]] + capture.events[norms[3 + 2 * 33] :]  # the same norm, 33 layers on
+    return capture
+
+
+_ENGINE_TRACES: dict = {}
+
+
+def built_engine_traces(tmp_path_factory: pytest.TempPathFactory, layout: str, **changes) -> Path:
+    """The folder of ``make_traces.build(layout, **changes)``: each distinct trace set built once per process.
+
+    Requests that differ only by spelling out a default (``piecewise=(4, 3)``) share one folder.
+    """
+    import inspect
+
+    make = engine_traces()
+    options = inspect.signature(make.build).parameters
+    given = {name: options[name].default for name in ("sizes", "piecewise", "drop")} | changes
+    key = (layout, tuple(sorted(given.items())))
+    if key not in _ENGINE_TRACES:
+        folder = tmp_path_factory.mktemp(layout)
+        make.build(layout, folder, capture=engine_capture(), **changes)
+        _ENGINE_TRACES[key] = folder
+    return _ENGINE_TRACES[key]
 
 
 def check_cli(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:

@@ -64,7 +64,21 @@ class Capture:
             (_slim(e) for e in events if e.get("cat") in _KEPT_CATS and self.start <= e.get("ts", -1) <= self.end),
             key=lambda e: e["ts"],
         )
-        self._text = (self.events, json.dumps(self.events))  # each shape parses its own copy of the events from it
+        self._sized: tuple = (self.events, {})  # per batch size: each event's args, dimensions resized
+
+    def _sized_args(self, bs: int) -> list:
+        """Each event's args with its input dimensions of ``SOURCE_BS`` written as ``bs``, made once per size."""
+        if self._sized[0] is not self.events:  # events replaced (a slimmed copy): resize them anew
+            self._sized = (self.events, {})
+        made = self._sized[1]
+        if bs not in made:
+            made[bs] = [
+                {**e["args"], "Input Dims": _resized(e["args"]["Input Dims"], bs)}
+                if isinstance(e["args"].get("Input Dims"), list)
+                else e["args"]
+                for e in self.events
+            ]
+        return made[bs]
 
     def shape(self, bs: int, at: float, pieces: int = 1, drop: Optional[int] = None) -> tuple[list, float]:
         """The window's events for batch size ``bs`` from time ``at``, cut into ``pieces`` graphs; (events, end).
@@ -76,9 +90,7 @@ class Capture:
         cuts = [launches[len(launches) * k // pieces] for k in range(1, pieces)]
         out: list = []
         graph, extra, dropped = 1, 0.0, False
-        if self._text[0] is not self.events:  # events replaced (a slimmed copy): encode them anew
-            self._text = (self.events, json.dumps(self.events))
-        for i, (event, copied) in enumerate(zip(self.events, json.loads(self._text[1]), strict=True)):
+        for i, (event, args) in enumerate(zip(self.events, self._sized_args(bs), strict=True)):
             if i in cuts:
                 last = out[-1]["ts"]
                 out.append(_call("hipStreamEndCapture", last + 1, event))
@@ -89,11 +101,7 @@ class Capture:
             if drop == graph and not dropped and event["name"] == "hipLaunchKernel":
                 dropped = True
                 continue
-            copied["ts"] = event["ts"] + shift + extra
-            dims = copied.get("args", {}).get("Input Dims")
-            if isinstance(dims, list):
-                copied["args"]["Input Dims"] = _resized(dims, bs)
-            out.append(copied)
+            out.append({**event, "ts": event["ts"] + shift + extra, "args": args})  # args shared: never changed
         return out, self.end + shift + extra
 
 
@@ -125,7 +133,7 @@ def _annotation(name: str, start: float, end: float, like: dict) -> dict:
 
 def _write(path: Path, top: dict, events: list) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", encoding="utf-8", compresslevel=6) as f:
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as f:  # level 1: quickest to write
         f.write(json.dumps({**top, "traceEvents": events}))  # dumps encodes in C, dump in Python
     return path
 

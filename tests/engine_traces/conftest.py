@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import shutil
 from pathlib import Path
 
 import pytest
-from helpers import engine_traces
+from helpers import built_engine_traces, engine_capture, engine_traces
 
 from pytest_graphcapture.golden.store import CI_VARIABLES
 from pytest_graphcapture.tools.cli import main
@@ -22,24 +23,14 @@ def make_traces():
 
 @pytest.fixture(scope="session")
 def capture(make_traces):
-    """The real capture window, read once."""
-    return make_traces.Capture(make_traces.SOURCE)
+    """The real capture window, read once per process, three of its 36 decoder layers kept (helpers.engine_capture)."""
+    return engine_capture()
 
 
 @pytest.fixture(scope="session")
-def built(make_traces, capture, tmp_path_factory):
-    """``build(layout, **changes) -> folder``: traces of ``layout`` (cached), in a fresh folder per distinct request."""
-    cache: dict = {}
-
-    def build(layout: str, **changes) -> Path:
-        key = (layout, tuple(sorted(changes.items())))
-        if key not in cache:
-            folder = tmp_path_factory.mktemp(layout)
-            make_traces.build(layout, folder, capture=capture, **changes)
-            cache[key] = folder
-        return cache[key]
-
-    return build
+def built(make_traces, tmp_path_factory):
+    """``build(layout, **changes) -> folder``: traces of ``layout``, built once per process in a folder of their own."""
+    return functools.partial(built_engine_traces, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

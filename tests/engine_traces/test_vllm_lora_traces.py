@@ -45,7 +45,7 @@ def write_run(capture, folder: Path, *, drop=None, start: int = STAMP, step: int
 
 @pytest.fixture(scope="module")
 def slim(capture):
-    """The real capture window's first 400 events and its end: a small graph, cheap to write and read many times."""
+    """The capture window's first 400 events (of helpers.engine_capture's) and its end: a small graph, read many times."""
     part = copy.copy(capture)
     part.events = capture.events[:400] + capture.events[-1:]
     return part

@@ -3,12 +3,11 @@ Cuspy's ``Memset`` record, CUPTI instrumentation mode's kernel ``memset32``; on 
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import pytest
-from helpers import real_traces_dir
+from helpers import real_trace, real_traces_dir
 
 from pytest_graphcapture.golden import store
 from pytest_graphcapture.golden.gate import check_result
@@ -45,8 +44,7 @@ def printed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     of its memsets in the other forms and of one real change; derived once."""
     if not HTA.is_file():
         pytest.skip(f"real trace {HTA.name} not found in {HTA.parent}; set GRAPH_CAPTURE_REAL_TRACES to the shared one")
-    with gzip.open(HTA, "rt", encoding="utf-8") as handle:
-        trace = json.load(handle)
+    trace = real_trace(HTA)  # shared, read once per process: left unchanged
     events = [e for e in trace["traceEvents"] if e.get("cat") != "ac2g"]  # flow arrows: no summary reads them
     first = next(i for i, e in enumerate(events) if e.get("cat") == "gpu_memset")
     user_kernel = {**_instrumented(events[first]), "name": "fused_memset_kernel"}  # a user's, not the driver's

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import load_trace, real_traces_dir
+from helpers import real_trace, real_traces_dir
 
 from pytest_graphcapture.keys import CaptureKey
 from pytest_graphcapture.summary.files import summarize_trace_file
@@ -40,7 +40,8 @@ def _path(name: str) -> Path:
 
 
 def _events(name: str) -> list:
-    return load_trace(_path(name))["traceEvents"]
+    """The trace's events, read once per process (shared: no test changes them)."""
+    return real_trace(_path(name))["traceEvents"]
 
 
 def _naive_capture_kernels(events: list) -> Counter:

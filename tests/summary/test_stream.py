@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gzip
 import json
 import tracemalloc
@@ -28,15 +27,19 @@ SLICES = (64, 2048, stream.SLICE_BYTES)
 
 def _whole_file(path: Path, level: str) -> str:
     """The summary the whole-file reader gives (load everything, then summarize the events)."""
+    return _whole_file_levels(path, (level,))[level]
+
+
+def _whole_file_levels(path: Path, levels: tuple[str, ...] = LEVELS) -> dict[str, str]:
+    """:func:`_whole_file`'s summary at each of ``levels``, the file loaded once (summarizing leaves the events be)."""
     trace = load_trace(path)
-    summary = summarize_events(
-        trace["traceEvents"],
-        key=KEY,
-        platform=platform_from_trace(trace),
-        level=level,
-        environment=environment_from_trace(trace),
-    )
-    return summary.to_json()
+    platform, environment = platform_from_trace(trace), environment_from_trace(trace)
+    return {
+        level: summarize_events(
+            trace["traceEvents"], key=KEY, platform=platform, level=level, environment=environment
+        ).to_json()
+        for level in levels
+    }
 
 
 def _sliced(path: Path, level: str) -> str:
@@ -45,10 +48,6 @@ def _sliced(path: Path, level: str) -> str:
     top = stream.stream_trace(path, scan)
     assert "traceEvents" not in top
     return build_summary(scan, KEY, platform_from_trace(top), level, environment_from_trace(top)).to_json()
-
-
-#: A shared real trace's whole-file summary, read once for both slice parsers (the files do not change).
-_whole_real_file = functools.lru_cache(maxsize=None)(_whole_file)
 
 
 def _real_traces() -> list[Path]:
@@ -62,7 +61,7 @@ def _real_traces() -> list[Path]:
 @pytest.mark.slow
 def test_every_real_trace_summarizes_byte_identically_in_slices(monkeypatch):
     for path in _real_traces():
-        whole = {level: _whole_real_file(path, level) for level in LEVELS}
+        whole = _whole_file_levels(path)
         for slice_bytes in (4096, stream.SLICE_BYTES):
             monkeypatch.setattr(stream, "SLICE_BYTES", slice_bytes)
             scan = Scan()  # one read per slice size: what is read does not depend on the level

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, engine_traces, real_traces_dir
+from helpers import REPO_ROOT, built_engine_traces, engine_traces, real_traces_dir
 
 from pytest_graphcapture.tools.cli import main
 
@@ -46,22 +46,22 @@ def cli_process(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
-    """``build(layout, compressed, **changes) -> folder`` of traces (cached per request)."""
-    make = engine_traces()
-    capture = make.Capture(make.SOURCE)
-    cache: dict = {}
+    """``build(layout, compressed, **changes) -> folder`` of traces (the gzipped ones shared with tests/engine_traces)."""
+    engine_traces()  # skips when the real trace is absent
+    plain: dict = {}
 
     def build(layout: str, compressed: bool, **changes) -> Path:
-        key = (layout, compressed, tuple(sorted(changes.items())))
-        if key not in cache:
-            folder = tmp_path_factory.mktemp(layout)
-            for path in make.build(layout, folder, capture=capture, **changes):
-                if not compressed:  # the same trace as plain JSON
-                    with gzip.open(path, "rb") as source, open(str(path)[: -len(".gz")], "wb") as plain:
-                        shutil.copyfileobj(source, plain)
-                    path.unlink()
-            cache[key] = folder
-        return cache[key]
+        folder = built_engine_traces(tmp_path_factory, layout, **changes)
+        if compressed:
+            return folder
+        if folder not in plain:  # the same traces as plain JSON
+            plain[folder] = tmp_path_factory.mktemp(layout)
+            for path in folder.rglob("*.json.gz"):
+                target = plain[folder] / path.relative_to(folder).with_suffix("")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with gzip.open(path, "rb") as source, open(target, "wb") as out:
+                    shutil.copyfileobj(source, out)
+        return plain[folder]
 
     return build
 
