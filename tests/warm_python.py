@@ -4,8 +4,8 @@ Most of the suite's time goes into the Pythons its tests start — a doc's ``pyt
 examples, a gpu_check step — and each of them spends its first 1.5–2 s of CPU importing torch.
 :func:`warm_bin` gives a folder of commands (``python``, ``python3``, ``pytest``, ``graphcapture``)
 that run where the real ones would, but in a process forked from a *zygote*: one Python per xdist
-worker that imported torch once, and nothing else of ours (the plugin is imported by each run
-itself, under pytest's assertion rewriting, as in a fresh Python).
+worker that imported torch (and pytest) once, and nothing else of ours (the plugin is imported by
+each run itself, under pytest's assertion rewriting, as in a fresh Python).
 
 Each command is a small script run by the real interpreter without ``site`` (about 20 ms).  It
 hands the zygote its arguments, environment, working directory and standard streams (the file
@@ -47,8 +47,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 #: The modules the zygote imports once: torch, and what a profiled capture imports next (torch's
-#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own).
-PRELOAD = ("torch", "torch.profiler", "torch._inductor")
+#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own); and
+#: pytest itself (a quarter of a doc's small pytest run), not its plugins: pytest rewrites the asserts
+#: of a plugin's modules, so each run imports those (xdist, ours) itself.
+PRELOAD = ("torch", "torch.profiler", "torch._inductor", "pytest")
 _HEADER = struct.Struct("!I")
 
 
