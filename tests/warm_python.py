@@ -4,8 +4,8 @@ Most of the suite's time goes into the Pythons its tests start — a doc's ``pyt
 examples, a gpu_check step — and each of them spends its first 1.5–2 s of CPU importing torch.
 :func:`warm_bin` gives a folder of commands (``python``, ``python3``, ``pytest``, ``graphcapture``)
 that run where the real ones would, but in a process forked from a *zygote*: one Python per xdist
-worker that imported torch once, and nothing else of ours (the plugin is imported by each run
-itself, under pytest's assertion rewriting, as in a fresh Python).
+worker that imported torch (and pytest) once, and nothing else of ours (the plugin is imported by
+each run itself, under pytest's assertion rewriting, as in a fresh Python).
 
 Each command is a small script run by the real interpreter without ``site`` (about 20 ms).  It
 hands the zygote its arguments, environment, working directory and standard streams (the file
@@ -47,11 +47,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-#: The modules the zygote imports once: torch, what a profiled capture imports next (torch's
-#: profiler looks torch._inductor up when it starts recording, about 1 s of CPU of its own), and what
-#: a first torch.compile imports (inductor's compile_fx, about 1.2 s: the compiled runner's three runs,
-#: gpu_check's compiled step).
-PRELOAD = ("torch", "torch.profiler", "torch._inductor", "torch._inductor.compile_fx")
+#: The modules the zygote imports once: torch; what a profiled capture imports next (torch's profiler
+#: looks torch._inductor up when it starts recording, about 1 s of CPU of its own); what a first
+#: torch.compile imports (inductor's compile_fx, about 1.2 s); and pytest itself, not its plugins:
+#: pytest rewrites the asserts of a plugin's modules, so each run imports those (xdist, ours) itself.
+PRELOAD = ("torch", "torch.profiler", "torch._inductor", "torch._inductor.compile_fx", "pytest")
 _HEADER = struct.Struct("!I")
 
 

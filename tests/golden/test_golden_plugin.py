@@ -497,7 +497,8 @@ def test_env(i, worker_id):
         fh.write(os.environ["CUDA_VISIBLE_DEVICES"])
 """
     )
-    run(gate, "-n", "2", "--graph-capture-xdist-gpu").assert_outcomes(passed=4)
+    # The workers fork warm: what is pinned is their environment, whichever way they started.
+    run(gate, "-n", "2", "--graph-capture-xdist-gpu", warm=True).assert_outcomes(passed=4)
     seen = {p.name.split("_")[1]: p.read_text() for p in gate.path.glob("seen_*.txt")}
     assert seen == {"gw0": "5", "gw1": "7"}
 

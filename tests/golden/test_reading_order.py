@@ -9,6 +9,7 @@ most one line and no line is over 250 characters.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,11 +21,13 @@ from helpers import REPO_ROOT, fake_project, run
 from warm_python import warm_python
 
 from pytest_graphcapture.golden.change import COMPUTE, DEFAULT_CLASSES, VIEW
+from pytest_graphcapture.golden.store import golden_folder
 
 TEST = "test_decode_graphs.py::test_decode_graphs_match_goldens"
 
-#: Overrides the examples' runner with the embedded decoder changed as the environment says: the copy's
-#: goldens are the examples' own, so the first run after the change is the failure a reviewer reads.
+#: Parametrizes the examples' runner with the scenarios: each is the embedded decoder changed as
+#: SCENARIOS (in the environment) says, its goldens a copy of the examples' own, so the run's failures
+#: are those a reviewer reads after each change (one session for all of them).
 CONFTEST = """
 import json
 import os
@@ -34,14 +37,20 @@ import torch
 
 from pytest_graphcapture import DecoderConfig, TinyDecodeRunner
 
-if os.environ.get("SWAP_ACTIVATION"):
-    torch.nn.functional.silu = getattr(torch.nn.functional, os.environ["SWAP_ACTIVATION"])
+SCENARIOS = json.loads(os.environ.get("SCENARIOS", "{}"))
+
+
+@pytest.fixture(autouse=True, params=list(SCENARIOS))
+def scenario(request):
+    return SCENARIOS[request.param]
 
 
 @pytest.fixture
-def decode_runner():
-    config = DecoderConfig(**json.loads(os.environ.get("DECODER_CONFIG", "{}")))
-    return TinyDecodeRunner([1, 2, 4, 8, 12, 16, 24, 32], device="cpu", config=config)
+def decode_runner(scenario, monkeypatch):
+    config, activation = scenario
+    if activation:
+        monkeypatch.setattr(torch.nn.functional, "silu", getattr(torch.nn.functional, activation))
+    return TinyDecodeRunner([1, 2, 4, 8, 12, 16, 24, 32], device="cpu", config=DecoderConfig(**json.loads(config)))
 """
 
 #: (what changed, decoder config, activation, op class the first op line must be of)
@@ -59,19 +68,29 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy = tmp_path_factory.mktemp("reading") / "examples"
     shutil.copytree(REPO_ROOT / "examples", copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+    goldens = golden_folder(copy / "goldens", "cpu", TEST)
+    for change, *_ in SCENARIOS:
+        shutil.copytree(goldens, golden_folder(copy / "goldens", "cpu", f"{TEST}[{change}]"))
     return copy
 
 
-def _failure(examples: Path, config: str, activation: str) -> list[str]:
+@pytest.fixture(scope="module")
+def failures(examples: Path) -> dict[str, list[str]]:
+    """Each scenario's failure message, from one run of the examples' test over all of them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPH_CAPTURE_") and k != "CI"}
-    env.update(DECODER_CONFIG=config, SWAP_ACTIVATION=activation, COLUMNS="400")
+    env.update(SCENARIOS=json.dumps({s[0]: [s[1], s[2]] for s in SCENARIOS}), COLUMNS="400")
     command = [warm_python(), "-m", "pytest", TEST, "-p", "no:cacheprovider", "--graph-capture-device=cpu", "-n0"]
     done = subprocess.run(command, cwd=examples, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout.splitlines()
-    start = next(i for i, line in enumerate(out) if line.startswith("graph capture of TinyDecodeRunner"))
-    end = next(i for i in range(start, len(out)) if out[i].startswith("accept them with:"))
-    return out[start : end + 1]
+    messages = {}
+    for change, *_ in SCENARIOS:
+        header = next(i for i, line in enumerate(out) if re.match(rf"_+ \S+\[{re.escape(change)}\] _+$", line))
+        start = next(i for i in range(header, len(out)) if out[i].startswith("graph capture of TinyDecodeRunner"))
+        end = next(i for i in range(start, len(out)) if out[i].startswith("accept them with:"))
+        messages[change] = out[start : end + 1]
+    assert len(set(map(tuple, messages.values()))) == len(SCENARIOS), done.stdout[-3000:]
+    return messages
 
 
 def _op_lines(message: list[str]) -> list[str]:
@@ -90,9 +109,9 @@ def _op(line: str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize(("change", "config", "activation", "leading"), SCENARIOS, ids=[s[0] for s in SCENARIOS])
 def test_a_changed_model_reads_compute_first(
-    examples: Path, change: str, config: str, activation: str, leading: str
+    examples: Path, failures: dict[str, list[str]], change: str, config: str, activation: str, leading: str
 ) -> None:
-    message = _failure(examples, config, activation)
+    message = failures[change]
     shown = "\n".join(message)
     ops = _op_lines(message)
     assert ops, shown
