@@ -112,3 +112,10 @@ def exit_while_building(ctx):
     if ctx.rank == 1:
         os._exit(7)
     torch.distributed.barrier()
+
+
+def crash(ctx):
+    """A rank target that dies of a native crash (a read of address 0), as a bug in a C extension would."""
+    import ctypes
+
+    ctypes.string_at(0)

@@ -282,3 +282,15 @@ def test_a_rank_that_exits_while_building_its_runner_is_named_with_its_exit_code
         "rank 1 of 2 failed during building the runner: the process exited with code 7 without reporting a result"
     )
     assert_gone(distributed.spawned_pids()[first:])
+
+
+def test_a_rank_that_dies_of_a_native_crash_shows_the_python_stack_it_crashed_in() -> None:
+    with pytest.raises(RankError) as info:
+        distributed.run_on_ranks("rank_targets:crash", 1, timeout=30)
+    lines = str(info.value).splitlines()
+    assert (
+        lines[0]
+        == "rank 0 of 1 failed during running: the process was killed by signal SIGSEGV without reporting a result"
+    )
+    assert lines[1:3] == ["rank 0 as it crashed (most recent call first):", "  Fatal Python error: Segmentation fault"]
+    assert any(line.startswith('File "') and line.endswith(" in crash") for line in map(str.strip, lines[3:])), lines

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
+import itertools
 import math
 import os
 import queue as queue_mod
@@ -44,9 +46,9 @@ def _describe_exit(code: Optional[int]) -> str:
         return "still running"
     if code < 0:
         try:
-            return f"killed by signal {signal.Signals(-code).name}"
+            return f"was killed by signal {signal.Signals(-code).name}"
         except ValueError:
-            return f"killed by signal {-code}"
+            return f"was killed by signal {-code}"
     return f"exited with code {code}"
 
 
@@ -184,6 +186,7 @@ def _supervise(ctx: Any, job: _RankJob, on_progress: Optional[Callable[[int, str
                 elif time.monotonic() - state.exited_at > 1.0 and message is None:
                     state.status, state.failed_at = "died", state.exited_at
                     state.error = f"the process {_describe_exit(proc.exitcode)} without reporting a result"
+                    state.crash = _crash_stack(dump_dir, rank, state.main_thread)
                     first_failure = first_failure or state.failed_at
         if all(s.status == "ok" for s in states.values()):
             return [states[rank].value for rank in range(world_size)]
@@ -266,6 +269,8 @@ class _RankState:
     value: Any = None
     error: Optional[str] = None
     traceback: Optional[str] = None
+    #: faulthandler's words and stack when the rank died of a native crash (SIGSEGV, SIGABRT, …).
+    crash: Optional[str] = None
     failed_at: Optional[float] = None
     exited_at: Optional[float] = None
 
@@ -324,7 +329,7 @@ def _dump_stacks(procs: dict[int, Any], states: dict[int, _RankState], dump_dir:
     dumps = {}
     for rank in asked:
         try:
-            dumps[rank] = Path(dump_dir, f"rank{rank}.txt").read_text(errors="replace")
+            dumps[rank] = Path(_dump_file(dump_dir, rank)).read_text(errors="replace")
         except OSError:
             pass
     return dumps
@@ -335,6 +340,26 @@ _PEER_LOST = re.compile(
     r"remote (process|peer)|peer .*(closed|disconnect)",
     re.IGNORECASE,
 )
+
+
+def _crash_stack(dump_dir: str, rank: int, main_thread: Optional[int], frames: int = 10) -> Optional[str]:
+    """What faulthandler wrote as a rank died of a native crash: the error, then the innermost frames of the
+    crashing thread (of the main thread when a thread without Python crashed); None when it wrote nothing."""
+    try:
+        lines = Path(_dump_file(dump_dir, rank)).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error:")), None)
+    if fatal is None:
+        return None
+    heads = ["Current thread 0x"] + ([f"Thread 0x{main_thread:016x}"] if main_thread is not None else [])
+    for head in heads:
+        at = next((i for i in range(fatal, len(lines)) if lines[i].startswith(head)), None)
+        if at is not None:
+            stack = list(itertools.takewhile(lambda line: line.startswith("  "), lines[at + 1 :]))
+            where = [] if head == heads[0] else ["(a thread without Python crashed; the main thread was at:)"]
+            return "\n".join([lines[fatal], *where, *stack[:frames]])
+    return lines[fatal]
 
 
 def _lost_peer(error: str) -> bool:
@@ -372,6 +397,9 @@ def failure(
         if first.traceback:
             lines.append(f"rank {first.rank} traceback (last lines):")
             lines.extend("  " + line for line in _tail(first.traceback).splitlines())
+        if first.crash:
+            lines.append(f"rank {first.rank} as it crashed (most recent call first):")
+            lines.extend("  " + line.strip() for line in first.crash.splitlines())
         for state in failed:
             ranks[state.rank] = f"failed during {state.stage}: {state.error}"
         for state in failed[1:]:
@@ -434,6 +462,10 @@ class _Channel:
 
     def progress(self, line: str) -> None:
         self.queue.put(("progress", self.rank, line))
+
+
+def _dump_file(dump_dir: str, rank: int) -> str:
+    return os.path.join(dump_dir, f"rank{rank}.txt")
 
 
 def _stage_file(dump_dir: str, rank: int) -> str:
@@ -504,11 +536,10 @@ def _rank_main(job: _RankJob, rank: int, port: int, queue: Any, parent_pid: int,
     if os.getppid() != parent_pid:  # the parent died before the kernel was asked to tell us
         os._exit(3)
     _watch_parent(parent_pid)
-    dump = None
+    # One file for the stacks the parent asks for (SIGUSR1) and those a native crash writes as the rank dies.
+    dump = open(_dump_file(dump_dir, rank), "w")
+    faulthandler.enable(file=dump, all_threads=True)
     if hasattr(signal, "SIGUSR1"):
-        import faulthandler
-
-        dump = open(os.path.join(dump_dir, f"rank{rank}.txt"), "w")
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
     channel = _CHANNEL = _Channel(rank, queue, _stage_file(dump_dir, rank))
     queue.put(("ready", rank, os.getpid(), threading.main_thread().ident))
@@ -550,8 +581,8 @@ def _rank_main(job: _RankJob, rank: int, port: int, queue: Any, parent_pid: int,
                 pass
         queue.close()
         queue.join_thread()
-        if dump is not None:
-            dump.close()
+        faulthandler.disable()
+        dump.close()
 
 
 Target = Union[str, Callable[..., Any]]
