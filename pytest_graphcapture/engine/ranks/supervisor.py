@@ -186,7 +186,7 @@ def _supervise(ctx: Any, job: _RankJob, on_progress: Optional[Callable[[int, str
                 elif time.monotonic() - state.exited_at > 1.0 and message is None:
                     state.status, state.failed_at = "died", state.exited_at
                     state.error = f"the process {_describe_exit(proc.exitcode)} without reporting a result"
-                    state.crash = _crash_stack(dump_dir, rank, state.main_thread)
+                    state.traceback = _crash_traceback(dump_dir, rank, state.main_thread)
                     first_failure = first_failure or state.failed_at
         if all(s.status == "ok" for s in states.values()):
             return [states[rank].value for rank in range(world_size)]
@@ -269,8 +269,6 @@ class _RankState:
     value: Any = None
     error: Optional[str] = None
     traceback: Optional[str] = None
-    #: faulthandler's words and stack when the rank died of a native crash (SIGSEGV, SIGABRT, …).
-    crash: Optional[str] = None
     failed_at: Optional[float] = None
     exited_at: Optional[float] = None
 
@@ -329,7 +327,7 @@ def _dump_stacks(procs: dict[int, Any], states: dict[int, _RankState], dump_dir:
     dumps = {}
     for rank in asked:
         try:
-            dumps[rank] = Path(_dump_file(dump_dir, rank)).read_text(errors="replace")
+            dumps[rank] = Path(_rank_file(dump_dir, rank, "txt")).read_text(errors="replace")
         except OSError:
             pass
     return dumps
@@ -342,24 +340,22 @@ _PEER_LOST = re.compile(
 )
 
 
-def _crash_stack(dump_dir: str, rank: int, main_thread: Optional[int], frames: int = 10) -> Optional[str]:
-    """What faulthandler wrote as a rank died of a native crash: the error, then the innermost frames of the
-    crashing thread (of the main thread when a thread without Python crashed); None when it wrote nothing."""
+def _crash_traceback(dump_dir: str, rank: int, main_thread: Optional[int]) -> Optional[str]:
+    """faulthandler's record of a rank's native crash as a traceback (innermost frame last, then the error), or None."""
     try:
-        lines = Path(_dump_file(dump_dir, rank)).read_text(errors="replace").splitlines()
+        lines = Path(_rank_file(dump_dir, rank, "txt")).read_text(errors="replace").splitlines()
     except OSError:
         return None
     fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error:")), None)
     if fatal is None:
         return None
-    heads = ["Current thread 0x"] + ([f"Thread 0x{main_thread:016x}"] if main_thread is not None else [])
-    for head in heads:
-        at = next((i for i in range(fatal, len(lines)) if lines[i].startswith(head)), None)
-        if at is not None:
-            stack = list(itertools.takewhile(lambda line: line.startswith("  "), lines[at + 1 :]))
-            where = [] if head == heads[0] else ["(a thread without Python crashed; the main thread was at:)"]
-            return "\n".join([lines[fatal], *where, *stack[:frames]])
-    return lines[fatal]
+    # The crashing thread's frames; the main thread's where a thread without Python crashed.
+    heads = ("Current thread 0x", f"Thread 0x{main_thread or 0:016x}")
+    found = [(i, head) for head in heads for i in range(fatal, len(lines)) if lines[i].startswith(head)]
+    at, head = found[0] if found else (len(lines), heads[0])
+    frames = list(itertools.takewhile(lambda line: line.startswith("  "), lines[at + 1 :]))
+    note = "" if head == heads[0] else " (in a thread without Python; above: the main thread)"
+    return "\n".join([*reversed(frames), lines[fatal] + note])
 
 
 def _lost_peer(error: str) -> bool:
@@ -397,9 +393,6 @@ def failure(
         if first.traceback:
             lines.append(f"rank {first.rank} traceback (last lines):")
             lines.extend("  " + line for line in _tail(first.traceback).splitlines())
-        if first.crash:
-            lines.append(f"rank {first.rank} as it crashed (most recent call first):")
-            lines.extend("  " + line.strip() for line in first.crash.splitlines())
         for state in failed:
             ranks[state.rank] = f"failed during {state.stage}: {state.error}"
         for state in failed[1:]:
@@ -464,18 +457,15 @@ class _Channel:
         self.queue.put(("progress", self.rank, line))
 
 
-def _dump_file(dump_dir: str, rank: int) -> str:
-    return os.path.join(dump_dir, f"rank{rank}.txt")
-
-
-def _stage_file(dump_dir: str, rank: int) -> str:
-    return os.path.join(dump_dir, f"rank{rank}.stage")
+def _rank_file(dump_dir: str, rank: int, kind: str) -> str:
+    """Where rank ``rank`` writes its stage (``stage``) or its faulthandler stacks (``txt``)."""
+    return os.path.join(dump_dir, f"rank{rank}.{kind}")
 
 
 def last_stage(dump_dir: str, rank: int) -> Optional[str]:
     """The stage rank ``rank`` last wrote to its stage file, or None when it wrote none."""
     try:
-        with open(_stage_file(dump_dir, rank), "rb") as handle:
+        with open(_rank_file(dump_dir, rank, "stage"), "rb") as handle:
             raw = handle.read(_STAGE_BYTES).split(b"\0", 1)[0]
     except OSError:
         return None
@@ -537,11 +527,11 @@ def _rank_main(job: _RankJob, rank: int, port: int, queue: Any, parent_pid: int,
         os._exit(3)
     _watch_parent(parent_pid)
     # One file for the stacks the parent asks for (SIGUSR1) and those a native crash writes as the rank dies.
-    dump = open(_dump_file(dump_dir, rank), "w")
+    dump = open(_rank_file(dump_dir, rank, "txt"), "w")
     faulthandler.enable(file=dump, all_threads=True)
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-    channel = _CHANNEL = _Channel(rank, queue, _stage_file(dump_dir, rank))
+    channel = _CHANNEL = _Channel(rank, queue, _rank_file(dump_dir, rank, "stage"))
     queue.put(("ready", rank, os.getpid(), threading.main_thread().ident))
     dist = None
     try:
